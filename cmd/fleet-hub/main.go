@@ -1,0 +1,144 @@
+package main
+
+import (
+	"flag"
+	"net/http"
+	"fmt"
+	"os"
+	"time"
+
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/edgefleet/fleet/internal/version"
+	hubcontrollers "github.com/edgefleet/fleet/pkg/hub/controllers"
+)
+
+type options struct {
+	metricsAddr          string
+	probeAddr            string
+	leaderElect          bool
+	leaderElectionID     string
+	leaderElectionNS     string
+	watchNamespace       string
+	watchFilter          string
+	concurrency          int
+	syncPeriod           time.Duration
+	secureMetrics        bool
+	showVersion          bool
+	enableHTTP2          bool
+	zap                  zap.Options
+	leaseDuration        time.Duration
+	renewDeadline        time.Duration
+	retryPeriod          time.Duration
+	gracefulShutdownTime time.Duration
+}
+
+func (o *options) bind(fs *flag.FlagSet) {
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443", "Address the Prometheus metrics endpoint binds to; \"0\" turns it off.")
+	fs.BoolVar(&o.secureMetrics, "metrics-secure", true, "Serve metrics over HTTPS with Kubernetes authentication and authorization.")
+	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":9440", "Address of the /healthz and /readyz endpoints.")
+	fs.BoolVar(&o.leaderElect, "leader-elect", true, "Run the reconcilers on one replica at a time, chosen by a Lease.")
+	fs.StringVar(&o.leaderElectionID, "leader-election-id", "fleet-hub-leader.edgefleet.io", "Name of the leader-election Lease.")
+	fs.StringVar(&o.leaderElectionNS, "leader-election-namespace", "", "Namespace of the Lease; defaults to the namespace the hub runs in.")
+	fs.DurationVar(&o.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long a non-leader waits before taking over.")
+	fs.DurationVar(&o.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader retries renewing before giving up.")
+	fs.DurationVar(&o.retryPeriod, "leader-elect-retry-period", 2*time.Second, "How often leader-election actions are retried.")
+	fs.StringVar(&o.watchNamespace, "namespace", "", "Only watch this namespace; empty watches all (as clusterctl installs it).")
+	fs.StringVar(&o.watchFilter, "watch-filter", "", "Only reconcile Cluster API objects labelled cluster.x-k8s.io/watch-filter=<value>.")
+	fs.IntVar(&o.concurrency, "concurrency", 10, "Workers per reconciler.")
+	fs.DurationVar(&o.syncPeriod, "sync-period", 10*time.Minute, "How often every object is reconciled even without changes.")
+	fs.DurationVar(&o.gracefulShutdownTime, "graceful-shutdown-timeout", 30*time.Second, "How long to wait for reconcilers to finish on shutdown.")
+	fs.BoolVar(&o.enableHTTP2, "enable-http2", false, "Serve metrics over HTTP/2 (off by default: CVE-2023-44487, CVE-2023-39325).")
+	fs.BoolVar(&o.showVersion, "version", false, "Print the version and exit.")
+	o.zap.BindFlags(fs)
+}
+
+func main() {
+	var o options
+	fs := flag.NewFlagSet("fleet-hub", flag.ExitOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "fleet-hub runs fleet's Cluster API infrastructure provider for edge machines.\n\n"+
+			"It uses the kubeconfig of --kubeconfig, $KUBECONFIG, the in-cluster service account, or ~/.kube/config, in that order.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	ctrlFlags := flag.CommandLine // controller-runtime registers --kubeconfig here
+	ctrlFlags.VisitAll(func(f *flag.Flag) { fs.Var(f.Value, f.Name, f.Usage) })
+	o.bind(fs)
+	_ = fs.Parse(os.Args[1:])
+	if o.showVersion {
+		fmt.Println(version.Version)
+		return
+	}
+	if err := run(o); err != nil {
+		fmt.Fprintf(os.Stderr, "fleet-hub: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(o options) error {
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap)))
+	log := ctrl.Log.WithName("setup")
+	klog.SetLogger(ctrl.Log)
+
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	cfg.UserAgent = "fleet-hub/" + version.Version
+
+	cacheOpts := cache.Options{SyncPeriod: &o.syncPeriod}
+	if o.watchNamespace != "" {
+		cacheOpts.DefaultNamespaces = map[string]cache.Config{o.watchNamespace: {}}
+	}
+	metricsOpts := metricsserver.Options{BindAddress: o.metricsAddr, SecureServing: o.secureMetrics}
+	if o.secureMetrics {
+		metricsOpts.FilterProvider = authnzFilter
+	}
+	if !o.enableHTTP2 {
+		metricsOpts.TLSOpts = append(metricsOpts.TLSOpts, disableHTTP2)
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  hubcontrollers.NewScheme(),
+		Metrics:                 metricsOpts,
+		HealthProbeBindAddress:  o.probeAddr,
+		LeaderElection:          o.leaderElect,
+		LeaderElectionID:        o.leaderElectionID,
+		LeaderElectionNamespace: o.leaderElectionNS,
+		LeaseDuration:           &o.leaseDuration,
+		RenewDeadline:           &o.renewDeadline,
+		RetryPeriod:             &o.retryPeriod,
+		Cache:                   cacheOpts,
+		GracefulShutdownTimeout: &o.gracefulShutdownTime,
+	})
+	if err != nil {
+		return fmt.Errorf("creating manager: %w", err)
+	}
+	ctx := ctrl.SetupSignalHandler()
+	if err := hubcontrollers.Setup(ctx, mgr, hubcontrollers.Options{
+		Concurrency:      o.concurrency,
+		WatchFilterValue: o.watchFilter,
+	}); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return fmt.Errorf("adding health check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("informers", func(req *http.Request) error {
+		if !mgr.GetCache().WaitForCacheSync(req.Context()) {
+			return fmt.Errorf("informer caches not synced")
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("adding readiness check: %w", err)
+	}
+	log.Info("Starting fleet-hub", "version", version.Version)
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("running manager: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,211 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// EdgeHostPhase is a coarse summary of where a host is in its lifecycle.
+// +kubebuilder:validation:Enum=Available;Claimed;Provisioning;Provisioned;Deprovisioning;NeedsAttention
+type EdgeHostPhase string
+
+// Host phases, computed by the hub from spec and the agent's report.
+const (
+	// HostAvailable: clean, unclaimed, ready to be claimed.
+	HostAvailable EdgeHostPhase = "Available"
+	// HostClaimed: held by an EdgeMachine; the agent has not started on it.
+	HostClaimed EdgeHostPhase = "Claimed"
+	// HostProvisioning: the agent is running the machine's bootstrap data.
+	HostProvisioning EdgeHostPhase = "Provisioning"
+	// HostProvisioned: the agent finished the bootstrap data.
+	HostProvisioned EdgeHostPhase = "Provisioned"
+	// HostDeprovisioning: released, waiting for the agent to reset the host.
+	HostDeprovisioning EdgeHostPhase = "Deprovisioning"
+	// HostNeedsAttention: a bootstrap or a reset failed; an operator must look.
+	HostNeedsAttention EdgeHostPhase = "NeedsAttention"
+)
+
+// ProvisioningState is what the agent says about the work on its host.
+// +kubebuilder:validation:Enum=Provisioning;Provisioned;Failed;Resetting;ResetFailed
+type ProvisioningState string
+
+// Provisioning states reported by an agent.
+const (
+	ProvisioningRunning     ProvisioningState = "Provisioning"
+	ProvisioningSucceeded   ProvisioningState = "Provisioned"
+	ProvisioningFailed      ProvisioningState = "Failed"
+	ProvisioningResetting   ProvisioningState = "Resetting"
+	ProvisioningResetFailed ProvisioningState = "ResetFailed"
+)
+
+// EdgeHostSpec is what the hub wants of a host. Only the hub writes it; the
+// agent receives it as its desired state.
+type EdgeHostSpec struct {
+	// claimRef names the EdgeMachine, in the host's namespace, that holds
+	// this host. Set and cleared by the hub with optimistic concurrency, so
+	// a host is never held by two machines.
+	// +optional
+	ClaimRef *HostClaimReference `json:"claimRef,omitempty"`
+}
+
+// HostClaimReference identifies the EdgeMachine that holds a host.
+type HostClaimReference struct {
+	// name of the EdgeMachine.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// uid of the EdgeMachine, so a new machine with the same name is a new claim.
+	// +required
+	UID types.UID `json:"uid"`
+
+	// bootstrapDataSecretName is the Secret, in the host's namespace, whose
+	// `value` the agent runs.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	BootstrapDataSecretName string `json:"bootstrapDataSecretName,omitempty"`
+}
+
+// HostFacts are what the agent reports about its machine.
+type HostFacts struct {
+	// hostname of the machine.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Hostname string `json:"hostname,omitempty"`
+	// machineID is /etc/machine-id.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	MachineID string `json:"machineID,omitempty"`
+	// os is the operating system's pretty name.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	OS string `json:"os,omitempty"`
+	// arch is the CPU architecture in GOARCH form (amd64, arm64).
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	Arch string `json:"arch,omitempty"`
+	// cpus is the number of logical CPUs.
+	// +optional
+	CPUs int32 `json:"cpus,omitempty"`
+	// memoryBytes is the machine's physical memory.
+	// +optional
+	MemoryBytes int64 `json:"memoryBytes,omitempty"`
+	// agentVersion is the version of fleet-agent on the machine.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	AgentVersion string `json:"agentVersion,omitempty"`
+}
+
+// HostProvisioningStatus is the agent's account of the workload on its host.
+type HostProvisioningStatus struct {
+	// claimUID is the uid of the EdgeMachine whose bootstrap data this is.
+	// +required
+	ClaimUID types.UID `json:"claimUID"`
+	// state of the work.
+	// +required
+	State ProvisioningState `json:"state"`
+	// step is the step the agent is at or failed at, e.g. "runcmd 3/7".
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Step string `json:"step,omitempty"`
+	// message explains a failure.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Message string `json:"message,omitempty"`
+}
+
+// EdgeHostStatus is what the agent reports and what the hub concludes.
+type EdgeHostStatus struct {
+	// conditions: AgentConnected, Ready, Paused.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=32
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// phase is the hub's summary of the host's lifecycle.
+	// +optional
+	Phase EdgeHostPhase `json:"phase,omitempty"`
+
+	// facts about the machine, from the agent.
+	// +optional
+	Facts HostFacts `json:"facts,omitempty,omitzero"`
+
+	// addresses of the machine, from the agent.
+	// +optional
+	Addresses MachineAddresses `json:"addresses,omitempty"`
+
+	// lastSeenTime is when the hub last heard from the agent, by the hub's
+	// clock. Coarse on purpose: it is not written on every heartbeat.
+	// +optional
+	LastSeenTime *metav1.Time `json:"lastSeenTime,omitempty"`
+
+	// agentObservedGeneration is the spec generation the agent has acted on.
+	// +optional
+	AgentObservedGeneration int64 `json:"agentObservedGeneration,omitempty"`
+
+	// provisioning is the workload on the host, as the agent sees it. Absent
+	// when the host is clean.
+	// +optional
+	Provisioning *HostProvisioningStatus `json:"provisioning,omitempty"`
+
+	// providerID is the ID the agent gave the kubelet (edge://...).
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	ProviderID string `json:"providerID,omitempty"`
+
+	// nodeName is the name the kubelet registered the Node under.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	NodeName string `json:"nodeName,omitempty"`
+
+	// certificatesExpiryDate is the earliest expiry of the kubeadm and
+	// kubelet certificates on the host.
+	// +optional
+	CertificatesExpiryDate *metav1.Time `json:"certificatesExpiryDate,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:path=edgehosts,scope=Namespaced,categories=fleet,shortName=eh
+// +kubebuilder:metadata:labels="cluster.x-k8s.io/v1beta2=v1alpha1"
+// +kubebuilder:printcolumn:name="Phase",type="string",JSONPath=".status.phase"
+// +kubebuilder:printcolumn:name="Claimed-By",type="string",JSONPath=".spec.claimRef.name"
+// +kubebuilder:printcolumn:name="Connected",type="string",JSONPath=".status.conditions[?(@.type=='AgentConnected')].status"
+// +kubebuilder:printcolumn:name="Last-Seen",type="date",JSONPath=".status.lastSeenTime"
+// +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
+// +kubebuilder:printcolumn:name="Zone",type="string",JSONPath=".metadata.labels.topology\\.kubernetes\\.io/zone",priority=1
+// +kubebuilder:printcolumn:name="Agent",type="string",JSONPath=".status.facts.agentVersion",priority=1
+
+// EdgeHost is one enrolled edge machine: the inventory Cluster API draws from.
+type EdgeHost struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is what the hub wants of the host.
+	// +optional
+	Spec EdgeHostSpec `json:"spec,omitempty"`
+	// status is what the agent reports and what the hub concludes.
+	// +optional
+	Status EdgeHostStatus `json:"status,omitempty"`
+}
+
+// GetConditions returns the host's conditions.
+func (h *EdgeHost) GetConditions() []metav1.Condition { return h.Status.Conditions }
+
+// SetConditions replaces the host's conditions.
+func (h *EdgeHost) SetConditions(c []metav1.Condition) { h.Status.Conditions = c }
+
+// +kubebuilder:object:root=true
+
+// EdgeHostList is a list of EdgeHosts.
+type EdgeHostList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []EdgeHost `json:"items"`
+}
+
+func init() {
+	objectTypes = append(objectTypes, &EdgeHost{}, &EdgeHostList{})
+}

@@ -1,0 +1,86 @@
+package v1alpha1
+
+// Labels, annotations and finalizers that fleet defines.
+const (
+	// ZoneLabel on an EdgeHost names its failure domain. It is the well-known
+	// Kubernetes topology label, so operators can reuse what they already tag.
+	ZoneLabel = "topology.kubernetes.io/zone"
+
+	// InterruptibleLabel on an EdgeHost, set to "true", marks it as a machine
+	// that may go away at any time (for example a shared or battery-backed
+	// device). Cluster API then labels its Node cluster.x-k8s.io/interruptible.
+	InterruptibleLabel = "fleet.edgefleet.io/interruptible"
+
+	// ClaimedByLabel on an EdgeHost carries the name of the EdgeMachine that
+	// holds it, so `kubectl get edgehosts -l` can find a machine's host.
+	ClaimedByLabel = "fleet.edgefleet.io/claimed-by"
+
+	// EdgeClusterFinalizer lets the hub clean up before an EdgeCluster goes.
+	EdgeClusterFinalizer = "edgecluster.infrastructure.cluster.x-k8s.io"
+
+	// EdgeMachineFinalizer lets the hub release the host before an
+	// EdgeMachine goes.
+	EdgeMachineFinalizer = "edgemachine.infrastructure.cluster.x-k8s.io"
+
+	// HostProtectionFinalizer keeps a claimed or still-dirty EdgeHost from
+	// being deleted under a Machine (the PersistentVolume protection pattern).
+	HostProtectionFinalizer = "edgehost.infrastructure.cluster.x-k8s.io/protection"
+)
+
+// Condition types and reasons that fleet sets. Ready and Paused come from
+// Cluster API and are spelled the same.
+const (
+	// ReadyCondition summarises an object's other conditions.
+	ReadyCondition = "Ready"
+	// PausedCondition is True while Cluster API has paused the object.
+	PausedCondition = "Paused"
+
+	// ControlPlaneEndpointReadyCondition is True once an EdgeCluster knows
+	// the endpoint of its control plane.
+	ControlPlaneEndpointReadyCondition = "ControlPlaneEndpointReady"
+	// ControlPlaneEndpointMissingReason: neither the EdgeCluster nor the
+	// Cluster names a control-plane endpoint.
+	ControlPlaneEndpointMissingReason = "ControlPlaneEndpointMissing"
+	// ControlPlaneEndpointSetReason: the endpoint is known.
+	ControlPlaneEndpointSetReason = "ControlPlaneEndpointSet"
+
+	// BootstrapDataReadyCondition is True once the Machine's bootstrap data
+	// exists and is something an agent can run.
+	BootstrapDataReadyCondition = "BootstrapDataReady"
+	// WaitingForClusterInfrastructureReason: the Cluster's infrastructure is
+	// not provisioned yet.
+	WaitingForClusterInfrastructureReason = "WaitingForClusterInfrastructure"
+	// WaitingForBootstrapDataReason: the Machine has no bootstrap data secret yet.
+	WaitingForBootstrapDataReason = "WaitingForBootstrapData"
+	// BootstrapDataInvalidReason: the bootstrap data secret cannot be used.
+	BootstrapDataInvalidReason = "BootstrapDataInvalid"
+	// BootstrapDataAvailableReason: the bootstrap data is ready for an agent.
+	BootstrapDataAvailableReason = "BootstrapDataAvailable"
+
+	// HostClaimedCondition is True while an EdgeMachine holds an EdgeHost.
+	HostClaimedCondition = "HostClaimed"
+	// WaitingForHostReason: no Available host matches the machine.
+	WaitingForHostReason = "WaitingForHost"
+	// InvalidHostSelectorReason: spec.hostSelector cannot be parsed.
+	InvalidHostSelectorReason = "InvalidHostSelector"
+	// HostClaimedReason: the machine holds a host.
+	HostClaimedReason = "HostClaimed"
+	// HostLostReason: the host the machine held is gone or was released.
+	HostLostReason = "HostLost"
+
+	// HostProvisionedCondition is True once the agent on the claimed host
+	// has run the bootstrap data and reported the host's providerID.
+	HostProvisionedCondition = "HostProvisioned"
+	// WaitingForAgentReason: the agent has not started on the assignment.
+	WaitingForAgentReason = "WaitingForAgent"
+	// ProvisioningReason: the agent is running the bootstrap data.
+	ProvisioningReason = "Provisioning"
+	// ProvisioningFailedReason: the agent reported a failed bootstrap.
+	ProvisioningFailedReason = "ProvisioningFailed"
+	// ProvisionedReason: the host is provisioned.
+	ProvisionedReason = "Provisioned"
+
+	// AgentConnectedCondition on an EdgeHost is True while its agent holds a
+	// session to the hub, judged by the hub's clock.
+	AgentConnectedCondition = "AgentConnected"
+)

@@ -1,0 +1,78 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/hub/reconcilers/edgecluster"
+	"github.com/edgefleet/fleet/pkg/hub/reconcilers/edgehost"
+	"github.com/edgefleet/fleet/pkg/hub/reconcilers/edgemachine"
+)
+
+// Options tune the hub's reconcilers.
+type Options struct {
+	// Concurrency is the number of workers per reconciler.
+	Concurrency int
+	// WatchFilterValue limits the Cluster API facing reconcilers to objects
+	// with a matching cluster.x-k8s.io/watch-filter label.
+	WatchFilterValue string
+	// SkipNameValidation lets a second manager in the same process register
+	// controllers of the same name (tests that run several hubs).
+	SkipNameValidation bool
+}
+
+// NewScheme returns a scheme with every kind the hub reads or writes.
+func NewScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	AddToScheme(s)
+	return s
+}
+
+// AddToScheme registers the hub's kinds with s.
+func AddToScheme(s *runtime.Scheme) {
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(corev1.AddToScheme(s))
+	utilruntime.Must(clusterv1.AddToScheme(s))
+	utilruntime.Must(infrav1.AddToScheme(s))
+}
+
+// Setup registers all hub reconcilers with mgr.
+func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
+	copts := controller.Options{MaxConcurrentReconciles: max(opts.Concurrency, 1)}
+	if opts.SkipNameValidation {
+		skip := true
+		copts.SkipNameValidation = &skip
+	}
+	if err := (&edgemachine.Reconciler{
+		Client:           mgr.GetClient(),
+		APIReader:        mgr.GetAPIReader(),
+		Recorder:         mgr.GetEventRecorder("edgemachine-controller"),
+		WatchFilterValue: opts.WatchFilterValue,
+	}).SetupWithManager(ctx, mgr, copts); err != nil {
+		return fmt.Errorf("setting up EdgeMachine reconciler: %w", err)
+	}
+	if err := (&edgecluster.Reconciler{
+		Client:           mgr.GetClient(),
+		Recorder:         mgr.GetEventRecorder("edgecluster-controller"),
+		WatchFilterValue: opts.WatchFilterValue,
+	}).SetupWithManager(ctx, mgr, copts); err != nil {
+		return fmt.Errorf("setting up EdgeCluster reconciler: %w", err)
+	}
+	if err := (&edgehost.Reconciler{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Recorder:  mgr.GetEventRecorder("edgehost-controller"),
+	}).SetupWithManager(ctx, mgr, copts); err != nil {
+		return fmt.Errorf("setting up EdgeHost reconciler: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,119 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"sort"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+)
+
+// ClaimUIDIndex is the field index, on EdgeHosts, of spec.claimRef.uid.
+const ClaimUIDIndex = "spec.claimRef.uid"
+
+// IndexClaimUID is the indexer function for ClaimUIDIndex.
+func IndexClaimUID(o client.Object) []string {
+	h, ok := o.(*infrav1.EdgeHost)
+	if !ok || h.Spec.ClaimRef == nil {
+		return nil
+	}
+	return []string{string(h.Spec.ClaimRef.UID)}
+}
+
+// ErrNoHost means no host satisfies the request right now.
+var ErrNoHost = errors.New("no Available EdgeHost matches")
+
+// Request says what a machine needs from a host.
+type Request struct {
+	// Machine is the EdgeMachine that wants a host.
+	Machine *infrav1.EdgeMachine
+	// Selector the host's labels must match; nil matches everything.
+	Selector labels.Selector
+	// Zone, when set, is the failure domain the host must be in.
+	Zone string
+	// BootstrapDataSecretName is recorded in the claim for the agent.
+	BootstrapDataSecretName string
+}
+
+// Candidates returns the claimable hosts that satisfy req, in the order a
+// claimer should try them. The order starts at a point derived from the
+// machine's name, so machines racing for the same pool tend to try different
+// hosts first instead of all colliding on the first one.
+func Candidates(hosts []infrav1.EdgeHost, req Request) []*infrav1.EdgeHost {
+	var out []*infrav1.EdgeHost
+	for i := range hosts {
+		h := &hosts[i]
+		if !IsClaimable(h) {
+			continue
+		}
+		if req.Selector != nil && !req.Selector.Matches(labels.Set(h.Labels)) {
+			continue
+		}
+		if req.Zone != "" && Zone(h) != req.Zone {
+			continue
+		}
+		out = append(out, h)
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	f := fnv.New32a()
+	_, _ = f.Write([]byte(req.Machine.Namespace + "/" + req.Machine.Name))
+	start := int(f.Sum32() % uint32(len(out)))
+	return append(out[start:], out[:start]...)
+}
+
+// Claim gives one of the candidates to the machine and returns it. A host
+// that someone else took in the meantime (a Conflict) is skipped; the claim is
+// exactly one successful Update, so it can never be given twice.
+func Claim(ctx context.Context, c client.Client, candidates []*infrav1.EdgeHost, req Request) (*infrav1.EdgeHost, error) {
+	for _, h := range candidates {
+		claimed := h.DeepCopy()
+		claimed.Spec.ClaimRef = &infrav1.HostClaimReference{
+			Name:                    req.Machine.Name,
+			UID:                     req.Machine.UID,
+			BootstrapDataSecretName: req.BootstrapDataSecretName,
+		}
+		if claimed.Labels == nil {
+			claimed.Labels = map[string]string{}
+		}
+		claimed.Labels[infrav1.ClaimedByLabel] = req.Machine.Name
+		// Update, not Patch: it carries h's resourceVersion, so it fails
+		// with a Conflict if the host changed since we read it.
+		err := c.Update(ctx, claimed)
+		switch {
+		case err == nil:
+			return claimed, nil
+		case apierrors.IsConflict(err), apierrors.IsNotFound(err):
+			continue
+		default:
+			return nil, fmt.Errorf("claiming EdgeHost %s: %w", h.Name, err)
+		}
+	}
+	return nil, ErrNoHost
+}
+
+// Release clears the claim a machine holds on a host. It is a no-op when the
+// host is held by someone else, so a stale reconcile can never free another
+// machine's host.
+func Release(ctx context.Context, c client.Client, h *infrav1.EdgeHost, machineUID types.UID) error {
+	if h.Spec.ClaimRef == nil || h.Spec.ClaimRef.UID != machineUID {
+		return nil
+	}
+	released := h.DeepCopy()
+	released.Spec.ClaimRef = nil
+	delete(released.Labels, infrav1.ClaimedByLabel)
+	if err := c.Update(ctx, released); err != nil {
+		return fmt.Errorf("releasing EdgeHost %s: %w", h.Name, err)
+	}
+	*h = *released
+	return nil
+}

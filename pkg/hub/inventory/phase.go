@@ -1,0 +1,59 @@
+package inventory
+
+import (
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+)
+
+// Phase computes a host's phase from its spec and its agent's report alone,
+// so it can be rebuilt at any time (after a restore or clusterctl move).
+func Phase(h *infrav1.EdgeHost) infrav1.EdgeHostPhase {
+	p := h.Status.Provisioning
+	if claim := h.Spec.ClaimRef; claim != nil {
+		if p == nil || p.ClaimUID != claim.UID {
+			return infrav1.HostClaimed
+		}
+		switch p.State {
+		case infrav1.ProvisioningSucceeded:
+			return infrav1.HostProvisioned
+		case infrav1.ProvisioningFailed, infrav1.ProvisioningResetFailed:
+			return infrav1.HostNeedsAttention
+		default:
+			return infrav1.HostProvisioning
+		}
+	}
+	if p != nil {
+		if p.State == infrav1.ProvisioningResetFailed {
+			return infrav1.HostNeedsAttention
+		}
+		return infrav1.HostDeprovisioning
+	}
+	// A released host stays dirty until its agent has seen the release: the
+	// agent may have begun the assignment without reporting it yet. A host
+	// whose spec never changed since enrollment (generation 1) was never
+	// assigned anything, so it needs no acknowledgement.
+	if h.Generation > 1 && h.Status.AgentObservedGeneration < h.Generation {
+		return infrav1.HostDeprovisioning
+	}
+	return infrav1.HostAvailable
+}
+
+// IsClaimable reports whether a host may be given to a new machine.
+func IsClaimable(h *infrav1.EdgeHost) bool {
+	return h.DeletionTimestamp.IsZero() && h.Spec.ClaimRef == nil && Phase(h) == infrav1.HostAvailable
+}
+
+// IsReleased reports whether nothing holds the host and the agent has left
+// it clean, the condition for letting a host be deleted.
+func IsReleased(h *infrav1.EdgeHost) bool {
+	return h.Spec.ClaimRef == nil && Phase(h) == infrav1.HostAvailable
+}
+
+// Zone is the host's failure domain, or "".
+func Zone(h *infrav1.EdgeHost) string {
+	return h.Labels[infrav1.ZoneLabel]
+}
+
+// IsInterruptible reports whether the host is labelled interruptible.
+func IsInterruptible(h *infrav1.EdgeHost) bool {
+	return h.Labels[infrav1.InterruptibleLabel] == "true"
+}

@@ -1,0 +1,162 @@
+package edgehost
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	"sigs.k8s.io/cluster-api/util/finalizers"
+	"sigs.k8s.io/cluster-api/util/patch"
+	"sigs.k8s.io/cluster-api/util/paused"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/hub/inventory"
+)
+
+// +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=edgehosts;edgehosts/status;edgehosts/finalizers,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=edgemachines,verbs=get;list;watch
+
+// Reasons of the EdgeHost Ready condition.
+const (
+	// DeletionBlockedReason: the host is being deleted but still held or dirty.
+	DeletionBlockedReason = "DeletionBlocked"
+)
+
+// Reconciler reconciles EdgeHosts.
+type Reconciler struct {
+	Client client.Client
+	// APIReader confirms, past the cache, that a claiming EdgeMachine is
+	// really gone before its claim is freed.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+}
+
+// SetupWithManager registers the reconciler.
+func (r *Reconciler) SetupWithManager(_ context.Context, mgr ctrl.Manager, options controller.Options) error {
+	if r.Client == nil || r.APIReader == nil || r.Recorder == nil {
+		return fmt.Errorf("edgehost reconciler: Client, APIReader and Recorder must be set")
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&infrav1.EdgeHost{}).
+		Named("edgehost").
+		WithOptions(options).
+		Complete(r)
+}
+
+// Reconcile brings one EdgeHost's phase and protection up to date.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, reterr error) {
+	host := &infrav1.EdgeHost{}
+	if err := r.Client.Get(ctx, req.NamespacedName, host); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, fmt.Errorf("getting EdgeHost: %w", err)
+	}
+
+	if host.DeletionTimestamp.IsZero() {
+		if added, err := finalizers.EnsureFinalizer(ctx, r.Client, host, infrav1.HostProtectionFinalizer); err != nil || added {
+			return ctrl.Result{}, err
+		}
+	}
+	// Hosts belong to no Cluster until claimed; only their own paused
+	// annotation pauses them.
+	if isPaused, requeue, err := paused.EnsurePausedCondition(ctx, r.Client, nil, host); err != nil || isPaused || requeue {
+		return ctrl.Result{}, err
+	}
+
+	patchHelper, err := patch.NewHelper(host, r.Client)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("creating patch helper: %w", err)
+	}
+	defer func() {
+		if err := r.patch(ctx, host, patchHelper); err != nil {
+			reterr = kerrors.NewAggregate([]error{reterr, err})
+		}
+	}()
+
+	if err := r.reconcileOrphanedClaim(ctx, host); err != nil {
+		return ctrl.Result{}, err
+	}
+	if !host.DeletionTimestamp.IsZero() {
+		r.reconcileDelete(host)
+	}
+	return ctrl.Result{}, nil
+}
+
+// reconcileOrphanedClaim frees a claim whose EdgeMachine no longer exists
+// (for example one whose finalizer was removed by hand), so the host can be
+// reset and reused instead of staying claimed forever.
+func (r *Reconciler) reconcileOrphanedClaim(ctx context.Context, host *infrav1.EdgeHost) error {
+	claim := host.Spec.ClaimRef
+	if claim == nil {
+		return nil
+	}
+	em := &infrav1.EdgeMachine{}
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: host.Namespace, Name: claim.Name}, em)
+	switch {
+	case err == nil && em.UID == claim.UID:
+		return nil
+	case err != nil && !apierrors.IsNotFound(err):
+		return fmt.Errorf("checking claiming EdgeMachine %s: %w", claim.Name, err)
+	}
+	// The update below changes spec; the deferred status patch then applies
+	// on top of the object the update returned.
+	if err := inventory.Release(ctx, r.Client, host, claim.UID); err != nil {
+		return err
+	}
+	r.Recorder.Eventf(host, nil, corev1.EventTypeWarning, "OrphanedClaimReleased", "Release",
+		"EdgeMachine %s (uid %s) no longer exists; released the host for reset", claim.Name, claim.UID)
+	return nil
+}
+
+// reconcileDelete lets a host go only once nothing holds it and its agent
+// left it clean.
+func (r *Reconciler) reconcileDelete(host *infrav1.EdgeHost) {
+	if inventory.IsReleased(host) {
+		controllerutil.RemoveFinalizer(host, infrav1.HostProtectionFinalizer)
+		return
+	}
+	msg := fmt.Sprintf("Deletion waits until the host is released and reset (phase %s)", inventory.Phase(host))
+	if host.Spec.ClaimRef != nil {
+		msg = fmt.Sprintf("Deletion waits until EdgeMachine %s releases the host and its agent resets it", host.Spec.ClaimRef.Name)
+	}
+	if !conditions.IsFalse(host, infrav1.ReadyCondition) || conditions.GetReason(host, infrav1.ReadyCondition) != DeletionBlockedReason {
+		r.Recorder.Eventf(host, nil, corev1.EventTypeWarning, DeletionBlockedReason, "Delete", "%s", msg)
+	}
+	conditions.Set(host, metav1.Condition{Type: infrav1.ReadyCondition, Status: metav1.ConditionFalse,
+		Reason: DeletionBlockedReason, Message: msg})
+}
+
+func (r *Reconciler) patch(ctx context.Context, host *infrav1.EdgeHost, h *patch.Helper) error {
+	phase := inventory.Phase(host)
+	if host.Status.Phase != phase && host.Status.Phase != "" {
+		eventType := corev1.EventTypeNormal
+		if phase == infrav1.HostNeedsAttention {
+			eventType = corev1.EventTypeWarning
+		}
+		r.Recorder.Eventf(host, nil, eventType, string(phase), "Phase", "Host phase changed from %s to %s", host.Status.Phase, phase)
+	}
+	host.Status.Phase = phase
+	if host.DeletionTimestamp.IsZero() {
+		cond := metav1.Condition{Type: infrav1.ReadyCondition, Status: metav1.ConditionTrue, Reason: string(phase)}
+		if phase == infrav1.HostNeedsAttention {
+			cond.Status = metav1.ConditionFalse
+			if p := host.Status.Provisioning; p != nil {
+				cond.Message = fmt.Sprintf("Agent reported %s at %q: %s", p.State, p.Step, p.Message)
+			}
+		}
+		conditions.Set(host, cond)
+	}
+	return h.Patch(ctx, host,
+		patch.WithOwnedConditions{Conditions: []string{infrav1.ReadyCondition, infrav1.PausedCondition}},
+	)
+}

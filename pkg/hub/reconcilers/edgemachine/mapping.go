@@ -1,0 +1,60 @@
+package edgemachine
+
+import (
+	"context"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+)
+
+// clusterToEdgeMachines wakes every EdgeMachine of a Cluster, for pause and
+// infrastructure transitions.
+func (r *Reconciler) clusterToEdgeMachines(ctx context.Context, o client.Object) []reconcile.Request {
+	c, ok := o.(*clusterv1.Cluster)
+	if !ok {
+		return nil
+	}
+	list := &infrav1.EdgeMachineList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(c.Namespace),
+		client.MatchingLabels{clusterv1.ClusterNameLabel: c.Name}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing EdgeMachines of Cluster")
+		return nil
+	}
+	return requests(list.Items, func(*infrav1.EdgeMachine) bool { return true })
+}
+
+// hostToEdgeMachines wakes the machine that holds a host, or, for a host
+// nobody holds, the machines still waiting for one: a host becoming
+// Available is what they wait on.
+func (r *Reconciler) hostToEdgeMachines(ctx context.Context, o client.Object) []reconcile.Request {
+	h, ok := o.(*infrav1.EdgeHost)
+	if !ok {
+		return nil
+	}
+	list := &infrav1.EdgeMachineList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(h.Namespace)); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing EdgeMachines for EdgeHost")
+		return nil
+	}
+	if h.Spec.ClaimRef != nil {
+		return requests(list.Items, func(em *infrav1.EdgeMachine) bool { return em.UID == h.Spec.ClaimRef.UID })
+	}
+	return requests(list.Items, func(em *infrav1.EdgeMachine) bool {
+		return em.DeletionTimestamp.IsZero() && !conditions.IsTrue(em, infrav1.HostClaimedCondition)
+	})
+}
+
+func requests(items []infrav1.EdgeMachine, keep func(*infrav1.EdgeMachine) bool) []reconcile.Request {
+	var out []reconcile.Request
+	for i := range items {
+		if keep(&items[i]) {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&items[i])})
+		}
+	}
+	return out
+}

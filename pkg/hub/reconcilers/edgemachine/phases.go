@@ -1,0 +1,337 @@
+package edgemachine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/hub/inventory"
+)
+
+// Bootstrap data formats CABPK writes into the secret's "format" key.
+const (
+	formatCloudConfig = "cloud-config"
+	formatIgnition    = "ignition"
+)
+
+// setStep sets a condition and, when its status or reason changed, records
+// an event, so `kubectl describe` shows every step a machine took.
+func (r *Reconciler) setStep(em *infrav1.EdgeMachine, related client.Object, c metav1.Condition) {
+	old := conditions.Get(em, c.Type)
+	conditions.Set(em, c)
+	if old != nil && old.Status == c.Status && old.Reason == c.Reason {
+		return
+	}
+	eventType := corev1.EventTypeNormal
+	if c.Reason == infrav1.BootstrapDataInvalidReason || c.Reason == infrav1.InvalidHostSelectorReason ||
+		c.Reason == infrav1.ProvisioningFailedReason || c.Reason == infrav1.HostLostReason {
+		eventType = corev1.EventTypeWarning
+	}
+	note := c.Message
+	if note == "" {
+		note = c.Type + " is " + string(c.Status)
+	}
+	r.Recorder.Eventf(em, related, eventType, c.Reason, c.Type, "%s", note)
+}
+
+// reconcileBootstrapData waits for the Cluster's infrastructure and the
+// Machine's bootstrap secret, and refuses secrets an agent cannot run.
+func (r *Reconciler) reconcileBootstrapData(ctx context.Context, s *scope) (bool, error) {
+	em := s.edgeMachine
+	if ptr(em.Status.Initialization.Provisioned) {
+		// Already running: the bootstrap data has done its job.
+		return false, nil
+	}
+	if !ptr(s.cluster.Status.Initialization.InfrastructureProvisioned) {
+		r.setStep(em, s.cluster, metav1.Condition{
+			Type: infrav1.BootstrapDataReadyCondition, Status: metav1.ConditionFalse,
+			Reason:  infrav1.WaitingForClusterInfrastructureReason,
+			Message: fmt.Sprintf("Waiting for Cluster %s status.initialization.infrastructureProvisioned to be true", s.cluster.Name),
+		})
+		return true, nil
+	}
+	name := s.machine.Spec.Bootstrap.DataSecretName
+	if name == nil || *name == "" {
+		r.setStep(em, s.machine, metav1.Condition{
+			Type: infrav1.BootstrapDataReadyCondition, Status: metav1.ConditionFalse,
+			Reason:  infrav1.WaitingForBootstrapDataReason,
+			Message: fmt.Sprintf("Waiting for Machine %s spec.bootstrap.dataSecretName", s.machine.Name),
+		})
+		return true, nil
+	}
+	secret := &corev1.Secret{}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: em.Namespace, Name: *name}, secret); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.setStep(em, s.machine, metav1.Condition{
+				Type: infrav1.BootstrapDataReadyCondition, Status: metav1.ConditionFalse,
+				Reason:  infrav1.WaitingForBootstrapDataReason,
+				Message: fmt.Sprintf("Waiting for bootstrap data Secret %s to exist", *name),
+			})
+			return true, nil
+		}
+		return true, fmt.Errorf("reading bootstrap data Secret %s: %w", *name, err)
+	}
+	if msg := validateBootstrapSecret(secret); msg != "" {
+		r.setStep(em, secret, metav1.Condition{
+			Type: infrav1.BootstrapDataReadyCondition, Status: metav1.ConditionFalse,
+			Reason: infrav1.BootstrapDataInvalidReason, Message: msg,
+		})
+		return true, nil
+	}
+	r.setStep(em, secret, metav1.Condition{
+		Type: infrav1.BootstrapDataReadyCondition, Status: metav1.ConditionTrue,
+		Reason: infrav1.BootstrapDataAvailableReason,
+	})
+	return false, nil
+}
+
+// validateBootstrapSecret returns why an agent could not run the secret's
+// data, or "".
+func validateBootstrapSecret(secret *corev1.Secret) string {
+	value, ok := secret.Data["value"]
+	if !ok || len(value) == 0 {
+		return fmt.Sprintf("Bootstrap data Secret %s has no data under key \"value\"", secret.Name)
+	}
+	switch format := string(secret.Data["format"]); format {
+	case "", formatCloudConfig:
+		return ""
+	case formatIgnition:
+		return fmt.Sprintf("Bootstrap data Secret %s is in ignition format; fleet agents run cloud-config: configure the bootstrap provider for cloud-config", secret.Name)
+	default:
+		return fmt.Sprintf("Bootstrap data Secret %s has unknown format %q; fleet agents run cloud-config", secret.Name, format)
+	}
+}
+
+// reconcileHostClaim makes sure the machine holds exactly one host.
+func (r *Reconciler) reconcileHostClaim(ctx context.Context, s *scope) (bool, error) {
+	em := s.edgeMachine
+	host, err := r.heldHost(ctx, em)
+	if err != nil {
+		return true, err
+	}
+	secretName := ""
+	if s.machine.Spec.Bootstrap.DataSecretName != nil {
+		secretName = *s.machine.Spec.Bootstrap.DataSecretName
+	}
+	if host != nil {
+		s.host = host
+		em.Status.HostRef = host.Name
+		if host.Spec.ClaimRef.BootstrapDataSecretName != secretName && secretName != "" {
+			updated := host.DeepCopy()
+			updated.Spec.ClaimRef.BootstrapDataSecretName = secretName
+			if err := r.Client.Update(ctx, updated); err != nil {
+				return true, fmt.Errorf("recording bootstrap data on EdgeHost %s: %w", host.Name, err)
+			}
+			s.host = updated
+		}
+		r.setClaimed(em, host)
+		return false, nil
+	}
+	if em.Status.HostRef != "" && ptr(em.Status.Initialization.Provisioned) {
+		// We had a host and lost it (deleted by force, or claim cleared by
+		// hand). Never silently grab another: the Machine's node lived there.
+		r.setStep(em, nil, metav1.Condition{
+			Type: infrav1.HostClaimedCondition, Status: metav1.ConditionFalse,
+			Reason:  infrav1.HostLostReason,
+			Message: fmt.Sprintf("EdgeHost %s no longer belongs to this machine; delete the Machine to replace it", em.Status.HostRef),
+		})
+		return true, nil
+	}
+
+	var selector labels.Selector
+	if em.Spec.HostSelector != nil {
+		selector, err = metav1.LabelSelectorAsSelector(em.Spec.HostSelector)
+		if err != nil {
+			r.setStep(em, nil, metav1.Condition{
+				Type: infrav1.HostClaimedCondition, Status: metav1.ConditionFalse,
+				Reason:  infrav1.InvalidHostSelectorReason,
+				Message: fmt.Sprintf("spec.hostSelector is invalid: %v", err),
+			})
+			return true, nil
+		}
+	}
+	req := inventory.Request{
+		Machine:                 em,
+		Selector:                selector,
+		Zone:                    s.machine.Spec.FailureDomain,
+		BootstrapDataSecretName: secretName,
+	}
+	// The cache may lag behind writes we or another replica just made; the
+	// claim itself is safe either way (Update with resourceVersion), but a
+	// live list avoids claiming against a picture seconds old.
+	hosts := &infrav1.EdgeHostList{}
+	if err := r.APIReader.List(ctx, hosts, client.InNamespace(em.Namespace)); err != nil {
+		return true, fmt.Errorf("listing EdgeHosts: %w", err)
+	}
+	for i := range hosts.Items {
+		if c := hosts.Items[i].Spec.ClaimRef; c != nil && c.UID == em.UID {
+			// A claim we made whose Update reached the server but not yet our cache.
+			s.host = &hosts.Items[i]
+			em.Status.HostRef = s.host.Name
+			r.setClaimed(em, s.host)
+			return false, nil
+		}
+	}
+	claimed, err := inventory.Claim(ctx, r.Client, inventory.Candidates(hosts.Items, req), req)
+	if errors.Is(err, inventory.ErrNoHost) {
+		r.setStep(em, nil, metav1.Condition{
+			Type: infrav1.HostClaimedCondition, Status: metav1.ConditionFalse,
+			Reason:  infrav1.WaitingForHostReason,
+			Message: noHostMessage(hosts.Items, req, em.Spec.HostSelector),
+		})
+		return true, nil
+	}
+	if err != nil {
+		return true, err
+	}
+	s.host = claimed
+	em.Status.HostRef = claimed.Name
+	r.setClaimed(em, claimed)
+	ctrl.LoggerFrom(ctx).Info("Claimed EdgeHost", "EdgeHost", claimed.Name)
+	return false, nil
+}
+
+func (r *Reconciler) setClaimed(em *infrav1.EdgeMachine, host *infrav1.EdgeHost) {
+	if zone := inventory.Zone(host); zone != "" {
+		em.Status.FailureDomain = zone
+	}
+	r.setStep(em, host, metav1.Condition{
+		Type: infrav1.HostClaimedCondition, Status: metav1.ConditionTrue,
+		Reason: infrav1.HostClaimedReason, Message: fmt.Sprintf("Holding EdgeHost %s", host.Name),
+	})
+}
+
+// noHostMessage explains, deterministically, why no host could be claimed.
+func noHostMessage(hosts []infrav1.EdgeHost, req inventory.Request, sel *metav1.LabelSelector) string {
+	matching, available := 0, 0
+	for i := range hosts {
+		h := &hosts[i]
+		if req.Selector != nil && !req.Selector.Matches(labels.Set(h.Labels)) {
+			continue
+		}
+		if req.Zone != "" && inventory.Zone(h) != req.Zone {
+			continue
+		}
+		matching++
+		if inventory.IsClaimable(h) {
+			available++
+		}
+	}
+	var b strings.Builder
+	b.WriteString("Waiting for an Available EdgeHost")
+	if sel != nil {
+		b.WriteString(" matching " + metav1.FormatLabelSelector(sel))
+	}
+	if req.Zone != "" {
+		b.WriteString(" in zone " + req.Zone)
+	}
+	fmt.Fprintf(&b, ": %d of %d hosts in the namespace match, %d of them available", matching, len(hosts), available)
+	return b.String()
+}
+
+// reconcileHostStatus turns the agent's report into the contract fields.
+func (r *Reconciler) reconcileHostStatus(_ context.Context, s *scope) (bool, error) {
+	em, host := s.edgeMachine, s.host
+	em.Status.Interruptible = inventory.IsInterruptible(host)
+	p := host.Status.Provisioning
+	switch {
+	case p == nil || p.ClaimUID != em.UID:
+		r.setStep(em, host, metav1.Condition{
+			Type: infrav1.HostProvisionedCondition, Status: metav1.ConditionFalse,
+			Reason:  infrav1.WaitingForAgentReason,
+			Message: fmt.Sprintf("Waiting for the agent on EdgeHost %s to start the bootstrap", host.Name),
+		})
+		return true, nil
+	case p.State == infrav1.ProvisioningFailed:
+		msg := fmt.Sprintf("Agent on EdgeHost %s failed the bootstrap", host.Name)
+		if p.Step != "" {
+			msg += " at " + p.Step
+		}
+		if p.Message != "" {
+			msg += ": " + p.Message
+		}
+		r.setStep(em, host, metav1.Condition{
+			Type: infrav1.HostProvisionedCondition, Status: metav1.ConditionFalse,
+			Reason: infrav1.ProvisioningFailedReason, Message: msg,
+		})
+		return true, nil
+	case p.State != infrav1.ProvisioningSucceeded || host.Status.ProviderID == "":
+		msg := fmt.Sprintf("Agent on EdgeHost %s is running the bootstrap", host.Name)
+		if p.Step != "" {
+			msg += " (" + p.Step + ")"
+		}
+		r.setStep(em, host, metav1.Condition{
+			Type: infrav1.HostProvisionedCondition, Status: metav1.ConditionFalse,
+			Reason: infrav1.ProvisioningReason, Message: msg,
+		})
+		return true, nil
+	}
+
+	if em.Spec.ProviderID == "" {
+		em.Spec.ProviderID = host.Status.ProviderID
+	}
+	em.Status.Addresses = append(infrav1.MachineAddresses(nil), host.Status.Addresses...)
+	em.Status.NodeName = host.Status.NodeName
+	em.Status.CertificatesExpiryDate = host.Status.CertificatesExpiryDate.DeepCopy()
+	em.Status.Initialization.Provisioned = boolPtr(true)
+	r.setStep(em, host, metav1.Condition{
+		Type: infrav1.HostProvisionedCondition, Status: metav1.ConditionTrue,
+		Reason: infrav1.ProvisionedReason, Message: fmt.Sprintf("EdgeHost %s is provisioned", host.Name),
+	})
+	return false, nil
+}
+
+// reconcileCertificateExpiry feeds Cluster API's certificate-expiry
+// annotation for control-plane machines; core turns it into
+// Machine.status.certificatesExpiryDate.
+func (r *Reconciler) reconcileCertificateExpiry(ctx context.Context, s *scope) (bool, error) {
+	expiry := s.edgeMachine.Status.CertificatesExpiryDate
+	if !util.IsControlPlaneMachine(s.machine) || expiry == nil {
+		return false, nil
+	}
+	value := expiry.UTC().Format(time.RFC3339)
+	if s.machine.Annotations[clusterv1.MachineCertificatesExpiryDateAnnotation] == value {
+		return false, nil
+	}
+	patched := s.machine.DeepCopy()
+	if patched.Annotations == nil {
+		patched.Annotations = map[string]string{}
+	}
+	patched.Annotations[clusterv1.MachineCertificatesExpiryDateAnnotation] = value
+	if err := r.Client.Patch(ctx, patched, client.MergeFrom(s.machine)); err != nil {
+		return true, fmt.Errorf("annotating Machine %s with certificate expiry: %w", s.machine.Name, err)
+	}
+	return false, nil
+}
+
+// heldHost returns the host this machine holds, or nil.
+func (r *Reconciler) heldHost(ctx context.Context, em *infrav1.EdgeMachine) (*infrav1.EdgeHost, error) {
+	hosts := &infrav1.EdgeHostList{}
+	if err := r.Client.List(ctx, hosts, client.InNamespace(em.Namespace),
+		client.MatchingFields{inventory.ClaimUIDIndex: string(em.UID)}); err != nil {
+		return nil, fmt.Errorf("listing EdgeHosts held by %s: %w", em.Name, err)
+	}
+	for i := range hosts.Items {
+		if c := hosts.Items[i].Spec.ClaimRef; c != nil && c.UID == em.UID {
+			return &hosts.Items[i], nil
+		}
+	}
+	return nil, nil
+}
+
+func ptr(b *bool) bool { return b != nil && *b }
+
+func boolPtr(b bool) *bool { return &b }
