@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/hub/inventory"
 )
 
 const (
@@ -280,7 +281,7 @@ func (a *fakeAgent) sync() {
 			h.Status.CertificatesExpiryDate = a.certExpiry.Load()
 			h.Status.AgentObservedGeneration = h.Generation
 			_ = env.Client.Status().Update(ctx, h)
-		case claim == nil && a.reset.Load() && (h.Status.Provisioning != nil || h.Status.AgentObservedGeneration < h.Generation):
+		case claim == nil && a.reset.Load() && inventory.Phase(h) == infrav1.HostDeprovisioning:
 			_ = env.Client.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-" + w.ns + "-" + h.Name}})
 			h.Status.Provisioning = nil
 			h.Status.ProviderID, h.Status.NodeName, h.Status.CertificatesExpiryDate = "", "", nil
@@ -308,3 +309,5 @@ func condition(conds []metav1.Condition, t string) *metav1.Condition {
 	}
 	return nil
 }
+
+func objMeta(ns, name string) metav1.ObjectMeta { return metav1.ObjectMeta{Namespace: ns, Name: name} }

@@ -144,9 +144,13 @@ func (r *Reconciler) reconcileEndpoint(s *scope) {
 			Message: "Neither EdgeCluster spec.controlPlaneEndpoint nor Cluster spec.controlPlaneEndpoint has a host and port; set one"}
 	}
 	cond.Type = infrav1.ControlPlaneEndpointReadyCondition
-	old := conditions.Get(ec, cond.Type)
+	// Get returns a pointer into the slice that Set rewrites: compare first.
+	changed := true
+	if old := conditions.Get(ec, cond.Type); old != nil {
+		changed = old.Status != cond.Status || old.Reason != cond.Reason
+	}
 	conditions.Set(ec, cond)
-	if old == nil || old.Status != cond.Status || old.Reason != cond.Reason {
+	if changed {
 		eventType := corev1.EventTypeNormal
 		if cond.Status != metav1.ConditionTrue {
 			eventType = corev1.EventTypeWarning

@@ -30,9 +30,14 @@ const (
 // setStep sets a condition and, when its status or reason changed, records
 // an event, so `kubectl describe` shows every step a machine took.
 func (r *Reconciler) setStep(em *infrav1.EdgeMachine, related client.Object, c metav1.Condition) {
-	old := conditions.Get(em, c.Type)
+	// Get returns a pointer into the slice that Set rewrites: keep a copy.
+	var oldStatus metav1.ConditionStatus
+	var oldReason string
+	if old := conditions.Get(em, c.Type); old != nil {
+		oldStatus, oldReason = old.Status, old.Reason
+	}
 	conditions.Set(em, c)
-	if old != nil && old.Status == c.Status && old.Reason == c.Reason {
+	if oldStatus == c.Status && oldReason == c.Reason {
 		return
 	}
 	eventType := corev1.EventTypeNormal
