@@ -1,0 +1,212 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+)
+
+func TestPhase(t *testing.T) {
+	claim := &infrav1.HostClaimReference{Name: "m", UID: "u1"}
+	prov := func(uid types.UID, s infrav1.ProvisioningState) *infrav1.HostProvisioningStatus {
+		return &infrav1.HostProvisioningStatus{ClaimUID: uid, State: s}
+	}
+	tests := []struct {
+		name       string
+		generation int64
+		observed   int64
+		claim      *infrav1.HostClaimReference
+		prov       *infrav1.HostProvisioningStatus
+		want       infrav1.EdgeHostPhase
+	}{
+		{"fresh host", 1, 0, nil, nil, infrav1.HostAvailable},
+		{"claimed, agent silent", 2, 1, claim, nil, infrav1.HostClaimed},
+		{"claimed, report for an older claim", 2, 2, claim, prov("u0", infrav1.ProvisioningSucceeded), infrav1.HostClaimed},
+		{"provisioning", 2, 2, claim, prov("u1", infrav1.ProvisioningRunning), infrav1.HostProvisioning},
+		{"provisioned", 2, 2, claim, prov("u1", infrav1.ProvisioningSucceeded), infrav1.HostProvisioned},
+		{"bootstrap failed", 2, 2, claim, prov("u1", infrav1.ProvisioningFailed), infrav1.HostNeedsAttention},
+		{"released, workload still there", 3, 2, nil, prov("u1", infrav1.ProvisioningSucceeded), infrav1.HostDeprovisioning},
+		{"released, resetting", 3, 3, nil, prov("u1", infrav1.ProvisioningResetting), infrav1.HostDeprovisioning},
+		{"released, reset failed", 3, 3, nil, prov("u1", infrav1.ProvisioningResetFailed), infrav1.HostNeedsAttention},
+		{"released, agent has not seen the release", 3, 2, nil, nil, infrav1.HostDeprovisioning},
+		{"released and reset", 3, 3, nil, nil, infrav1.HostAvailable},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := &infrav1.EdgeHost{
+				ObjectMeta: metav1.ObjectMeta{Generation: tt.generation},
+				Spec:       infrav1.EdgeHostSpec{ClaimRef: tt.claim},
+				Status:     infrav1.EdgeHostStatus{AgentObservedGeneration: tt.observed, Provisioning: tt.prov},
+			}
+			if got := Phase(h); got != tt.want {
+				t.Errorf("Phase() = %s, want %s", got, tt.want)
+			}
+			if got, want := IsClaimable(h), tt.want == infrav1.HostAvailable; got != want {
+				t.Errorf("IsClaimable() = %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+func host(name string, lbls map[string]string) infrav1.EdgeHost {
+	return infrav1.EdgeHost{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: lbls, Generation: 1, ResourceVersion: "1"}}
+}
+
+func TestCandidatesFilterAndSpread(t *testing.T) {
+	deleting := host("deleting", map[string]string{"pool": "a"})
+	now := metav1.Now()
+	deleting.DeletionTimestamp = &now
+	deleting.Finalizers = []string{"x"}
+	claimed := host("claimed", map[string]string{"pool": "a"})
+	claimed.Spec.ClaimRef = &infrav1.HostClaimReference{Name: "other", UID: "o"}
+	hosts := []infrav1.EdgeHost{
+		host("a1", map[string]string{"pool": "a", infrav1.ZoneLabel: "z1"}),
+		host("a2", map[string]string{"pool": "a", infrav1.ZoneLabel: "z2"}),
+		host("a3", map[string]string{"pool": "a", infrav1.ZoneLabel: "z1"}),
+		host("b1", map[string]string{"pool": "b", infrav1.ZoneLabel: "z1"}),
+		deleting, claimed,
+	}
+	sel := labels.SelectorFromSet(labels.Set{"pool": "a"})
+	m := &infrav1.EdgeMachine{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "ns"}}
+
+	got := names(Candidates(hosts, Request{Machine: m, Selector: sel}))
+	if len(got) != 3 || !sameSet(got, []string{"a1", "a2", "a3"}) {
+		t.Fatalf("candidates %v, want a1 a2 a3 in some rotation", got)
+	}
+	if again := names(Candidates(hosts, Request{Machine: m, Selector: sel})); !equal(got, again) {
+		t.Errorf("order is not deterministic: %v then %v", got, again)
+	}
+	if z := names(Candidates(hosts, Request{Machine: m, Selector: sel, Zone: "z1"})); !sameSet(z, []string{"a1", "a3"}) {
+		t.Errorf("zone z1 candidates %v", z)
+	}
+	if none := Candidates(hosts, Request{Machine: m, Selector: labels.SelectorFromSet(labels.Set{"pool": "c"})}); none != nil {
+		t.Errorf("want no candidates, got %v", names(none))
+	}
+	// Different machines start at different hosts, so racing claimers spread.
+	starts := map[string]bool{}
+	for _, n := range []string{"m0", "m1", "m2", "m3", "m4", "m5", "m6", "m7"} {
+		c := Candidates(hosts, Request{Machine: &infrav1.EdgeMachine{ObjectMeta: metav1.ObjectMeta{Name: n, Namespace: "ns"}}, Selector: sel})
+		starts[c[0].Name] = true
+	}
+	if len(starts) < 2 {
+		t.Errorf("every machine starts at the same host: %v", starts)
+	}
+}
+
+func TestClaimSkipsConflictsAndWrapsErrors(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := infrav1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	h1, h2 := host("h1", nil), host("h2", nil)
+	m := &infrav1.EdgeMachine{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "ns", UID: "mu"}}
+	gr := schema.GroupResource{Group: infrav1.GroupVersion.Group, Resource: "edgehosts"}
+
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(h1.DeepCopy(), h2.DeepCopy()).
+		WithInterceptorFuncs(interceptor.Funcs{Update: func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.UpdateOption) error {
+			if o.GetName() == "h1" {
+				return apierrors.NewConflict(gr, "h1", errors.New("taken"))
+			}
+			return c.Update(ctx, o, opts...)
+		}}).Build()
+	req := Request{Machine: m, BootstrapDataSecretName: "boot"}
+	got, err := Claim(context.Background(), c, []*infrav1.EdgeHost{&h1, &h2}, req)
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	if got.Name != "h2" || got.Spec.ClaimRef.UID != "mu" || got.Spec.ClaimRef.BootstrapDataSecretName != "boot" ||
+		got.Labels[infrav1.ClaimedByLabel] != "m" {
+		t.Errorf("claimed %s with %+v labels %v", got.Name, got.Spec.ClaimRef, got.Labels)
+	}
+
+	allConflict := fake.NewClientBuilder().WithScheme(scheme).WithObjects(h1.DeepCopy()).
+		WithInterceptorFuncs(interceptor.Funcs{Update: func(context.Context, client.WithWatch, client.Object, ...client.UpdateOption) error {
+			return apierrors.NewConflict(gr, "h1", errors.New("taken"))
+		}}).Build()
+	if _, err := Claim(context.Background(), allConflict, []*infrav1.EdgeHost{&h1}, req); !errors.Is(err, ErrNoHost) {
+		t.Errorf("all conflicts: err %v, want ErrNoHost", err)
+	}
+
+	boom := errors.New("etcd is down")
+	failing := fake.NewClientBuilder().WithScheme(scheme).WithObjects(h1.DeepCopy()).
+		WithInterceptorFuncs(interceptor.Funcs{Update: func(context.Context, client.WithWatch, client.Object, ...client.UpdateOption) error {
+			return boom
+		}}).Build()
+	if _, err := Claim(context.Background(), failing, []*infrav1.EdgeHost{&h1}, req); !errors.Is(err, boom) {
+		t.Errorf("server error: err %v, want it wrapped", err)
+	}
+}
+
+func TestReleaseOnlyOwnClaim(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := infrav1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	h := host("h", map[string]string{infrav1.ClaimedByLabel: "m"})
+	h.Spec.ClaimRef = &infrav1.HostClaimReference{Name: "m", UID: "mine"}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(h.DeepCopy()).Build()
+	stored := &infrav1.EdgeHost{}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(&h), stored); err != nil {
+		t.Fatal(err)
+	}
+	if err := Release(context.Background(), c, stored, "someone-else"); err != nil || stored.Spec.ClaimRef == nil {
+		t.Fatalf("releasing another machine's claim: err %v claim %v", err, stored.Spec.ClaimRef)
+	}
+	if err := Release(context.Background(), c, stored, "mine"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(&h), stored); err != nil {
+		t.Fatal(err)
+	}
+	if stored.Spec.ClaimRef != nil || stored.Labels[infrav1.ClaimedByLabel] != "" {
+		t.Errorf("after release: claim %v labels %v", stored.Spec.ClaimRef, stored.Labels)
+	}
+}
+
+func names(hs []*infrav1.EdgeHost) []string {
+	var out []string
+	for _, h := range hs {
+		out = append(out, h.Name)
+	}
+	return out
+}
+
+func equal(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func sameSet(a, b []string) bool {
+	m := map[string]int{}
+	for _, x := range a {
+		m[x]++
+	}
+	for _, x := range b {
+		m[x]--
+	}
+	for _, v := range m {
+		if v != 0 {
+			return false
+		}
+	}
+	return len(a) == len(b)
+}
