@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"net/http"
 	"os"
 	"time"
 
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -60,35 +62,44 @@ func (o *options) bind(fs *flag.FlagSet) {
 
 func main() {
 	var o options
+	fs := newFlagSet(&o)
+	_ = fs.Parse(os.Args[1:])
+	if o.showVersion {
+		fmt.Println(version.Version)
+		return
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap)))
+	klog.SetLogger(ctrl.Log)
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "fleet-hub: loading kubeconfig: %v\n", err)
+		os.Exit(1)
+	}
+	if err := run(ctrl.SetupSignalHandler(), cfg, o); err != nil {
+		fmt.Fprintf(os.Stderr, "fleet-hub: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// newFlagSet binds every flag, including controller-runtime's --kubeconfig,
+// to o.
+func newFlagSet(o *options) *flag.FlagSet {
 	fs := flag.NewFlagSet("fleet-hub", flag.ExitOnError)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "fleet-hub runs fleet's Cluster API infrastructure provider for edge machines.\n\n"+
 			"It uses the kubeconfig of --kubeconfig, $KUBECONFIG, the in-cluster service account, or ~/.kube/config, in that order.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	ctrlFlags := flag.CommandLine // controller-runtime registers --kubeconfig here
-	ctrlFlags.VisitAll(func(f *flag.Flag) { fs.Var(f.Value, f.Name, f.Usage) })
+	// controller-runtime registers --kubeconfig on the global flag set.
+	flag.CommandLine.VisitAll(func(f *flag.Flag) { fs.Var(f.Value, f.Name, f.Usage) })
 	o.bind(fs)
-	_ = fs.Parse(os.Args[1:])
-	if o.showVersion {
-		fmt.Println(version.Version)
-		return
-	}
-	if err := run(o); err != nil {
-		fmt.Fprintf(os.Stderr, "fleet-hub: %v\n", err)
-		os.Exit(1)
-	}
+	return fs
 }
 
-func run(o options) error {
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap)))
+// run serves until ctx ends.
+func run(ctx context.Context, cfg *rest.Config, o options) error {
 	log := ctrl.Log.WithName("setup")
-	klog.SetLogger(ctrl.Log)
-
-	cfg, err := ctrl.GetConfig()
-	if err != nil {
-		return fmt.Errorf("loading kubeconfig: %w", err)
-	}
+	cfg = rest.CopyConfig(cfg)
 	cfg.UserAgent = "fleet-hub/" + version.Version
 
 	cacheOpts := cache.Options{SyncPeriod: &o.syncPeriod}
@@ -118,7 +129,6 @@ func run(o options) error {
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
 	}
-	ctx := ctrl.SetupSignalHandler()
 	if err := hubcontrollers.Setup(ctx, mgr, hubcontrollers.Options{
 		Concurrency:      o.concurrency,
 		WatchFilterValue: o.watchFilter,

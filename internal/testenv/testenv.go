@@ -47,15 +47,19 @@ type Env struct {
 	// Scheme knows core, Cluster API and fleet kinds.
 	Scheme *runtime.Scheme
 
-	env    *envtest.Environment
-	cancel context.CancelFunc
-	done   chan error
+	env      *envtest.Environment
+	cancel   context.CancelFunc
+	done     chan error
+	managers int
 }
 
 // Options tune Start.
 type Options struct {
 	// HubConcurrency is the number of workers per fleet reconciler.
 	HubConcurrency int
+	// APIServerOnly starts the API server with the CRDs and no managers,
+	// for tests that run a hub of their own (such as the fleet-hub binary).
+	APIServerOnly bool
 }
 
 // Start brings up the API server and both managers. Stop must be called.
@@ -105,6 +109,10 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 	}
 
 	ctx, e.cancel = context.WithCancel(ctx)
+	if opts.APIServerOnly {
+		return e, nil
+	}
+	e.managers = 2
 	capiMgr, err := newCAPIManager(ctx, cfg, scheme)
 	if err != nil {
 		e.cancel()
@@ -191,7 +199,7 @@ func newCAPIManager(ctx context.Context, cfg *rest.Config, scheme *runtime.Schem
 func (e *Env) Stop() error {
 	e.cancel()
 	var errs []error
-	for range 2 {
+	for range e.managers {
 		select {
 		case err := <-e.done:
 			if err != nil {

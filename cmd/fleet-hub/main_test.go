@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/edgefleet/fleet/internal/testenv"
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// The fleet-hub command serves health, readiness and metrics, takes the
+// leader Lease, runs the reconcilers, and stops cleanly.
+func TestHubServesAndReconciles(t *testing.T) {
+	ctx := context.Background()
+	env, err := testenv.Start(ctx, testenv.Options{APIServerOnly: true})
+	if err != nil {
+		if errors.Is(err, testenv.ErrNoAssets) && os.Getenv("CI") != "true" {
+			t.Skip(err)
+		}
+		t.Fatal(err)
+	}
+	defer func() { _ = env.Stop() }()
+
+	var o options
+	fs := newFlagSet(&o)
+	probe, metrics := freeAddr(t), freeAddr(t)
+	if err := fs.Parse([]string{
+		"--health-probe-bind-address=" + probe,
+		"--metrics-bind-address=" + metrics,
+		"--metrics-secure=false",
+		"--leader-election-namespace=default",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- run(runCtx, env.Config, o) }()
+
+	waitFor(t, "readyz", func() error { return httpOK("http://" + probe + "/readyz") })
+	if err := httpOK("http://" + probe + "/healthz"); err != nil {
+		t.Error(err)
+	}
+	waitFor(t, "leader Lease", func() error {
+		return env.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: o.leaderElectionID}, &coordinationv1.Lease{})
+	})
+
+	// The reconcilers run: a new host is protected and reported Available.
+	h := &infrav1.EdgeHost{ObjectMeta: metav1.ObjectMeta{Name: "h", Namespace: "default"}}
+	if err := env.Client.Create(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "host reconciled", func() error {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(h), h); err != nil {
+			return err
+		}
+		if h.Status.Phase != infrav1.HostAvailable || len(h.Finalizers) != 1 {
+			return fmt.Errorf("phase %q finalizers %v", h.Status.Phase, h.Finalizers)
+		}
+		return nil
+	})
+	body, err := httpGet("http://" + metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(body, `controller_runtime_reconcile_total{controller="edgehost"`) {
+		t.Errorf("metrics lack the edgehost reconciler's counters")
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("run returned %v after shutdown", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("fleet-hub did not stop within 60s of its context ending")
+	}
+}
+
+func httpGet(url string) (string, error) {
+	resp, err := http.Get(url) //nolint:gosec // test-local address
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET %s: %s: %s", url, resp.Status, b)
+	}
+	return string(b), err
+}
+
+func httpOK(url string) error {
+	_, err := httpGet(url)
+	return err
+}
+
+func waitFor(t *testing.T, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

@@ -1,0 +1,14 @@
+package controllers_test
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+)
+
+// clientNegotiator decodes metav1.Table responses.
+func clientNegotiator() runtime.NegotiatedSerializer {
+	s := runtime.NewScheme()
+	metav1.AddMetaToScheme(s)
+	return serializer.NewCodecFactory(s).WithoutConversion()
+}
