@@ -174,16 +174,30 @@ func (r *Reconciler) reconcileHostClaim(ctx context.Context, s *scope) (bool, er
 		Zone:                    s.machine.Spec.FailureDomain,
 		BootstrapDataSecretName: secretName,
 	}
-	// The cache may lag behind writes we or another replica just made; the
-	// claim itself is safe either way (Update with resourceVersion), but a
-	// live list avoids claiming against a picture seconds old.
+	// Waiting machines are woken by every host event, so the common "still
+	// nothing free" answer comes from the cache alone.
+	cached := &infrav1.EdgeHostList{}
+	if err := r.Client.List(ctx, cached, client.InNamespace(em.Namespace)); err != nil {
+		return true, fmt.Errorf("listing EdgeHosts: %w", err)
+	}
+	if len(inventory.Candidates(cached.Items, req)) == 0 {
+		r.setStep(em, nil, metav1.Condition{
+			Type: infrav1.HostClaimedCondition, Status: metav1.ConditionFalse,
+			Reason:  infrav1.WaitingForHostReason,
+			Message: noHostMessage(cached.Items, req, em.Spec.HostSelector),
+		})
+		return true, nil
+	}
+	// About to claim: read the hosts live. The cache may lag behind a claim
+	// this machine made a moment ago (whose status patch then failed), and
+	// claiming from it could hand this machine a second host. The claim
+	// itself is safe either way: it is an Update with resourceVersion.
 	hosts := &infrav1.EdgeHostList{}
 	if err := r.APIReader.List(ctx, hosts, client.InNamespace(em.Namespace)); err != nil {
 		return true, fmt.Errorf("listing EdgeHosts: %w", err)
 	}
 	for i := range hosts.Items {
 		if c := hosts.Items[i].Spec.ClaimRef; c != nil && c.UID == em.UID {
-			// A claim we made whose Update reached the server but not yet our cache.
 			s.host = &hosts.Items[i]
 			em.Status.HostRef = s.host.Name
 			r.setClaimed(em, s.host)
