@@ -1,0 +1,174 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// MaxFrameSize bounds one control-stream frame. Bootstrap data from CABPK
+// is tens of KiB; 1 MiB leaves room without letting a peer make the other
+// side allocate without limit.
+const MaxFrameSize = 1 << 20
+
+// Envelope wraps every message.
+type Envelope struct {
+	Protocol string          `json:"protocol"`
+	Type     Type            `json:"type"`
+	Payload  json.RawMessage `json:"payload"`
+}
+
+// ErrTooLarge is returned for frames over the size limit.
+var ErrTooLarge = errors.New("frame exceeds size limit")
+
+// Encode wraps msg in an envelope. msg must be one of this package's
+// message types (by value or pointer).
+func Encode(msg any) ([]byte, error) {
+	t, err := typeOf(msg)
+	if err != nil {
+		return nil, err
+	}
+	payload, err := json.Marshal(msg)
+	if err != nil {
+		return nil, fmt.Errorf("encoding %s: %w", t, err)
+	}
+	return json.Marshal(Envelope{Protocol: Protocol, Type: t, Payload: payload})
+}
+
+func typeOf(msg any) (Type, error) {
+	switch msg.(type) {
+	case Hello, *Hello:
+		return TypeHello, nil
+	case DesiredState, *DesiredState:
+		return TypeDesiredState, nil
+	case Status, *Status:
+		return TypeStatus, nil
+	case CertificateRequest, *CertificateRequest:
+		return TypeCertificateRequest, nil
+	case Certificate, *Certificate:
+		return TypeCertificate, nil
+	case Error, *Error:
+		return TypeError, nil
+	default:
+		return "", fmt.Errorf("wire: %T is not a message type", msg)
+	}
+}
+
+// Decode parses one frame into a pointer to its message. Errors are *Error
+// values whose code says what was wrong, ready to send back to the peer.
+func Decode(frame []byte) (any, error) {
+	if len(frame) > MaxFrameSize {
+		return nil, &Error{Code: ErrFrameTooLarge, Message: fmt.Sprintf("frame of %d bytes exceeds %d", len(frame), MaxFrameSize)}
+	}
+	var env Envelope
+	if err := json.Unmarshal(frame, &env); err != nil {
+		return nil, &Error{Code: ErrBadFrame, Message: "envelope: " + err.Error()}
+	}
+	if env.Protocol != Protocol {
+		return nil, &Error{Code: ErrUnsupportedProtocol, Message: fmt.Sprintf("protocol %q, this side speaks %q", env.Protocol, Protocol)}
+	}
+	var msg any
+	switch env.Type {
+	case TypeHello:
+		msg = &Hello{}
+	case TypeDesiredState:
+		msg = &DesiredState{}
+	case TypeStatus:
+		msg = &Status{}
+	case TypeCertificateRequest:
+		msg = &CertificateRequest{}
+	case TypeCertificate:
+		msg = &Certificate{}
+	case TypeError:
+		msg = &Error{}
+	default:
+		return nil, &Error{Code: ErrUnknownType, Message: fmt.Sprintf("unknown message type %q", env.Type)}
+	}
+	if len(bytes.TrimSpace(env.Payload)) == 0 || bytes.Equal(bytes.TrimSpace(env.Payload), []byte("null")) {
+		return nil, &Error{Code: ErrBadFrame, Message: fmt.Sprintf("%s without payload", env.Type)}
+	}
+	// Unknown fields are allowed: a newer peer may add some.
+	if err := json.Unmarshal(env.Payload, msg); err != nil {
+		return nil, &Error{Code: ErrBadFrame, Message: fmt.Sprintf("%s payload: %v", env.Type, err)}
+	}
+	if err := validate(msg); err != nil {
+		return nil, err
+	}
+	return msg, nil
+}
+
+// validate checks what the JSON shape cannot.
+func validate(msg any) error {
+	bad := func(format string, args ...any) error {
+		return &Error{Code: ErrBadFrame, Message: fmt.Sprintf(format, args...)}
+	}
+	switch m := msg.(type) {
+	case *Hello:
+		if m.ObservedGeneration < 0 {
+			return bad("Hello.observedGeneration is negative")
+		}
+	case *DesiredState:
+		if m.Generation < 0 {
+			return bad("DesiredState.generation is negative")
+		}
+		if m.Assignment != nil && m.Deprovision {
+			return bad("DesiredState has both an assignment and a deprovision order")
+		}
+		if a := m.Assignment; a != nil && (a.ClaimUID == "" || len(a.BootstrapData) == 0) {
+			return bad("DesiredState.assignment needs claimUID and bootstrapData")
+		}
+	case *Status:
+		if m.ObservedGeneration < 0 {
+			return bad("Status.observedGeneration is negative")
+		}
+		if len(m.Addresses) > 128 {
+			return bad("Status has %d addresses, at most 128", len(m.Addresses))
+		}
+		if p := m.Provisioning; p != nil && (p.ClaimUID == "" || p.State == "") {
+			return bad("Status.provisioning needs claimUID and state")
+		}
+	case *CertificateRequest:
+		if len(m.CSR) == 0 {
+			return bad("CertificateRequest without csr")
+		}
+	case *Error:
+		if m.Code == "" {
+			return bad("Error without code")
+		}
+	}
+	return nil
+}
+
+// WriteFrame writes one length-prefixed frame.
+func WriteFrame(w io.Writer, frame []byte) error {
+	if len(frame) > MaxFrameSize {
+		return fmt.Errorf("writing frame of %d bytes: %w", len(frame), ErrTooLarge)
+	}
+	var hdr [4]byte
+	binary.BigEndian.PutUint32(hdr[:], uint32(len(frame)))
+	// One write, so frames from concurrent writers can never interleave
+	// when the caller serialises calls.
+	_, err := w.Write(append(hdr[:], frame...))
+	return err
+}
+
+// ReadFrame reads one length-prefixed frame, refusing, before allocating,
+// any frame longer than max.
+func ReadFrame(r io.Reader, max int) ([]byte, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return nil, err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if uint64(n) > uint64(max) {
+		return nil, fmt.Errorf("frame announces %d bytes, limit %d: %w", n, max, ErrTooLarge)
+	}
+	buf := make([]byte, n)
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return nil, fmt.Errorf("reading %d-byte frame: %w", n, err)
+	}
+	return buf, nil
+}

@@ -1,0 +1,145 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// samples has one message of every type; each has a golden file.
+func samples() map[string]any {
+	expiry := metav1.NewTime(time.Date(2027, 3, 1, 12, 0, 0, 0, time.UTC))
+	return map[string]any{
+		"hello": &Hello{AgentVersion: "v0.1.0", Host: "store-0042", ObservedGeneration: 3},
+		"desiredstate-assignment": &DesiredState{Generation: 4, Assignment: &Assignment{
+			ClaimUID: "0b4f8a9e-1f0e-4a55-9d7f-6a4b0a2b3c4d", MachineName: "demo-md-0-x7k2p",
+			ProviderID: "edge://default/store-0042", BootstrapFormat: "cloud-config",
+			BootstrapData: []byte("## template: jinja\n#cloud-config\nruncmd:\n- kubeadm join\n"),
+		}},
+		"desiredstate-deprovision": &DesiredState{Generation: 5, Deprovision: true},
+		"desiredstate-nothing":     &DesiredState{Generation: 1},
+		"status": &Status{
+			ObservedGeneration: 4,
+			Facts: infrav1.HostFacts{Hostname: "store-0042", MachineID: "9f86d081884c7d659a2feaa0c55ad015",
+				OS: "Debian GNU/Linux 12 (bookworm)", Arch: "arm64", CPUs: 4, MemoryBytes: 8 << 30, AgentVersion: "v0.1.0"},
+			Addresses: infrav1.MachineAddresses{{Type: infrav1.MachineInternalIP, Address: "192.168.1.20"},
+				{Type: infrav1.MachineHostName, Address: "store-0042"}},
+			Provisioning: &infrav1.HostProvisioningStatus{ClaimUID: "0b4f8a9e-1f0e-4a55-9d7f-6a4b0a2b3c4d",
+				State: infrav1.ProvisioningSucceeded, Step: "runcmd 7/7"},
+			ProviderID: "edge://default/store-0042", NodeName: "store-0042", CertificatesExpiryDate: &expiry,
+		},
+		"certificaterequest": &CertificateRequest{CSR: []byte("-----BEGIN CERTIFICATE REQUEST-----\nMIIB...\n-----END CERTIFICATE REQUEST-----\n")},
+		"certificate":        &Certificate{Certificate: []byte("-----BEGIN CERTIFICATE-----\nMIIC...\n-----END CERTIFICATE-----\n")},
+		"error":              &Error{Code: ErrRevoked, Message: "EdgeHost default/store-0042 was deleted; enroll again"},
+	}
+}
+
+// Every message type encodes to its golden file and decodes back to itself,
+// so a change to the wire format shows up as a diff in review.
+func TestGoldenFixtures(t *testing.T) {
+	for name, msg := range samples() {
+		t.Run(name, func(t *testing.T) {
+			got, err := Encode(msg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var pretty bytes.Buffer
+			if err := json.Indent(&pretty, got, "", "  "); err != nil {
+				t.Fatal(err)
+			}
+			pretty.WriteByte('\n')
+			path := filepath.Join("testdata", name+".json")
+			if *update {
+				if err := os.WriteFile(path, pretty.Bytes(), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run go test ./pkg/contract/wire -update)", err)
+			}
+			if !bytes.Equal(pretty.Bytes(), want) {
+				t.Errorf("encoding changed:\n got %s\nwant %s", pretty.Bytes(), want)
+			}
+			decoded, err := Decode(want)
+			if err != nil {
+				t.Fatalf("decoding golden file: %v", err)
+			}
+			if !equality.Semantic.DeepEqual(decoded, msg) {
+				t.Errorf("round trip:\n got %#v\nwant %#v", decoded, msg)
+			}
+		})
+	}
+}
+
+func TestDecodeRefusals(t *testing.T) {
+	tests := []struct {
+		name  string
+		frame string
+		code  ErrorCode
+	}{
+		{"not json", `{"protocol":`, ErrBadFrame},
+		{"other protocol", `{"protocol":"fleet.edgefleet.io/v0","type":"Hello","payload":{}}`, ErrUnsupportedProtocol},
+		{"unknown type", `{"protocol":"fleet.edgefleet.io/v1","type":"Exec","payload":{"cmd":"rm -rf /"}}`, ErrUnknownType},
+		{"no payload", `{"protocol":"fleet.edgefleet.io/v1","type":"Status"}`, ErrBadFrame},
+		{"null payload", `{"protocol":"fleet.edgefleet.io/v1","type":"Status","payload":null}`, ErrBadFrame},
+		{"wrong payload shape", `{"protocol":"fleet.edgefleet.io/v1","type":"Hello","payload":{"observedGeneration":"x"}}`, ErrBadFrame},
+		{"negative generation", `{"protocol":"fleet.edgefleet.io/v1","type":"DesiredState","payload":{"generation":-1}}`, ErrBadFrame},
+		{"assignment and deprovision", `{"protocol":"fleet.edgefleet.io/v1","type":"DesiredState","payload":{"generation":2,"deprovision":true,"assignment":{"claimUID":"u","bootstrapData":"eA=="}}}`, ErrBadFrame},
+		{"assignment without data", `{"protocol":"fleet.edgefleet.io/v1","type":"DesiredState","payload":{"generation":2,"assignment":{"claimUID":"u"}}}`, ErrBadFrame},
+		{"provisioning without claim", `{"protocol":"fleet.edgefleet.io/v1","type":"Status","payload":{"provisioning":{"state":"Provisioned"}}}`, ErrBadFrame},
+		{"error without code", `{"protocol":"fleet.edgefleet.io/v1","type":"Error","payload":{"message":"x"}}`, ErrBadFrame},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Decode([]byte(tt.frame))
+			var we *Error
+			if !errors.As(err, &we) || we.Code != tt.code {
+				t.Fatalf("Decode() error %v, want code %s", err, tt.code)
+			}
+		})
+	}
+	big := make([]byte, MaxFrameSize+1)
+	var we *Error
+	if _, err := Decode(big); !errors.As(err, &we) || we.Code != ErrFrameTooLarge {
+		t.Errorf("oversized frame: %v", err)
+	}
+}
+
+func TestFraming(t *testing.T) {
+	var buf bytes.Buffer
+	for _, f := range [][]byte{[]byte("one"), []byte(""), []byte("three")} {
+		if err := WriteFrame(&buf, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, want := range []string{"one", "", "three"} {
+		got, err := ReadFrame(&buf, 16)
+		if err != nil || string(got) != want {
+			t.Fatalf("ReadFrame() = %q, %v; want %q", got, err, want)
+		}
+	}
+	// A header announcing 4 GiB is refused before anything is allocated.
+	if _, err := ReadFrame(bytes.NewReader([]byte{0xff, 0xff, 0xff, 0xff}), MaxFrameSize); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("huge announced frame: %v", err)
+	}
+	if err := WriteFrame(&buf, make([]byte, MaxFrameSize+1)); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("writing oversized frame: %v", err)
+	}
+	if _, err := Encode(struct{}{}); err == nil {
+		t.Error("Encode accepted a non-message")
+	}
+}

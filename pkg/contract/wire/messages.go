@@ -1,0 +1,134 @@
+package wire
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+)
+
+// Protocol is the version of this protocol. A peer that speaks another
+// version gets an ErrUnsupportedProtocol error and a closed session.
+const Protocol = "fleet.edgefleet.io/v1"
+
+// Type names a message type.
+type Type string
+
+// Message types.
+const (
+	// TypeHello is the agent's first message on a session.
+	TypeHello Type = "Hello"
+	// TypeDesiredState is the hub's full desired state for the host.
+	TypeDesiredState Type = "DesiredState"
+	// TypeStatus is the agent's full status report.
+	TypeStatus Type = "Status"
+	// TypeCertificateRequest asks the hub to renew the agent's certificate.
+	TypeCertificateRequest Type = "CertificateRequest"
+	// TypeCertificate carries a renewed certificate.
+	TypeCertificate Type = "Certificate"
+	// TypeError reports a problem; fatal codes are followed by a close.
+	TypeError Type = "Error"
+)
+
+// Hello opens a session. The hub knows who the agent is from its client
+// certificate; Host is checked against it, never trusted on its own.
+type Hello struct {
+	// AgentVersion is the fleet-agent release.
+	AgentVersion string `json:"agentVersion"`
+	// Host is the EdgeHost name the agent believes it is.
+	Host string `json:"host"`
+	// ObservedGeneration is the last desired-state generation the agent
+	// has acted on, so the hub can tell a resync from news.
+	ObservedGeneration int64 `json:"observedGeneration"`
+}
+
+// DesiredState is everything the hub wants of a host. Exactly one of
+// Assignment and Deprovision is set, or neither (nothing to do).
+type DesiredState struct {
+	// Generation of the EdgeHost spec this state was computed from. An agent
+	// never acts on a generation older than one it has acted on.
+	Generation int64 `json:"generation"`
+	// Assignment is the Machine the host must become.
+	Assignment *Assignment `json:"assignment,omitempty"`
+	// Deprovision orders the agent to reset the host to clean.
+	Deprovision bool `json:"deprovision,omitempty"`
+}
+
+// Assignment is one Machine's bootstrap, as the agent must run it.
+type Assignment struct {
+	// ClaimUID identifies the claim (the EdgeMachine's uid); the agent
+	// reports it back so the hub knows which assignment a status is about.
+	ClaimUID types.UID `json:"claimUID"`
+	// MachineName is the EdgeMachine's name, for logs and the node name.
+	MachineName string `json:"machineName"`
+	// ProviderID is what the agent must give the kubelet and report.
+	ProviderID string `json:"providerID"`
+	// BootstrapFormat is "cloud-config".
+	BootstrapFormat string `json:"bootstrapFormat"`
+	// BootstrapData is the bootstrap provider's output, verbatim.
+	BootstrapData []byte `json:"bootstrapData"`
+}
+
+// Status is the agent's full report. Each one replaces the last.
+type Status struct {
+	// ObservedGeneration is the desired-state generation acted on.
+	ObservedGeneration int64 `json:"observedGeneration"`
+	// Facts about the machine.
+	Facts infrav1.HostFacts `json:"facts"`
+	// Addresses of the machine.
+	Addresses infrav1.MachineAddresses `json:"addresses,omitempty"`
+	// Provisioning is the workload on the host; nil when clean.
+	Provisioning *infrav1.HostProvisioningStatus `json:"provisioning,omitempty"`
+	// ProviderID given to the kubelet.
+	ProviderID string `json:"providerID,omitempty"`
+	// NodeName the kubelet registered.
+	NodeName string `json:"nodeName,omitempty"`
+	// CertificatesExpiryDate is the earliest kubeadm/kubelet certificate expiry.
+	CertificatesExpiryDate *metav1.Time `json:"certificatesExpiryDate,omitempty"`
+}
+
+// CertificateRequest asks for a new client certificate for the session's
+// identity, made from a fresh key that never leaves the host.
+type CertificateRequest struct {
+	// CSR is a PEM-encoded PKCS#10 certificate signing request.
+	CSR []byte `json:"csr"`
+}
+
+// Certificate answers a CertificateRequest.
+type Certificate struct {
+	// Certificate is the PEM-encoded client certificate.
+	Certificate []byte `json:"certificate"`
+}
+
+// ErrorCode classifies an Error.
+type ErrorCode string
+
+// Error codes.
+const (
+	// ErrBadFrame: the frame could not be decoded. Fatal.
+	ErrBadFrame ErrorCode = "BadFrame"
+	// ErrFrameTooLarge: the frame exceeded the size limit. Fatal.
+	ErrFrameTooLarge ErrorCode = "FrameTooLarge"
+	// ErrUnsupportedProtocol: the peer speaks another protocol version. Fatal.
+	ErrUnsupportedProtocol ErrorCode = "UnsupportedProtocol"
+	// ErrUnknownType: a message type this side does not know. Fatal.
+	ErrUnknownType ErrorCode = "UnknownType"
+	// ErrUnexpected: a known message in the wrong place (e.g. no Hello first). Fatal.
+	ErrUnexpected ErrorCode = "Unexpected"
+	// ErrForbidden: the message is about another host. Fatal.
+	ErrForbidden ErrorCode = "Forbidden"
+	// ErrRevoked: the host's identity was revoked; re-enroll. Fatal.
+	ErrRevoked ErrorCode = "Revoked"
+	// ErrRejected: a request was refused (e.g. a bad CSR); the session goes on.
+	ErrRejected ErrorCode = "Rejected"
+	// ErrInternal: the other side failed; retry later.
+	ErrInternal ErrorCode = "Internal"
+)
+
+// Error reports a problem to the peer.
+type Error struct {
+	Code    ErrorCode `json:"code"`
+	Message string    `json:"message"`
+}
+
+func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
