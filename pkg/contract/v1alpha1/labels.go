@@ -84,3 +84,15 @@ const (
 	// session to the hub, judged by the hub's clock.
 	AgentConnectedCondition = "AgentConnected"
 )
+
+// Manual approval of enrolled hosts.
+const (
+	// ApprovalLabel on an EdgeHost enrolled with a token that requires
+	// approval: "pending" until an operator sets it to "approved". A pending
+	// host connects and reports but is never claimed.
+	ApprovalLabel = "fleet.edgefleet.io/approval"
+	// ApprovalPending is the value while the host waits for an operator.
+	ApprovalPending = "pending"
+	// ApprovalApproved is the value an operator sets to admit the host.
+	ApprovalApproved = "approved"
+)

@@ -37,9 +37,11 @@ func Phase(h *infrav1.EdgeHost) infrav1.EdgeHostPhase {
 	return infrav1.HostAvailable
 }
 
-// IsClaimable reports whether a host may be given to a new machine.
+// IsClaimable reports whether a host may be given to a new machine: free,
+// clean, not going away, and not waiting for an operator's approval.
 func IsClaimable(h *infrav1.EdgeHost) bool {
-	return h.DeletionTimestamp.IsZero() && h.Spec.ClaimRef == nil && Phase(h) == infrav1.HostAvailable
+	return h.DeletionTimestamp.IsZero() && h.Spec.ClaimRef == nil && Phase(h) == infrav1.HostAvailable &&
+		h.Labels[infrav1.ApprovalLabel] != infrav1.ApprovalPending
 }
 
 // IsReleased reports whether nothing holds the host and the agent has left

@@ -1,0 +1,344 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/contract/wire"
+)
+
+// Agent is one fleet-agent.
+type Agent struct {
+	cfg   Config
+	store Store
+	prov  Provisioner
+	log   logr.Logger
+
+	// desired carries the newest desired state from the session source to
+	// the worker; only the latest matters (level-triggered).
+	desired chan *wire.DesiredState
+
+	status *statusManager
+
+	mu      sync.Mutex
+	applied Applied
+
+	// Counters for tests and metrics.
+	enrollments atomic.Int64
+	sessions    atomic.Int64
+	connected   atomic.Bool
+	rotations   atomic.Int64
+}
+
+// New makes an agent. cfg must be Completed and Validated.
+func New(cfg Config, prov Provisioner, log logr.Logger) *Agent {
+	return &Agent{
+		cfg:     cfg,
+		store:   Store{Dir: cfg.StateDir},
+		prov:    prov,
+		log:     log,
+		desired: make(chan *wire.DesiredState, 1),
+		status:  newStatusManager(),
+	}
+}
+
+// Enrollments counts enrollments this process made.
+func (a *Agent) Enrollments() int64 { return a.enrollments.Load() }
+
+// Sessions counts sessions this process opened.
+func (a *Agent) Sessions() int64 { return a.sessions.Load() }
+
+// Connected reports whether a session is open now.
+func (a *Agent) Connected() bool { return a.connected.Load() }
+
+// Rotations counts certificate rotations.
+func (a *Agent) Rotations() int64 { return a.rotations.Load() }
+
+// Applied returns what the agent has applied.
+func (a *Agent) Applied() Applied {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.applied
+}
+
+// Run runs the agent until ctx ends. Local initialisation (state, facts)
+// never waits for the hub; ready is called once it is done, so an offline
+// site still boots.
+func (a *Agent) Run(ctx context.Context, ready func()) error {
+	applied, err := a.store.LoadApplied()
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.applied = applied
+	a.mu.Unlock()
+	a.refreshStatus()
+	if ready != nil {
+		ready()
+	}
+
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); a.worker(ctx) }()
+	go func() { defer wg.Done(); a.sessionSource(ctx) }()
+
+	resync := time.NewTicker(a.cfg.ResyncInterval)
+	defer resync.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return nil
+		case <-resync.C:
+			// Facts may have changed; the full status is re-sent either way.
+			a.refreshStatus()
+			a.status.resend()
+		}
+	}
+}
+
+// worker applies desired states one at a time, in generation order.
+func (a *Agent) worker(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case d := <-a.desired:
+			a.apply(ctx, d)
+		}
+	}
+}
+
+func (a *Agent) apply(ctx context.Context, d *wire.DesiredState) {
+	cur := a.Applied()
+	if d.Generation < cur.Generation {
+		a.log.Info("Ignoring an older desired state", "generation", d.Generation, "applied", cur.Generation)
+		return
+	}
+	_ = a.store.SaveDesired(d)
+	switch {
+	case d.Assignment != nil:
+		w := cur.Workload
+		if w != nil && w.ClaimUID == d.Assignment.ClaimUID && w.State != infrav1.ProvisioningRunning {
+			// Already done (or failed) for this Machine: a bootstrap never
+			// runs twice. Just record that this generation is seen.
+			break
+		}
+		if w != nil && w.ClaimUID != d.Assignment.ClaimUID {
+			if !a.reset(ctx, w.ClaimUID) {
+				return
+			}
+		}
+		a.provision(ctx, d.Assignment)
+	case cur.Workload != nil:
+		// Released (explicitly, or by an empty desired state): reset.
+		if !a.reset(ctx, cur.Workload.ClaimUID) {
+			return
+		}
+	}
+	a.update(func(ap *Applied) { ap.Generation = d.Generation })
+}
+
+func (a *Agent) provision(ctx context.Context, as *wire.Assignment) {
+	a.log.Info("Provisioning", "machine", as.MachineName, "claim", as.ClaimUID)
+	a.update(func(ap *Applied) {
+		ap.Workload = &infrav1.HostProvisioningStatus{ClaimUID: as.ClaimUID, State: infrav1.ProvisioningRunning}
+	})
+	res, err := a.prov.Provision(ctx, as, func(step string) {
+		a.update(func(ap *Applied) {
+			if ap.Workload != nil {
+				ap.Workload.Step = step
+			}
+		})
+	})
+	a.update(func(ap *Applied) {
+		if err != nil {
+			ap.Workload.State = infrav1.ProvisioningFailed
+			ap.Workload.Message = truncate(err.Error(), 4000)
+			return
+		}
+		ap.Workload.State = infrav1.ProvisioningSucceeded
+		ap.Workload.Message = ""
+		ap.ProviderID, ap.NodeName = res.ProviderID, res.NodeName
+		ap.CertificatesExpiryDate = certExpiry(res.CertificatesExpiry)
+	})
+	if err != nil {
+		a.log.Error(err, "Provisioning failed", "machine", as.MachineName)
+	}
+}
+
+func (a *Agent) reset(ctx context.Context, claim types.UID) bool {
+	a.log.Info("Resetting host", "claim", claim)
+	a.update(func(ap *Applied) {
+		if ap.Workload != nil {
+			ap.Workload.State = infrav1.ProvisioningResetting
+		}
+	})
+	if err := a.prov.Reset(ctx, claim); err != nil {
+		a.log.Error(err, "Reset failed", "claim", claim)
+		a.update(func(ap *Applied) {
+			if ap.Workload != nil {
+				ap.Workload.State = infrav1.ProvisioningResetFailed
+				ap.Workload.Message = truncate(err.Error(), 4000)
+			}
+		})
+		return false
+	}
+	a.update(func(ap *Applied) {
+		ap.Workload, ap.ProviderID, ap.NodeName, ap.CertificatesExpiryDate = nil, "", "", nil
+	})
+	return true
+}
+
+// update changes the applied state, persists it, and lets the status
+// manager send the new full status.
+func (a *Agent) update(fn func(*Applied)) {
+	a.mu.Lock()
+	fn(&a.applied)
+	snapshot := a.applied
+	if snapshot.Workload != nil {
+		w := *snapshot.Workload
+		snapshot.Workload = &w
+	}
+	a.mu.Unlock()
+	if err := a.store.SaveApplied(snapshot); err != nil {
+		a.log.Error(err, "Saving state")
+	}
+	a.refreshStatus()
+}
+
+func (a *Agent) refreshStatus() {
+	cur := a.Applied()
+	facts := Facts(a.cfg.RootDir)
+	st := &wire.Status{
+		ObservedGeneration:     cur.Generation,
+		Facts:                  facts,
+		Addresses:              Addresses(facts.Hostname),
+		Provisioning:           cur.Workload,
+		ProviderID:             cur.ProviderID,
+		NodeName:               cur.NodeName,
+		CertificatesExpiryDate: cur.CertificatesExpiryDate,
+	}
+	a.status.set(st)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// statusManager holds the latest full status and sends it whenever it
+// changes, and again on every new session.
+type statusManager struct {
+	mu      sync.Mutex
+	current *wire.Status
+	sent    *wire.Status
+	send    func(*wire.Status) error
+	kick    chan struct{}
+}
+
+func newStatusManager() *statusManager {
+	return &statusManager{kick: make(chan struct{}, 1)}
+}
+
+func (m *statusManager) set(st *wire.Status) {
+	m.mu.Lock()
+	changed := m.current == nil || !equality.Semantic.DeepEqual(m.current, st)
+	m.current = st
+	m.mu.Unlock()
+	if changed {
+		m.poke()
+	}
+}
+
+func (m *statusManager) resend() {
+	m.mu.Lock()
+	m.sent = nil
+	m.mu.Unlock()
+	m.poke()
+}
+
+func (m *statusManager) poke() {
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
+}
+
+// attach routes status to a new session (nil detaches) and sends the full
+// status on it.
+func (m *statusManager) attach(send func(*wire.Status) error) {
+	m.mu.Lock()
+	m.send, m.sent = send, nil
+	m.mu.Unlock()
+	m.poke()
+}
+
+// run sends pending status until ctx ends.
+func (m *statusManager) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.kick:
+		}
+		m.mu.Lock()
+		send, cur, sent := m.send, m.current, m.sent
+		m.mu.Unlock()
+		if send == nil || cur == nil || (sent != nil && equality.Semantic.DeepEqual(sent, cur)) {
+			continue
+		}
+		if err := send(cur); err != nil {
+			continue // the session source reattaches on reconnect
+		}
+		m.mu.Lock()
+		if m.current == cur {
+			m.sent = cur
+		} else {
+			m.mu.Unlock()
+			m.poke()
+			continue
+		}
+		m.mu.Unlock()
+	}
+}
+
+// backoff returns the delay before reconnect attempt n (from 0): full
+// jitter over an exponential ceiling, so a fleet whose hub restarted does
+// not come back in one wave.
+func backoff(n int, max time.Duration) time.Duration {
+	ceiling := time.Second << min(n, 10)
+	if ceiling > max {
+		ceiling = max
+	}
+	return time.Duration(rand.Int64N(int64(ceiling)) + int64(100*time.Millisecond))
+}
+
+// rotationDeadline is a jittered 70–90 % of the certificate's lifetime.
+func rotationDeadline(notBefore, notAfter time.Time) time.Time {
+	total := notAfter.Sub(notBefore)
+	frac := 0.7 + 0.2*rand.Float64()
+	return notBefore.Add(time.Duration(float64(total) * frac))
+}
+
+var errRevoked = errors.New("the hub revoked this host's identity")
+
+func certExpiry(t *time.Time) *metav1.Time {
+	if t == nil {
+		return nil
+	}
+	mt := metav1.NewTime(*t)
+	return &mt
+}

@@ -1,0 +1,98 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Config is the agent's configuration: /etc/fleet-agent/config.yaml,
+// overridden by flags.
+type Config struct {
+	// Hub is the hub gateway's base URL, e.g. https://hub.example.com:8443.
+	Hub string `json:"hub"`
+	// Token is a one-time enrollment token "<id>.<secret>". Only needed
+	// until the host is enrolled (or to re-enroll after revocation).
+	Token string `json:"token,omitempty"`
+	// TokenFile holds the token instead, e.g. dropped in at first boot.
+	TokenFile string `json:"tokenFile,omitempty"`
+	// CACertHash pins the hub CA: "sha256:<hex of its SubjectPublicKeyInfo>".
+	CACertHash string `json:"caCertHash"`
+	// StateDir keeps identity and state (default /var/lib/fleet-agent).
+	StateDir string `json:"stateDir,omitempty"`
+	// RootDir is the root of the host the agent manages (default /); tests
+	// and the demo point it at a sandbox.
+	RootDir string `json:"rootDir,omitempty"`
+	// ResyncInterval re-sends the full status even without changes.
+	ResyncInterval time.Duration `json:"resyncInterval,omitempty"`
+	// MaxBackoff caps the delay between reconnection attempts.
+	MaxBackoff time.Duration `json:"maxBackoff,omitempty"`
+}
+
+// DefaultConfigFile is where the agent looks for its configuration.
+const DefaultConfigFile = "/etc/fleet-agent/config.yaml"
+
+// LoadConfigFile reads a config file; a missing file is an empty config.
+func LoadConfigFile(path string) (Config, error) {
+	var c Config
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return c, nil
+	}
+	if err != nil {
+		return c, fmt.Errorf("reading config %s: %w", path, err)
+	}
+	if err := yaml.UnmarshalStrict(b, &c); err != nil {
+		return c, fmt.Errorf("parsing config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+var pinRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+
+// Complete fills defaults and reads the token file.
+func (c *Config) Complete() error {
+	if c.StateDir == "" {
+		c.StateDir = "/var/lib/fleet-agent"
+	}
+	if c.RootDir == "" {
+		c.RootDir = "/"
+	}
+	if c.ResyncInterval == 0 {
+		c.ResyncInterval = time.Minute
+	}
+	if c.MaxBackoff == 0 {
+		c.MaxBackoff = time.Minute
+	}
+	if c.Token == "" && c.TokenFile != "" {
+		b, err := os.ReadFile(c.TokenFile)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("reading token file: %w", err)
+		}
+		c.Token = strings.TrimSpace(string(b))
+	}
+	c.CACertHash = strings.ToLower(strings.TrimSpace(c.CACertHash))
+	return nil
+}
+
+// Validate says what is wrong, in words an operator can act on.
+func (c *Config) Validate() error {
+	var errs []error
+	u, err := url.Parse(c.Hub)
+	switch {
+	case c.Hub == "":
+		errs = append(errs, errors.New("--hub is required (e.g. https://hub.example.com:8443)"))
+	case err != nil || u.Scheme != "https" || u.Host == "":
+		errs = append(errs, fmt.Errorf("--hub %q must be an https:// URL", c.Hub))
+	}
+	if !pinRE.MatchString(c.CACertHash) {
+		errs = append(errs, errors.New("--ca-cert-hash is required as sha256:<64 hex digits> (printed by the hub and by `kubectl fleet token create`)"))
+	}
+	return errors.Join(errs...)
+}

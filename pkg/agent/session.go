@@ -1,0 +1,275 @@
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/edgefleet/fleet/internal/version"
+	"github.com/edgefleet/fleet/pkg/contract/wire"
+	"github.com/edgefleet/fleet/pkg/pki"
+	"github.com/edgefleet/fleet/pkg/transport"
+)
+
+// sessionSource keeps one session to the hub open, forever: it enrolls if
+// needed, connects, and after any failure waits a jittered, growing delay
+// and tries again. It never gives up.
+func (a *Agent) sessionSource(ctx context.Context) {
+	go a.status.run(ctx)
+	attempt := 0
+	for ctx.Err() == nil {
+		started := time.Now()
+		err := a.connectOnce(ctx)
+		a.connected.Store(false)
+		a.status.attach(nil)
+		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, errRevoked) {
+			a.log.Info("Hub revoked this host's identity", "reenroll", a.cfg.Token != "")
+			if a.cfg.Token != "" {
+				if ferr := a.store.ForgetIdentity(); ferr != nil {
+					a.log.Error(ferr, "Forgetting revoked identity")
+				}
+			}
+		}
+		if time.Since(started) > time.Minute {
+			attempt = 0 // the last session was healthy: start backing off afresh
+		}
+		delay := backoff(attempt, a.cfg.MaxBackoff)
+		attempt++
+		a.log.Info("Disconnected from hub, retrying", "reason", errString(err), "retryIn", delay.Round(time.Millisecond).String())
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "session closed"
+	}
+	return err.Error()
+}
+
+// connectOnce enrolls if the host has no identity, then runs one session
+// until it ends.
+func (a *Agent) connectOnce(ctx context.Context) error {
+	id, caPEM, keyPEM, certPEM, ok, err := a.store.LoadIdentity()
+	if err != nil {
+		return err
+	}
+	if !ok {
+		if err := a.enroll(ctx); err != nil {
+			return err
+		}
+		if id, caPEM, keyPEM, certPEM, ok, err = a.store.LoadIdentity(); err != nil || !ok {
+			return fmt.Errorf("reading identity after enrollment: %w", err)
+		}
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return fmt.Errorf("stored key and certificate do not match: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return errors.New("stored hub CA is unreadable")
+	}
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return err
+	}
+
+	dialer := websocket.Dialer{
+		HandshakeTimeout: 15 * time.Second,
+		TLSClientConfig: &tls.Config{
+			MinVersion:   tls.VersionTLS12,
+			RootCAs:      pool,
+			ServerName:   serverName(a.cfg.Hub),
+			Certificates: []tls.Certificate{pair},
+		},
+		ReadBufferSize:  4 << 10,
+		WriteBufferSize: 4 << 10,
+	}
+	url := "wss://" + strings.TrimPrefix(strings.TrimSuffix(a.cfg.Hub, "/"), "https://") + wire.PathConnect
+	ws, resp, err := dialer.DialContext(ctx, url, http.Header{"User-Agent": {"fleet-agent/" + version.Version}})
+	if err != nil {
+		if resp != nil && resp.StatusCode == http.StatusForbidden {
+			return errRevoked
+		}
+		if resp != nil {
+			return fmt.Errorf("connecting to hub: %s", resp.Status)
+		}
+		return fmt.Errorf("connecting to hub: %w", err)
+	}
+	mux, err := transport.Client(transport.NewConn(ws), transport.KeepAliveInterval)
+	if err != nil {
+		_ = ws.Close()
+		return err
+	}
+	defer mux.Close()
+	ctrl, err := mux.OpenStream()
+	if err != nil {
+		return fmt.Errorf("opening control stream: %w", err)
+	}
+	s := &agentSession{ctrl: ctrl}
+	if err := s.send(&wire.Hello{AgentVersion: version.Version, Host: id.Host, ObservedGeneration: a.Applied().Generation}); err != nil {
+		return err
+	}
+	a.sessions.Add(1)
+	a.connected.Store(true)
+	a.log.Info("Connected to hub", "hub", a.cfg.Hub, "EdgeHost", id.Namespace+"/"+id.Host)
+	a.status.attach(func(st *wire.Status) error { return s.send(st) })
+
+	sessCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { <-sessCtx.Done(); _ = mux.Close() }()
+	rot := newRotator(a, s, leaf)
+	go rot.run(sessCtx)
+
+	for {
+		frame, err := wire.ReadFrame(ctrl, wire.MaxFrameSize)
+		if err != nil {
+			return fmt.Errorf("session: %w", err)
+		}
+		msg, err := wire.Decode(frame)
+		if err != nil {
+			var we *wire.Error
+			if errors.As(err, &we) {
+				_ = s.send(we)
+			}
+			return fmt.Errorf("hub sent a bad frame: %w", err)
+		}
+		switch m := msg.(type) {
+		case *wire.DesiredState:
+			// Latest wins: replace a desired state the worker has not
+			// picked up yet.
+			select {
+			case <-a.desired:
+			default:
+			}
+			a.desired <- m
+		case *wire.Certificate:
+			rot.received(m)
+		case *wire.Error:
+			if m.Code == wire.ErrRevoked {
+				return errRevoked
+			}
+			if m.Code == wire.ErrRejected {
+				a.log.Info("Hub rejected a request", "message", m.Message)
+				continue
+			}
+			return fmt.Errorf("hub closed the session: %w", m)
+		default:
+			_ = s.send(&wire.Error{Code: wire.ErrUnexpected, Message: "agents do not accept this message"})
+			return fmt.Errorf("hub sent an unexpected %T", msg)
+		}
+	}
+}
+
+type agentSession struct {
+	mu   sync.Mutex
+	ctrl net.Conn
+}
+
+func (s *agentSession) send(msg any) error {
+	frame, err := wire.Encode(msg)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_ = s.ctrl.SetWriteDeadline(time.Now().Add(transport.WriteTimeout))
+	return wire.WriteFrame(s.ctrl, frame)
+}
+
+// rotator renews the client certificate over the session at a jittered
+// 70–90 % of its lifetime, without dropping the session.
+type rotator struct {
+	a    *Agent
+	s    *agentSession
+	leaf *x509.Certificate
+
+	mu         sync.Mutex
+	pendingKey []byte
+	got        chan struct{}
+}
+
+func newRotator(a *Agent, s *agentSession, leaf *x509.Certificate) *rotator {
+	return &rotator{a: a, s: s, leaf: leaf, got: make(chan struct{}, 1)}
+}
+
+func (r *rotator) run(ctx context.Context) {
+	for {
+		r.mu.Lock()
+		leaf := r.leaf
+		r.mu.Unlock()
+		deadline := rotationDeadline(leaf.NotBefore, leaf.NotAfter)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Until(deadline)):
+		}
+		keyPEM, csrPEM, err := pki.NewKeyAndCSR(leaf.Subject.CommonName)
+		if err != nil {
+			r.a.log.Error(err, "Generating key for certificate rotation")
+			continue
+		}
+		r.mu.Lock()
+		r.pendingKey = keyPEM
+		r.mu.Unlock()
+		if err := r.s.send(&wire.CertificateRequest{CSR: csrPEM}); err != nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.got:
+		case <-time.After(30 * time.Second):
+			// No answer: try again at a new jittered point, or on reconnect.
+		}
+	}
+}
+
+func (r *rotator) received(c *wire.Certificate) {
+	r.mu.Lock()
+	key := r.pendingKey
+	r.pendingKey = nil
+	r.mu.Unlock()
+	if key == nil {
+		r.a.log.Info("Ignoring a certificate that was not asked for")
+		return
+	}
+	if _, err := tls.X509KeyPair(c.Certificate, key); err != nil {
+		r.a.log.Error(err, "Hub sent a certificate that does not match the new key")
+		return
+	}
+	leaf, err := pki.ParseCertPEM(c.Certificate)
+	if err != nil {
+		return
+	}
+	if err := r.a.store.SaveCredentials(key, c.Certificate); err != nil {
+		r.a.log.Error(err, "Saving rotated certificate")
+		return
+	}
+	r.mu.Lock()
+	r.leaf = leaf
+	r.mu.Unlock()
+	r.a.rotations.Add(1)
+	r.a.log.Info("Rotated client certificate", "notAfter", leaf.NotAfter)
+	select {
+	case r.got <- struct{}{}:
+	default:
+	}
+}

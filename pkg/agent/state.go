@@ -1,0 +1,173 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/contract/wire"
+)
+
+// Identity is who the hub says this host is.
+type Identity struct {
+	Hub       string    `json:"hub"`
+	Namespace string    `json:"namespace"`
+	Host      string    `json:"host"`
+	UID       types.UID `json:"uid"`
+}
+
+// Applied is what the agent has done: the state that must survive restarts.
+type Applied struct {
+	// Generation is the last desired-state generation acted on.
+	Generation int64 `json:"generation"`
+	// Workload is what runs on the host; nil when clean.
+	Workload *infrav1.HostProvisioningStatus `json:"workload,omitempty"`
+	// ProviderID and NodeName of the node on the host.
+	ProviderID string `json:"providerID,omitempty"`
+	NodeName   string `json:"nodeName,omitempty"`
+	// CertificatesExpiryDate of the node's certificates.
+	CertificatesExpiryDate *metav1.Time `json:"certificatesExpiryDate,omitempty"`
+}
+
+// Store keeps the agent's files. Every write is atomic (write to a
+// temporary file, fsync, rename, fsync the directory), so a power cut leaves
+// the old or the new file, never half of one.
+type Store struct{ Dir string }
+
+// File names in the state directory.
+const (
+	fileIdentity = "identity.json"
+	fileCA       = "ca.crt"
+	fileKey      = "client.key"
+	fileCert     = "client.crt"
+	fileDesired  = "desired.json"
+	fileApplied  = "applied.json"
+)
+
+func (s Store) path(name string) string { return filepath.Join(s.Dir, name) }
+
+func (s Store) write(name string, data []byte, mode os.FileMode) error {
+	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
+		return fmt.Errorf("creating state dir: %w", err)
+	}
+	tmp, err := os.CreateTemp(s.Dir, "."+name+".*")
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", name, err)
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return err
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("writing %s: %w", name, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), s.path(name)); err != nil {
+		return fmt.Errorf("writing %s: %w", name, err)
+	}
+	if d, err := os.Open(s.Dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+func (s Store) read(name string) ([]byte, error) { return os.ReadFile(s.path(name)) }
+
+func (s Store) writeJSON(name string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return s.write(name, b, 0o600)
+}
+
+func (s Store) readJSON(name string, v any) (bool, error) {
+	b, err := s.read(name)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return false, fmt.Errorf("state file %s is corrupt: %w", s.path(name), err)
+	}
+	return true, nil
+}
+
+// SaveIdentity stores everything enrollment produced.
+func (s Store) SaveIdentity(id Identity, caPEM, keyPEM, certPEM []byte) error {
+	if err := s.write(fileCA, caPEM, 0o644); err != nil {
+		return err
+	}
+	if err := s.SaveCredentials(keyPEM, certPEM); err != nil {
+		return err
+	}
+	return s.writeJSON(fileIdentity, id)
+}
+
+// SaveCredentials replaces the key and certificate (after a rotation).
+// The certificate is written last: a crash in between leaves a key that
+// does not match, which LoadIdentity detects.
+func (s Store) SaveCredentials(keyPEM, certPEM []byte) error {
+	if err := s.write(fileKey, keyPEM, 0o600); err != nil {
+		return err
+	}
+	return s.write(fileCert, certPEM, 0o644)
+}
+
+// LoadIdentity returns the stored identity, or ok=false when not enrolled.
+func (s Store) LoadIdentity() (id Identity, caPEM, keyPEM, certPEM []byte, ok bool, err error) {
+	found, err := s.readJSON(fileIdentity, &id)
+	if err != nil || !found {
+		return id, nil, nil, nil, false, err
+	}
+	if caPEM, err = s.read(fileCA); err != nil {
+		return id, nil, nil, nil, false, err
+	}
+	if keyPEM, err = s.read(fileKey); err != nil {
+		return id, nil, nil, nil, false, err
+	}
+	if certPEM, err = s.read(fileCert); err != nil {
+		return id, nil, nil, nil, false, err
+	}
+	return id, caPEM, keyPEM, certPEM, true, nil
+}
+
+// ForgetIdentity removes the identity after the hub revoked it.
+func (s Store) ForgetIdentity() error {
+	for _, f := range []string{fileIdentity, fileCert, fileKey} {
+		if err := os.Remove(s.path(f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// SaveDesired records the last desired state received.
+func (s Store) SaveDesired(d *wire.DesiredState) error { return s.writeJSON(fileDesired, d) }
+
+// SaveApplied records what the agent has done.
+func (s Store) SaveApplied(a Applied) error { return s.writeJSON(fileApplied, a) }
+
+// LoadApplied returns what the agent had done before a restart.
+func (s Store) LoadApplied() (Applied, error) {
+	var a Applied
+	_, err := s.readJSON(fileApplied, &a)
+	return a, err
+}

@@ -1,0 +1,242 @@
+package enrollment
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/big"
+	"regexp"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// SecretType marks enrollment-token Secrets.
+const SecretType corev1.SecretType = "fleet.edgefleet.io/enrollment-token"
+
+// Keys of a token Secret.
+const (
+	KeyTokenID          = "token-id"
+	KeySecretHash       = "token-secret-sha256"
+	KeyExpiration       = "expiration"
+	KeyUsageLimit       = "usage-limit"
+	KeyUsages           = "usages"
+	KeyHostNamespace    = "host-namespace"
+	KeyHostLabels       = "host-labels"
+	KeyApprovalRequired = "approval-required"
+	KeyRevoked          = "revoked"
+	KeyDescription      = "description"
+)
+
+var tokenRE = regexp.MustCompile(`^([a-z0-9]{6})\.([a-z0-9]{16})$`)
+
+// Refusal reasons. Each is what the enrolling agent is told.
+var (
+	ErrMalformed = errors.New("token is malformed: want <id>.<secret> as [a-z0-9]{6}.[a-z0-9]{16}")
+	ErrUnknown   = errors.New("token is unknown")
+	ErrExpired   = errors.New("token has expired")
+	ErrUsedUp    = errors.New("token has reached its usage limit")
+	ErrRevoked   = errors.New("token was revoked")
+)
+
+// SecretName is the name of the Secret that holds token id.
+func SecretName(id string) string { return "fleet-token-" + id }
+
+// Options describe a new token.
+type Options struct {
+	// TTL until expiry; 0 means it never expires (discouraged).
+	TTL time.Duration
+	// UsageLimit is how many hosts may enroll with it; 0 means unlimited.
+	UsageLimit int
+	// HostNamespace is where enrolled EdgeHosts go.
+	HostNamespace string
+	// HostLabels are stamped on every EdgeHost enrolled with it.
+	HostLabels map[string]string
+	// ApprovalRequired holds enrolled hosts until an operator approves them.
+	ApprovalRequired bool
+	// Description is free text for operators.
+	Description string
+}
+
+// Token is a parsed token Secret.
+type Token struct {
+	ID               string
+	Expiration       *time.Time
+	UsageLimit       int
+	Usages           int
+	HostNamespace    string
+	HostLabels       map[string]string
+	ApprovalRequired bool
+	Revoked          bool
+
+	secret *corev1.Secret
+	hash   []byte
+}
+
+// Create makes a token and returns its full "<id>.<secret>" value, the only
+// time the secret half exists outside the host that will use it.
+func Create(ctx context.Context, c client.Client, hubNamespace string, opts Options, now time.Time) (string, *corev1.Secret, error) {
+	if opts.HostNamespace == "" {
+		return "", nil, errors.New("host namespace is required")
+	}
+	for k, v := range opts.HostLabels {
+		if e := validation.IsQualifiedName(k); len(e) > 0 {
+			return "", nil, fmt.Errorf("host label key %q: %s", k, e[0])
+		}
+		if e := validation.IsValidLabelValue(v); len(e) > 0 {
+			return "", nil, fmt.Errorf("host label %s=%q: %s", k, v, e[0])
+		}
+	}
+	id, err := randomString(6)
+	if err != nil {
+		return "", nil, err
+	}
+	secretHalf, err := randomString(16)
+	if err != nil {
+		return "", nil, err
+	}
+	labels, _ := json.Marshal(opts.HostLabels)
+	sum := sha256.Sum256([]byte(secretHalf))
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: SecretName(id), Namespace: hubNamespace,
+			Labels: map[string]string{"fleet.edgefleet.io/token-id": id}},
+		Type: SecretType,
+		StringData: map[string]string{
+			KeyTokenID:          id,
+			KeySecretHash:       hex.EncodeToString(sum[:]),
+			KeyUsageLimit:       strconv.Itoa(opts.UsageLimit),
+			KeyUsages:           "0",
+			KeyHostNamespace:    opts.HostNamespace,
+			KeyHostLabels:       string(labels),
+			KeyApprovalRequired: strconv.FormatBool(opts.ApprovalRequired),
+			KeyDescription:      opts.Description,
+		},
+	}
+	if opts.TTL > 0 {
+		s.StringData[KeyExpiration] = now.Add(opts.TTL).UTC().Format(time.RFC3339)
+	}
+	if err := c.Create(ctx, s); err != nil {
+		return "", nil, fmt.Errorf("creating token Secret: %w", err)
+	}
+	return id + "." + secretHalf, s, nil
+}
+
+// Parse reads a token Secret.
+func Parse(s *corev1.Secret) (*Token, error) {
+	if s.Type != SecretType {
+		return nil, fmt.Errorf("secret %s is of type %s, not %s", s.Name, s.Type, SecretType)
+	}
+	d := func(k string) string { return string(s.Data[k]) }
+	t := &Token{ID: d(KeyTokenID), HostNamespace: d(KeyHostNamespace), secret: s}
+	var err error
+	if t.hash, err = hex.DecodeString(d(KeySecretHash)); err != nil || len(t.hash) != sha256.Size {
+		return nil, fmt.Errorf("secret %s: bad %s", s.Name, KeySecretHash)
+	}
+	if v := d(KeyExpiration); v != "" {
+		exp, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			return nil, fmt.Errorf("secret %s: bad %s: %w", s.Name, KeyExpiration, err)
+		}
+		t.Expiration = &exp
+	}
+	if t.UsageLimit, err = atoi(d(KeyUsageLimit)); err != nil {
+		return nil, fmt.Errorf("secret %s: bad %s: %w", s.Name, KeyUsageLimit, err)
+	}
+	if t.Usages, err = atoi(d(KeyUsages)); err != nil {
+		return nil, fmt.Errorf("secret %s: bad %s: %w", s.Name, KeyUsages, err)
+	}
+	if v := d(KeyHostLabels); v != "" {
+		if err := json.Unmarshal([]byte(v), &t.HostLabels); err != nil {
+			return nil, fmt.Errorf("secret %s: bad %s: %w", s.Name, KeyHostLabels, err)
+		}
+	}
+	t.ApprovalRequired = d(KeyApprovalRequired) == "true"
+	t.Revoked = d(KeyRevoked) == "true"
+	return t, nil
+}
+
+func atoi(s string) (int, error) {
+	if s == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err == nil && n < 0 {
+		err = errors.New("negative")
+	}
+	return n, err
+}
+
+// Authenticate checks a presented token and returns it if it may enroll one
+// more host. reader should not be a cache: a token's use count must be read
+// fresh.
+func Authenticate(ctx context.Context, reader client.Reader, hubNamespace, presented string, now time.Time) (*Token, error) {
+	m := tokenRE.FindStringSubmatch(presented)
+	if m == nil {
+		return nil, ErrMalformed
+	}
+	s := &corev1.Secret{}
+	if err := reader.Get(ctx, client.ObjectKey{Namespace: hubNamespace, Name: SecretName(m[1])}, s); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, ErrUnknown
+		}
+		return nil, fmt.Errorf("reading token: %w", err)
+	}
+	t, err := Parse(s)
+	if err != nil {
+		return nil, fmt.Errorf("%w (%v)", ErrUnknown, err)
+	}
+	sum := sha256.Sum256([]byte(m[2]))
+	if subtle.ConstantTimeCompare(sum[:], t.hash) != 1 || t.ID != m[1] {
+		// Same answer as for an unknown id: do not confirm that an id exists.
+		return nil, ErrUnknown
+	}
+	switch {
+	case t.Revoked:
+		return nil, ErrRevoked
+	case t.Expiration != nil && !now.Before(*t.Expiration):
+		return nil, ErrExpired
+	case t.UsageLimit > 0 && t.Usages >= t.UsageLimit:
+		return nil, ErrUsedUp
+	}
+	return t, nil
+}
+
+// Consume records one use of the token. It is an Update with the
+// resourceVersion read in Authenticate, so two hosts racing for the last use
+// cannot both get it: the loser sees a Conflict and must authenticate again.
+func Consume(ctx context.Context, c client.Client, t *Token) error {
+	s := t.secret.DeepCopy()
+	if s.Data == nil {
+		s.Data = map[string][]byte{}
+	}
+	s.Data[KeyUsages] = []byte(strconv.Itoa(t.Usages + 1))
+	if err := c.Update(ctx, s); err != nil {
+		return fmt.Errorf("recording token use: %w", err)
+	}
+	t.Usages++
+	return nil
+}
+
+const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+func randomString(n int) (string, error) {
+	b := make([]byte, n)
+	for i := range b {
+		k, err := rand.Int(rand.Reader, big.NewInt(int64(len(alphabet))))
+		if err != nil {
+			return "", err
+		}
+		b[i] = alphabet[k.Int64()]
+	}
+	return string(b), nil
+}

@@ -1,0 +1,182 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/gorilla/websocket"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/contract/wire"
+	"github.com/edgefleet/fleet/pkg/pki"
+	"github.com/edgefleet/fleet/pkg/transport"
+)
+
+var upgrader = websocket.Upgrader{
+	HandshakeTimeout: 10 * time.Second,
+	ReadBufferSize:   4 << 10,
+	WriteBufferSize:  4 << 10,
+	// Agents are not browsers and send no Origin. A request that carries
+	// one comes from a browser and is refused (cross-site websocket
+	// hijacking), on top of the client certificate.
+	CheckOrigin: func(r *http.Request) bool { return r.Header.Get("Origin") == "" },
+}
+
+// serveConnect authenticates the client certificate, admits the handshake,
+// upgrades, and runs the session until it ends.
+func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
+	id, err := s.authenticate(r)
+	if err != nil {
+		code, status := "Unauthorized", http.StatusUnauthorized
+		if errors.Is(err, errRevoked) {
+			code, status = string(wire.ErrRevoked), http.StatusForbidden
+			handshakes.WithLabelValues("revoked").Inc()
+		} else {
+			handshakes.WithLabelValues("no_certificate").Inc()
+		}
+		writeError(w, status, code, err.Error())
+		return
+	}
+	select {
+	case s.admission <- struct{}{}:
+	default:
+		handshakes.WithLabelValues("busy").Inc()
+		w.Header().Set("Retry-After", "2")
+		writeError(w, http.StatusServiceUnavailable, "Busy", "too many handshakes in progress; retry later")
+		return
+	}
+	admitted := true
+	release := func() {
+		if admitted {
+			admitted = false
+			<-s.admission
+		}
+	}
+	defer release()
+
+	ws, err := upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		handshakes.WithLabelValues("upgrade_failed").Inc()
+		return
+	}
+	conn := transport.NewConn(ws)
+	mux, err := transport.Server(conn, s.opts.KeepAlive)
+	if err != nil {
+		handshakes.WithLabelValues("upgrade_failed").Inc()
+		_ = conn.Close()
+		return
+	}
+	ss := newSession(s, id, mux)
+	if err := ss.handshake(s.opts.HelloTimeout); err != nil {
+		handshakes.WithLabelValues("bad_hello").Inc()
+		s.log.Info("Rejected session", "EdgeHost", id.String(), "reason", err.Error())
+		ss.close()
+		return
+	}
+	release()
+	handshakes.WithLabelValues("ok").Inc()
+	s.register(ss)
+	ss.run(r.Context())
+	s.unregister(ss)
+}
+
+var errRevoked = errors.New("host identity revoked: its EdgeHost was deleted; enroll again")
+
+// authenticate maps the verified client certificate to a live EdgeHost.
+// The certificate names the EdgeHost down to its uid, so a host deleted and
+// re-created under the same name does not accept the old certificate.
+func (s *Server) authenticate(r *http.Request) (pki.Identity, error) {
+	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 || len(r.TLS.VerifiedChains) == 0 {
+		return pki.Identity{}, errors.New("a client certificate from the hub CA is required; enroll first")
+	}
+	id, err := pki.IdentityFromCert(r.TLS.PeerCertificates[0])
+	if err != nil {
+		return pki.Identity{}, err
+	}
+	host := &infrav1.EdgeHost{}
+	if err := s.client.Get(r.Context(), client.ObjectKey{Namespace: id.Namespace, Name: id.Name}, host); err != nil {
+		if apierrors.IsNotFound(err) {
+			return pki.Identity{}, errRevoked
+		}
+		return pki.Identity{}, fmt.Errorf("looking up EdgeHost %s: %w", id, err)
+	}
+	if string(host.UID) != id.UID || !host.DeletionTimestamp.IsZero() {
+		return pki.Identity{}, errRevoked
+	}
+	return id, nil
+}
+
+func (s *Server) register(ss *session) {
+	s.mu.Lock()
+	old := s.sessions[ss.id.String()]
+	s.sessions[ss.id.String()] = ss
+	s.mu.Unlock()
+	if old != nil {
+		// The agent reconnected before the old session timed out.
+		old.replaced.Store(true)
+		old.close()
+	} else {
+		connectedAgents.Inc()
+	}
+	s.markConnected(context.Background(), ss)
+	ss.kickPush(time.Now())
+}
+
+func (s *Server) unregister(ss *session) {
+	s.mu.Lock()
+	current := s.sessions[ss.id.String()] == ss
+	if current {
+		delete(s.sessions, ss.id.String())
+	}
+	s.mu.Unlock()
+	ss.close()
+	if current {
+		connectedAgents.Dec()
+		s.markDisconnected(context.Background(), ss)
+	}
+}
+
+func (s *Server) sessionFor(namespace, name string) *session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sessions[namespace+"/"+name]
+}
+
+// hostChanged pushes the new desired state to the host's session, if any.
+func (s *Server) hostChanged(obj any) {
+	h, ok := obj.(*infrav1.EdgeHost)
+	if !ok {
+		return
+	}
+	ss := s.sessionFor(h.Namespace, h.Name)
+	if ss == nil {
+		return
+	}
+	if string(h.UID) != ss.id.UID || !h.DeletionTimestamp.IsZero() {
+		ss.revoke()
+		return
+	}
+	ss.kickPush(time.Now())
+}
+
+// hostDeleted cuts a deleted host off.
+func (s *Server) hostDeleted(obj any) {
+	h, ok := obj.(*infrav1.EdgeHost)
+	if !ok {
+		if tomb, isTomb := obj.(toolscache.DeletedFinalStateUnknown); isTomb {
+			h, ok = tomb.Obj.(*infrav1.EdgeHost)
+		}
+		if !ok {
+			return
+		}
+	}
+	if ss := s.sessionFor(h.Namespace, h.Name); ss != nil {
+		ss.revoke()
+	}
+}

@@ -1,0 +1,16 @@
+// Package gateway is the hub's door for edge agents. It runs on every hub
+// replica (not only the leader) and serves, over TLS with a certificate from
+// the hub CA:
+//
+//	GET  /v1/ca       the CA bundle agents pin (public)
+//	POST /v1/enroll   token + CSR → EdgeHost + client certificate
+//	GET  /v1/connect  the session: a websocket, authenticated by the client
+//	                  certificate before the upgrade, multiplexed with yamux
+//
+// Over a session the hub pushes the host's full desired state on connect and
+// whenever it changes (from the informer cache), and writes what the agent
+// reports into EdgeHost status only when it changed. Connectivity is judged
+// by the hub's clock: AgentConnected changes only on transitions and
+// lastSeenTime is refreshed coarsely, so an idle fleet costs the API server
+// no writes per heartbeat.
+package gateway

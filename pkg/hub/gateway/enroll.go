@@ -1,0 +1,205 @@
+package gateway
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/contract/wire"
+	"github.com/edgefleet/fleet/pkg/hub/enrollment"
+	"github.com/edgefleet/fleet/pkg/pki"
+)
+
+// Labels the gateway puts on enrolled hosts.
+const (
+	// TokenIDLabel records which token enrolled a host.
+	TokenIDLabel = "fleet.edgefleet.io/token-id"
+)
+
+// httpError is the JSON body of every refusal.
+type httpError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(httpError{Code: code, Message: msg})
+}
+
+var tokenRefusals = []struct {
+	err    error
+	result string
+}{
+	{enrollment.ErrMalformed, "malformed"},
+	{enrollment.ErrUnknown, "unknown"},
+	{enrollment.ErrExpired, "expired"},
+	{enrollment.ErrUsedUp, "used_up"},
+	{enrollment.ErrRevoked, "revoked"},
+}
+
+func (s *Server) serveEnroll(w http.ResponseWriter, r *http.Request) {
+	if !s.enrollLim.Allow() {
+		enrollments.WithLabelValues("rate_limited").Inc()
+		w.Header().Set("Retry-After", "5")
+		writeError(w, http.StatusTooManyRequests, "RateLimited", "too many enrollments; retry later")
+		return
+	}
+	var req wire.EnrollRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, wire.MaxEnrollRequestSize))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		enrollments.WithLabelValues("bad_request").Inc()
+		writeError(w, http.StatusBadRequest, "BadRequest", "enrollment request: "+err.Error())
+		return
+	}
+	if req.Facts.Hostname == "" || req.Facts.MachineID == "" || len(req.CSR) == 0 {
+		enrollments.WithLabelValues("bad_request").Inc()
+		writeError(w, http.StatusBadRequest, "BadRequest", "enrollment request needs facts.hostname, facts.machineID and csr")
+		return
+	}
+	resp, status, code, err := s.enroll(r.Context(), &req)
+	if err != nil {
+		result := "error"
+		for _, tr := range tokenRefusals {
+			if errors.Is(err, tr.err) {
+				result = tr.result
+			}
+		}
+		if status == http.StatusBadRequest {
+			result = "bad_request"
+		}
+		enrollments.WithLabelValues(result).Inc()
+		// The token's secret half is never logged; its id is public.
+		s.log.Info("Refused enrollment", "reason", err.Error(), "hostname", req.Facts.Hostname,
+			"tokenID", tokenID(req.Token), "remote", r.RemoteAddr)
+		writeError(w, status, code, err.Error())
+		return
+	}
+	enrollments.WithLabelValues("ok").Inc()
+	s.log.Info("Enrolled host", "EdgeHost", resp.Namespace+"/"+resp.Host, "tokenID", tokenID(req.Token))
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(resp)
+}
+
+func tokenID(token string) string {
+	id, _, _ := strings.Cut(token, ".")
+	if len(id) > 6 {
+		id = id[:6]
+	}
+	return id
+}
+
+func (s *Server) enroll(ctx context.Context, req *wire.EnrollRequest) (*wire.EnrollResponse, int, string, error) {
+	var tok *enrollment.Token
+	for attempt := 0; ; attempt++ {
+		var err error
+		tok, err = enrollment.Authenticate(ctx, s.apiReader, s.opts.HubNamespace, req.Token, time.Now())
+		if err != nil {
+			for _, tr := range tokenRefusals {
+				if errors.Is(err, tr.err) {
+					return nil, http.StatusUnauthorized, "TokenRefused", err
+				}
+			}
+			return nil, http.StatusInternalServerError, "Internal", err
+		}
+		err = enrollment.Consume(ctx, s.client, tok)
+		if err == nil {
+			break
+		}
+		if !apierrors.IsConflict(err) || attempt == 3 {
+			return nil, http.StatusInternalServerError, "Internal", err
+		}
+	}
+	host, err := s.ensureHost(ctx, tok, req)
+	if err != nil {
+		if errors.Is(err, errBadHostname) {
+			return nil, http.StatusBadRequest, "BadRequest", err
+		}
+		return nil, http.StatusInternalServerError, "Internal", err
+	}
+	id := pki.Identity{Namespace: host.Namespace, Name: host.Name, UID: string(host.UID)}
+	cert, err := s.ca.SignClient(req.CSR, id, s.opts.ClientCertValidity)
+	if err != nil {
+		return nil, http.StatusBadRequest, "BadRequest", fmt.Errorf("csr refused: %w", err)
+	}
+	return &wire.EnrollResponse{Namespace: host.Namespace, Host: host.Name, UID: host.UID, Certificate: cert}, http.StatusOK, "", nil
+}
+
+var errBadHostname = errors.New("hostname cannot be made into an EdgeHost name")
+
+var invalidNameChars = regexp.MustCompile(`[^a-z0-9-]+`)
+
+// hostName turns a hostname into a DNS-1123 label.
+func hostName(hostname string) string {
+	n := invalidNameChars.ReplaceAllString(strings.ToLower(hostname), "-")
+	n = strings.Trim(n, "-")
+	if len(n) > 50 {
+		n = strings.Trim(n[:50], "-")
+	}
+	return n
+}
+
+// ensureHost creates the EdgeHost for an enrolling machine, or finds the
+// one it had (same machine-id: a re-enrollment). Two machines with the same
+// hostname get distinct names.
+func (s *Server) ensureHost(ctx context.Context, tok *enrollment.Token, req *wire.EnrollRequest) (*infrav1.EdgeHost, error) {
+	base := hostName(req.Facts.Hostname)
+	if base == "" {
+		return nil, fmt.Errorf("%w: %q", errBadHostname, req.Facts.Hostname)
+	}
+	sum := sha256.Sum256([]byte(req.Facts.MachineID))
+	candidates := []string{base, base + "-" + hex.EncodeToString(sum[:3])}
+	for _, name := range candidates {
+		existing := &infrav1.EdgeHost{}
+		err := s.apiReader.Get(ctx, client.ObjectKey{Namespace: tok.HostNamespace, Name: name}, existing)
+		if err == nil {
+			if existing.Status.Facts.MachineID == req.Facts.MachineID && existing.DeletionTimestamp.IsZero() {
+				return existing, s.reportFacts(ctx, existing, req)
+			}
+			continue
+		}
+		if !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("looking up EdgeHost %s: %w", name, err)
+		}
+		labels := map[string]string{TokenIDLabel: tok.ID}
+		for k, v := range tok.HostLabels {
+			labels[k] = v
+		}
+		if tok.ApprovalRequired {
+			labels[infrav1.ApprovalLabel] = infrav1.ApprovalPending
+		}
+		h := &infrav1.EdgeHost{ObjectMeta: metav1.ObjectMeta{Namespace: tok.HostNamespace, Name: name, Labels: labels}}
+		if err := s.client.Create(ctx, h); err != nil {
+			if apierrors.IsAlreadyExists(err) {
+				continue
+			}
+			return nil, fmt.Errorf("creating EdgeHost %s: %w", name, err)
+		}
+		return h, s.reportFacts(ctx, h, req)
+	}
+	return nil, fmt.Errorf("EdgeHosts %v already belong to other machines", candidates)
+}
+
+func (s *Server) reportFacts(ctx context.Context, h *infrav1.EdgeHost, req *wire.EnrollRequest) error {
+	patch := client.MergeFrom(h.DeepCopy())
+	h.Status.Facts = req.Facts
+	h.Status.Addresses = req.Addresses
+	if err := s.client.Status().Patch(ctx, h, patch); err != nil {
+		return fmt.Errorf("recording facts of EdgeHost %s: %w", h.Name, err)
+	}
+	return nil
+}

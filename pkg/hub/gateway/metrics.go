@@ -1,0 +1,42 @@
+package gateway
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+var (
+	connectedAgents = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "fleet_gateway_connected_agents",
+		Help: "Agents with an open session on this hub replica.",
+	})
+	handshakes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fleet_gateway_handshakes_total",
+		Help: "Session handshakes by result (ok, no_certificate, revoked, busy, upgrade_failed, bad_hello).",
+	}, []string{"result"})
+	enrollments = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fleet_gateway_enrollments_total",
+		Help: "Enrollment attempts by result (ok, malformed, unknown, expired, used_up, revoked, rate_limited, bad_request, error).",
+	}, []string{"result"})
+	messages = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fleet_gateway_messages_total",
+		Help: "Protocol messages by direction (in, out) and type.",
+	}, []string{"direction", "type"})
+	rejectedFrames = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fleet_gateway_rejected_frames_total",
+		Help: "Frames rejected by reason (error code).",
+	}, []string{"reason"})
+	pushLatency = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "fleet_gateway_push_latency_seconds",
+		Help:    "Time from a change seen in the informer to the desired state written to the agent's session.",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+	})
+	statusWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fleet_gateway_status_writes_total",
+		Help: "EdgeHost status writes by cause (report, connected, disconnected, last_seen).",
+	}, []string{"cause"})
+)
+
+func init() {
+	metrics.Registry.MustRegister(connectedAgents, handshakes, enrollments, messages, rejectedFrames, pushLatency, statusWrites)
+}

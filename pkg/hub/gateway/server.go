@@ -1,0 +1,216 @@
+package gateway
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"golang.org/x/time/rate"
+	toolscache "k8s.io/client-go/tools/cache"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/contract/wire"
+	"github.com/edgefleet/fleet/pkg/pki"
+	"github.com/edgefleet/fleet/pkg/transport"
+)
+
+// Options configure the gateway.
+type Options struct {
+	// Addr to listen on, e.g. ":8443" or "127.0.0.1:0".
+	Addr string
+	// HubNamespace holds the hub CA Secret and the enrollment tokens.
+	HubNamespace string
+	// CASecretName is the Secret that keeps the hub CA.
+	CASecretName string
+	// DNSNames and IPs go into the serving certificate; agents dial one of them.
+	DNSNames []string
+	IPs      []net.IP
+	// ClientCertValidity is the lifetime of host certificates.
+	ClientCertValidity time.Duration
+	// MaxConcurrentHandshakes admits at most this many session handshakes at
+	// once; the rest are told to come back later (503, Retry-After).
+	MaxConcurrentHandshakes int
+	// EnrollRate and EnrollBurst limit enrollments across all callers.
+	EnrollRate  rate.Limit
+	EnrollBurst int
+	// LastSeenInterval is how often lastSeenTime is refreshed for a
+	// connected agent: the only write an idle agent costs.
+	LastSeenInterval time.Duration
+	// KeepAlive is the session ping interval.
+	KeepAlive time.Duration
+	// HelloTimeout bounds the handshake after the upgrade.
+	HelloTimeout time.Duration
+	// ReplicaName names this replica in conditions and logs.
+	ReplicaName string
+}
+
+// Defaults fills unset options.
+func (o *Options) Defaults() {
+	if o.CASecretName == "" {
+		o.CASecretName = "fleet-hub-ca"
+	}
+	if o.ClientCertValidity == 0 {
+		o.ClientCertValidity = 90 * 24 * time.Hour
+	}
+	if o.MaxConcurrentHandshakes == 0 {
+		o.MaxConcurrentHandshakes = 256
+	}
+	if o.EnrollRate == 0 {
+		o.EnrollRate, o.EnrollBurst = 20, 50
+	}
+	if o.LastSeenInterval == 0 {
+		o.LastSeenInterval = 5 * time.Minute
+	}
+	if o.KeepAlive == 0 {
+		o.KeepAlive = transport.KeepAliveInterval
+	}
+	if o.HelloTimeout == 0 {
+		o.HelloTimeout = 10 * time.Second
+	}
+	if o.ReplicaName == "" {
+		o.ReplicaName = "fleet-hub"
+	}
+}
+
+// Server is the gateway. Add it to a manager with Setup.
+type Server struct {
+	opts Options
+	// client reads EdgeHosts from the informer cache and writes through
+	// the API server.
+	client client.Client
+	// apiReader reads what is not cached: tokens and bootstrap Secrets.
+	apiReader client.Reader
+	log       logr.Logger
+
+	ca        *pki.CA
+	enrollLim *rate.Limiter
+	admission chan struct{}
+
+	mu       sync.Mutex
+	sessions map[string]*session // by "namespace/name"
+	listener net.Listener
+	ready    chan struct{}
+}
+
+// Setup creates the gateway and adds it to mgr as a runnable on every
+// replica. It watches EdgeHosts through mgr's cache.
+func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Server, error) {
+	opts.Defaults()
+	if opts.HubNamespace == "" {
+		return nil, errors.New("gateway: HubNamespace is required")
+	}
+	s := &Server{
+		opts:      opts,
+		client:    mgr.GetClient(),
+		apiReader: mgr.GetAPIReader(),
+		log:       ctrl.Log.WithName("gateway"),
+		enrollLim: rate.NewLimiter(opts.EnrollRate, opts.EnrollBurst),
+		admission: make(chan struct{}, opts.MaxConcurrentHandshakes),
+		sessions:  map[string]*session{},
+		ready:     make(chan struct{}),
+	}
+	inf, err := mgr.GetCache().GetInformer(ctx, &infrav1.EdgeHost{})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: EdgeHost informer: %w", err)
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, obj any) { s.hostChanged(obj) },
+		DeleteFunc: func(obj any) { s.hostDeleted(obj) },
+	}); err != nil {
+		return nil, fmt.Errorf("gateway: EdgeHost event handler: %w", err)
+	}
+	if err := mgr.Add(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// NeedLeaderElection is false: every replica serves agents.
+func (s *Server) NeedLeaderElection() bool { return false }
+
+// Ready is closed once the gateway listens.
+func (s *Server) Ready() <-chan struct{} { return s.ready }
+
+// Addr is the address the gateway listens on, once Ready.
+func (s *Server) Addr() string { return s.listener.Addr().String() }
+
+// CA is the hub CA, once Ready.
+func (s *Server) CA() *pki.CA { return s.ca }
+
+// Start serves until ctx ends, then closes every session.
+func (s *Server) Start(ctx context.Context) error {
+	ca, err := EnsureCA(ctx, s.client, s.apiReader, s.opts.HubNamespace, s.opts.CASecretName)
+	if err != nil {
+		return err
+	}
+	s.ca = ca
+	serving, err := ca.ServingCertificate(s.opts.DNSNames, s.opts.IPs, 365*24*time.Hour)
+	if err != nil {
+		return err
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.Cert)
+	tlsCfg := &tls.Config{
+		MinVersion:   tls.VersionTLS12,
+		Certificates: []tls.Certificate{serving},
+		// /v1/ca and /v1/enroll are for hosts without a certificate yet;
+		// /v1/connect insists on one (checked before the upgrade).
+		ClientAuth: tls.VerifyClientCertIfGiven,
+		ClientCAs:  pool,
+		NextProtos: []string{"http/1.1"},
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+wire.PathCA, s.serveCA)
+	mux.HandleFunc("POST "+wire.PathEnroll, s.serveEnroll)
+	mux.HandleFunc("GET "+wire.PathConnect, s.serveConnect)
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		IdleTimeout:       90 * time.Second,
+		MaxHeaderBytes:    16 << 10,
+		ErrorLog:          nil,
+	}
+	ln, err := net.Listen("tcp", s.opts.Addr)
+	if err != nil {
+		return fmt.Errorf("gateway: listening on %s: %w", s.opts.Addr, err)
+	}
+	s.listener = ln
+	close(s.ready)
+	s.log.Info("Serving agents", "addr", ln.Addr().String(), "caPin", ca.Pin())
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(tls.NewListener(ln, tlsCfg)) }()
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		return fmt.Errorf("gateway: serving: %w", err)
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(shutdownCtx)
+	s.mu.Lock()
+	all := make([]*session, 0, len(s.sessions))
+	for _, ss := range s.sessions {
+		all = append(all, ss)
+	}
+	s.mu.Unlock()
+	for _, ss := range all {
+		ss.close()
+	}
+	return nil
+}
+
+func (s *Server) serveCA(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/x-pem-file")
+	_, _ = w.Write(s.ca.CertPEM)
+}

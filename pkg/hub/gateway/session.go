@@ -1,0 +1,248 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/yamux"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/contract/wire"
+	"github.com/edgefleet/fleet/pkg/pki"
+	"github.com/edgefleet/fleet/pkg/transport"
+)
+
+// session is one agent's connection on this replica.
+type session struct {
+	srv *Server
+	id  pki.Identity
+	mux *yamux.Session
+
+	ctrl    net.Conn // the control stream, opened by the agent
+	writeMu sync.Mutex
+
+	pushCh   chan time.Time
+	done     chan struct{}
+	once     sync.Once
+	replaced atomic.Bool
+
+	hello wire.Hello
+
+	// Touched only by the pusher goroutine.
+	lastPushed *wire.DesiredState
+	// Touched only by the reader goroutine.
+	lastStatus *wire.Status
+}
+
+func newSession(s *Server, id pki.Identity, mux *yamux.Session) *session {
+	return &session{srv: s, id: id, mux: mux, pushCh: make(chan time.Time, 1), done: make(chan struct{})}
+}
+
+// handshake waits for the control stream and the agent's Hello, and checks
+// that the Hello is about the certificate's host.
+func (ss *session) handshake(timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	stream, err := ss.mux.AcceptStreamWithContext(ctx)
+	if err != nil {
+		return fmt.Errorf("waiting for the control stream: %w", err)
+	}
+	ss.ctrl = stream
+	_ = stream.SetReadDeadline(time.Now().Add(timeout))
+	msg, err := ss.read()
+	if err != nil {
+		return err
+	}
+	hello, ok := msg.(*wire.Hello)
+	if !ok {
+		ss.fail(&wire.Error{Code: wire.ErrUnexpected, Message: "the first message must be Hello"})
+		return errors.New("first message is not Hello")
+	}
+	if hello.Host != ss.id.Name {
+		ss.fail(&wire.Error{Code: wire.ErrForbidden,
+			Message: fmt.Sprintf("this certificate belongs to EdgeHost %s, not %q", ss.id.Name, hello.Host)})
+		return fmt.Errorf("hello for %q on a certificate of %s", hello.Host, ss.id)
+	}
+	ss.hello = *hello
+	_ = stream.SetReadDeadline(time.Time{})
+	return nil
+}
+
+// read reads and decodes one frame, counting and answering what is wrong.
+func (ss *session) read() (any, error) {
+	frame, err := wire.ReadFrame(ss.ctrl, wire.MaxFrameSize)
+	if err != nil {
+		if errors.Is(err, wire.ErrTooLarge) {
+			rejectedFrames.WithLabelValues(string(wire.ErrFrameTooLarge)).Inc()
+			ss.fail(&wire.Error{Code: wire.ErrFrameTooLarge, Message: err.Error()})
+		}
+		return nil, err
+	}
+	msg, err := wire.Decode(frame)
+	if err != nil {
+		var we *wire.Error
+		if errors.As(err, &we) {
+			rejectedFrames.WithLabelValues(string(we.Code)).Inc()
+			ss.fail(we)
+		}
+		return nil, err
+	}
+	messages.WithLabelValues("in", typeName(msg)).Inc()
+	return msg, nil
+}
+
+func typeName(msg any) string {
+	switch msg.(type) {
+	case *wire.Hello:
+		return string(wire.TypeHello)
+	case *wire.Status:
+		return string(wire.TypeStatus)
+	case *wire.CertificateRequest:
+		return string(wire.TypeCertificateRequest)
+	case *wire.DesiredState:
+		return string(wire.TypeDesiredState)
+	case *wire.Certificate:
+		return string(wire.TypeCertificate)
+	case *wire.Error:
+		return string(wire.TypeError)
+	}
+	return "unknown"
+}
+
+// send writes one message; writes are serialised and bounded in time.
+func (ss *session) send(msg any) error {
+	frame, err := wire.Encode(msg)
+	if err != nil {
+		return err
+	}
+	ss.writeMu.Lock()
+	defer ss.writeMu.Unlock()
+	_ = ss.ctrl.SetWriteDeadline(time.Now().Add(transport.WriteTimeout))
+	if err := wire.WriteFrame(ss.ctrl, frame); err != nil {
+		return err
+	}
+	messages.WithLabelValues("out", typeName(msg)).Inc()
+	return nil
+}
+
+// fail tells the agent why the session ends.
+func (ss *session) fail(e *wire.Error) {
+	if ss.ctrl != nil {
+		_ = ss.send(e)
+	}
+}
+
+func (ss *session) revoke() {
+	ss.fail(&wire.Error{Code: wire.ErrRevoked, Message: errRevoked.Error()})
+	ss.close()
+}
+
+func (ss *session) close() {
+	ss.once.Do(func() {
+		close(ss.done)
+		_ = ss.mux.Close()
+	})
+}
+
+// kickPush asks the pusher to (re)compute and send the desired state.
+func (ss *session) kickPush(seen time.Time) {
+	select {
+	case ss.pushCh <- seen:
+	default: // a push is already pending; it will see the latest state
+	}
+}
+
+// run serves the session until the agent goes away or the hub closes it.
+func (ss *session) run(ctx context.Context) {
+	go ss.pusher()
+	go ss.lastSeenLoop()
+	defer ss.close()
+	for {
+		msg, err := ss.read()
+		if err != nil {
+			return
+		}
+		switch m := msg.(type) {
+		case *wire.Status:
+			if err := ss.srv.recordStatus(ctx, ss, m); err != nil {
+				ss.srv.log.Error(err, "Recording agent status", "EdgeHost", ss.id.String())
+			}
+		case *wire.CertificateRequest:
+			cert, err := ss.srv.ca.SignClient(m.CSR, ss.id, ss.srv.opts.ClientCertValidity)
+			if err != nil {
+				_ = ss.send(&wire.Error{Code: wire.ErrRejected, Message: "certificate request refused: " + err.Error()})
+				continue
+			}
+			if err := ss.send(&wire.Certificate{Certificate: cert}); err != nil {
+				return
+			}
+		default:
+			rejectedFrames.WithLabelValues(string(wire.ErrUnexpected)).Inc()
+			ss.fail(&wire.Error{Code: wire.ErrUnexpected, Message: fmt.Sprintf("%s is not expected from an agent here", typeName(msg))})
+			return
+		}
+	}
+}
+
+// pusher sends the desired state whenever it changes. Pushes are computed
+// from the informer cache, so a change costs no API read, except for the
+// bootstrap data, read once per new assignment.
+func (ss *session) pusher() {
+	for {
+		select {
+		case <-ss.done:
+			return
+		case seen := <-ss.pushCh:
+			host := &infrav1.EdgeHost{}
+			if err := ss.srv.client.Get(context.Background(), client.ObjectKey{Namespace: ss.id.Namespace, Name: ss.id.Name}, host); err != nil {
+				continue
+			}
+			if ss.lastPushed != nil && sameIntent(ss.lastPushed, host) {
+				continue
+			}
+			desired, err := ss.srv.desiredFor(context.Background(), host)
+			if err != nil {
+				ss.srv.log.Error(err, "Computing desired state", "EdgeHost", ss.id.String())
+				continue
+			}
+			if ss.lastPushed != nil && equality.Semantic.DeepEqual(ss.lastPushed, desired) {
+				continue
+			}
+			if err := ss.send(desired); err != nil {
+				ss.close()
+				return
+			}
+			pushLatency.Observe(time.Since(seen).Seconds())
+			ss.lastPushed = desired
+		}
+	}
+}
+
+// sameIntent tells, without reading the bootstrap Secret, that the host
+// still wants what was last pushed (the common case: a status-only update).
+func sameIntent(last *wire.DesiredState, h *infrav1.EdgeHost) bool {
+	if last.Generation != h.Generation {
+		return false
+	}
+	return last.Deprovision == wantsDeprovision(h) && (last.Assignment != nil) == (h.Spec.ClaimRef != nil)
+}
+
+func (ss *session) lastSeenLoop() {
+	t := time.NewTicker(ss.srv.opts.LastSeenInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ss.done:
+			return
+		case <-t.C:
+			ss.srv.touchLastSeen(context.Background(), ss)
+		}
+	}
+}

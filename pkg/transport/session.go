@@ -1,0 +1,44 @@
+package transport
+
+import (
+	"io"
+	"net"
+	"time"
+
+	"github.com/hashicorp/yamux"
+)
+
+// Settings shared by both ends of a session.
+const (
+	// KeepAliveInterval is how often yamux pings; a missed answer within
+	// WriteTimeout closes the session, so a dead link is noticed in about
+	// KeepAliveInterval+WriteTimeout even when nothing else is sent.
+	KeepAliveInterval = 15 * time.Second
+	// WriteTimeout bounds every write, so a peer that stops reading cannot
+	// hold a writer forever.
+	WriteTimeout = 10 * time.Second
+	// MaxStreams bounds the streams one peer may have open at once.
+	MaxStreams = 64
+)
+
+func config(keepAlive time.Duration) *yamux.Config {
+	c := yamux.DefaultConfig()
+	c.EnableKeepAlive = true
+	c.KeepAliveInterval = keepAlive
+	c.ConnectionWriteTimeout = WriteTimeout
+	c.StreamOpenTimeout = WriteTimeout
+	c.StreamCloseTimeout = WriteTimeout
+	c.AcceptBacklog = MaxStreams
+	c.LogOutput = io.Discard
+	return c
+}
+
+// Server runs the hub's end of a session over conn.
+func Server(conn net.Conn, keepAlive time.Duration) (*yamux.Session, error) {
+	return yamux.Server(conn, config(keepAlive))
+}
+
+// Client runs the agent's end of a session over conn.
+func Client(conn net.Conn, keepAlive time.Duration) (*yamux.Session, error) {
+	return yamux.Client(conn, config(keepAlive))
+}
