@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
+
 	"github.com/edgefleet/fleet/pkg/contract/wire"
 	"github.com/edgefleet/fleet/pkg/pki"
 )
@@ -140,4 +142,11 @@ func serverName(hub string) string {
 		h = h[:i]
 	}
 	return strings.Trim(h, "[]")
+}
+
+// EnrollOnce enrolls the host described by cfg and stores its identity,
+// without starting a session (`fleet-agent enroll`, image bakers, tests).
+func EnrollOnce(ctx context.Context, cfg Config) error {
+	a := New(cfg, Unavailable{}, logr.Discard())
+	return a.enroll(ctx)
 }

@@ -1,0 +1,128 @@
+package gateway_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/edgefleet/fleet/pkg/agent"
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/hub/enrollment"
+)
+
+// A new agent with a valid token and pin gets an EdgeHost with its facts
+// and the token's labels, and a certificate; a restart resumes without a
+// new enrollment.
+func TestEnrollAndResume(t *testing.T) {
+	ns := newNamespace(t)
+	h := startHub(t, hubOptions{ns: ns})
+	tok := newToken(t, ns, enrollment.Options{HostLabels: map[string]string{"site": "store-17", infrav1.ZoneLabel: "eu-1"}})
+	e := newEdge(t, "store-17-pos", h.url, h.srv.CA().Pin(), tok).start()
+
+	eventually(t, "EdgeHost enrolled and connected", func() error {
+		host, err := getHost(ns, "store-17-pos")
+		if err != nil {
+			return err
+		}
+		if host.Labels["site"] != "store-17" || host.Labels[infrav1.ZoneLabel] != "eu-1" {
+			return fmt.Errorf("labels %v", host.Labels)
+		}
+		if host.Status.Facts.OS != "Test Linux 1" || host.Status.Facts.MachineID == "" || host.Status.Facts.AgentVersion == "" {
+			return fmt.Errorf("facts %+v", host.Status.Facts)
+		}
+		if s, err := connectedStatus(ns, "store-17-pos"); err != nil || s != "True" {
+			return fmt.Errorf("AgentConnected %s %v", s, err)
+		}
+		return nil
+	})
+	if e.agent.Enrollments() != 1 {
+		t.Fatalf("enrollments %d", e.agent.Enrollments())
+	}
+
+	// Restart: the same state directory, a new process.
+	e.stop()
+	e.start()
+	eventually(t, "restarted agent connected", func() error {
+		if !e.agent.Connected() {
+			return errors.New("not connected")
+		}
+		return nil
+	})
+	if n := e.agent.Enrollments(); n != 0 {
+		t.Errorf("restarted agent enrolled %d times, want 0 (resume with stored identity)", n)
+	}
+	hosts := &infrav1.EdgeHostList{}
+	must(t, env.Client.List(context.Background(), hosts, client.InNamespace(ns)))
+	if len(hosts.Items) != 1 {
+		t.Errorf("%d EdgeHosts after restart, want 1", len(hosts.Items))
+	}
+}
+
+// A wrong pin means the token is never sent; every bad token is refused
+// with a clear reason and creates nothing.
+func TestEnrollmentRefusals(t *testing.T) {
+	ns := newNamespace(t)
+	h := startHub(t, hubOptions{ns: ns})
+	pin := h.srv.CA().Pin()
+	ctx := context.Background()
+
+	good := newToken(t, ns, enrollment.Options{})
+	wrongPin := "sha256:" + fmt.Sprintf("%064x", 42)
+	e := newEdge(t, "pinned", h.url, wrongPin, good)
+	err := agent.EnrollOnce(ctx, e.cfg)
+	if !errors.Is(err, agent.ErrPinMismatch) {
+		t.Fatalf("wrong pin: %v, want ErrPinMismatch", err)
+	}
+	if tk, err := enrollment.Authenticate(ctx, env.Client, ns, good, time.Now()); err != nil || tk.Usages != 0 {
+		t.Fatalf("the token reached the hub despite the wrong pin: usages %v err %v", tk, err)
+	}
+
+	expired := newToken(t, ns, enrollment.Options{TTL: time.Nanosecond})
+	usedUp := newToken(t, ns, enrollment.Options{UsageLimit: 1})
+	must(t, agent.EnrollOnce(ctx, newEdge(t, "first", h.url, pin, usedUp).cfg))
+	revoked := newToken(t, ns, enrollment.Options{})
+	sec := &corev1.Secret{}
+	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: enrollment.SecretName(revoked[:6])}, sec))
+	sec.Data[enrollment.KeyRevoked] = []byte("true")
+	must(t, env.Client.Update(ctx, sec))
+	unknown := "abcdef.0123456789abcdef"
+	wrongSecret := good[:7] + "0000000000000000"
+
+	for _, tc := range []struct {
+		name, token, want string
+	}{
+		{"expired", expired, "token has expired"},
+		{"used up", usedUp, "token has reached its usage limit"},
+		{"revoked", revoked, "token was revoked"},
+		{"unknown", unknown, "token is unknown"},
+		{"wrong secret", wrongSecret, "token is unknown"},
+		{"malformed", "not-a-token", "token is malformed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := agent.EnrollOnce(ctx, newEdge(t, "h-"+tc.name[:3], h.url, pin, tc.token).cfg)
+			var ee *agent.EnrollError
+			if !errors.As(err, &ee) || ee.Code != "TokenRefused" || !strings.HasPrefix(ee.Message, tc.want) {
+				t.Fatalf("enroll with %s token: %v, want TokenRefused %q", tc.name, err, tc.want)
+			}
+		})
+	}
+	hosts := &infrav1.EdgeHostList{}
+	must(t, env.Client.List(ctx, hosts, client.InNamespace(ns)))
+	if len(hosts.Items) != 1 || hosts.Items[0].Name != "first" {
+		t.Errorf("EdgeHosts %v, want only the one valid enrollment", names(hosts.Items))
+	}
+}
+
+func names(hs []infrav1.EdgeHost) []string {
+	var out []string
+	for _, h := range hs {
+		out = append(out, h.Name)
+	}
+	return out
+}

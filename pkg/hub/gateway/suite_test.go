@@ -1,0 +1,305 @@
+package gateway_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/edgefleet/fleet/internal/testenv"
+	"github.com/edgefleet/fleet/pkg/agent"
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	hubcontrollers "github.com/edgefleet/fleet/pkg/hub/controllers"
+	"github.com/edgefleet/fleet/pkg/hub/enrollment"
+	"github.com/edgefleet/fleet/pkg/hub/gateway"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) {
+	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.Level(zapLevel())))
+	var err error
+	env, err = testenv.Start(context.Background(), testenv.Options{APIServerOnly: true})
+	if err != nil {
+		if errors.Is(err, testenv.ErrNoAssets) && os.Getenv("CI") != "true" {
+			fmt.Fprintf(os.Stderr, "SKIP: %v\n", err)
+			os.Exit(0)
+		}
+		fmt.Fprintf(os.Stderr, "FAIL: starting test environment: %v\n", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = env.Stop()
+	os.Exit(code)
+}
+
+const waitTimeout = 60 * time.Second
+
+func eventually(t *testing.T, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still not true after %s: %v", what, waitTimeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// writeCounter counts the requests that change something, across every
+// client built from the hub's rest config.
+type writeCounter struct {
+	writes atomic.Int64
+}
+
+type countingTransport struct {
+	rt http.RoundTripper
+	c  *writeCounter
+}
+
+func (t countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		t.c.writes.Add(1)
+	}
+	return t.rt.RoundTrip(r)
+}
+
+// hub is one running hub replica: gateway plus reconcilers.
+type hub struct {
+	srv    *gateway.Server
+	url    string
+	writes *writeCounter
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+type hubOptions struct {
+	addr       string
+	ns         string
+	certValid  time.Duration
+	handshakes int
+	lastSeen   time.Duration
+}
+
+func startHub(t *testing.T, o hubOptions) *hub {
+	t.Helper()
+	if o.addr == "" {
+		o.addr = freeAddr(t)
+	}
+	h := &hub{done: make(chan struct{}), writes: &writeCounter{}}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countingTransport{rt: rt, c: h.writes} })
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:  env.Scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"},
+		Logger:  logr.Discard(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	if err := hubcontrollers.Setup(ctx, mgr, hubcontrollers.Options{SkipNameValidation: true}); err != nil {
+		t.Fatal(err)
+	}
+	h.srv, err = gateway.Setup(ctx, mgr, gateway.Options{
+		Addr: o.addr, HubNamespace: o.ns, IPs: []net.IP{net.ParseIP("127.0.0.1")},
+		ClientCertValidity: o.certValid, MaxConcurrentHandshakes: o.handshakes,
+		LastSeenInterval: o.lastSeen, KeepAlive: 2 * time.Second, HelloTimeout: 2 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(h.done)
+		if err := mgr.Start(ctx); err != nil {
+			t.Errorf("hub manager: %v", err)
+		}
+	}()
+	select {
+	case <-h.srv.Ready():
+	case <-time.After(waitTimeout):
+		t.Fatal("gateway did not start")
+	}
+	h.url = "https://" + h.srv.Addr()
+	t.Cleanup(h.stop)
+	return h
+}
+
+func (h *hub) stop() {
+	h.cancel()
+	<-h.done
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// newNamespace makes a namespace for the test's hosts and hub objects.
+func newNamespace(t *testing.T) string {
+	t.Helper()
+	ns, err := env.CreateNamespace(context.Background(), "gw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns
+}
+
+func newToken(t *testing.T, ns string, opts enrollment.Options) string {
+	t.Helper()
+	if opts.HostNamespace == "" {
+		opts.HostNamespace = ns
+	}
+	if opts.TTL == 0 {
+		opts.TTL = time.Hour
+	}
+	tok, _, err := enrollment.Create(context.Background(), env.Client, ns, opts, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// edge is one simulated edge machine: a sandbox root and a state dir.
+type edge struct {
+	t        *testing.T
+	cfg      agent.Config
+	rec      *agent.Recorder
+	agent    *agent.Agent
+	cancel   context.CancelFunc
+	done     chan error
+	hostname string
+}
+
+func newEdge(t *testing.T, hostname, hubURL, pin, token string) *edge {
+	t.Helper()
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	must(t, os.WriteFile(filepath.Join(root, "etc", "hostname"), []byte(hostname+"\n"), 0o644))
+	must(t, os.WriteFile(filepath.Join(root, "etc", "machine-id"), []byte(fmt.Sprintf("%032x\n", []byte(hostname))[:33]), 0o644))
+	must(t, os.WriteFile(filepath.Join(root, "etc", "os-release"), []byte("PRETTY_NAME=\"Test Linux 1\"\n"), 0o644))
+	cfg := agent.Config{Hub: hubURL, Token: token, CACertHash: pin, StateDir: filepath.Join(root, "var", "lib", "fleet-agent"),
+		RootDir: root, ResyncInterval: 200 * time.Millisecond, MaxBackoff: 500 * time.Millisecond}
+	must(t, cfg.Complete())
+	must(t, cfg.Validate())
+	return &edge{t: t, cfg: cfg, rec: &agent.Recorder{}, hostname: hostname}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// start runs a fresh agent process-equivalent on the edge's directories.
+func (e *edge) start() *edge {
+	ctx, cancel := context.WithCancel(context.Background())
+	e.cancel = cancel
+	e.done = make(chan error, 1)
+	e.agent = agent.New(e.cfg, e.rec, logr.Discard())
+	go func() { e.done <- e.agent.Run(ctx, nil) }()
+	e.t.Cleanup(e.stop)
+	return e
+}
+
+func (e *edge) stop() {
+	if e.cancel == nil {
+		return
+	}
+	e.cancel()
+	<-e.done
+	e.cancel = nil
+}
+
+func getHost(ns, name string) (*infrav1.EdgeHost, error) {
+	h := &infrav1.EdgeHost{}
+	return h, env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, h)
+}
+
+func connectedStatus(ns, name string) (metav1.ConditionStatus, error) {
+	h, err := getHost(ns, name)
+	if err != nil {
+		return "", err
+	}
+	for _, c := range h.Status.Conditions {
+		if c.Type == infrav1.AgentConnectedCondition {
+			return c.Status, nil
+		}
+	}
+	return "", errors.New("no AgentConnected condition")
+}
+
+func bootstrapSecret(t *testing.T, ns, name, data string) {
+	t.Helper()
+	must(t, env.Client.Create(context.Background(), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Data:       map[string][]byte{"value": []byte(data), "format": []byte("cloud-config")},
+	}))
+}
+
+// claim does what the EdgeMachine reconciler does when it claims a host,
+// for an EdgeMachine it creates (without a Machine, so no reconciler
+// touches it). It returns the claim's uid.
+func claim(t *testing.T, ns, host, machine, secret string) types.UID {
+	t.Helper()
+	em := &infrav1.EdgeMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: machine}}
+	must(t, env.Client.Create(context.Background(), em))
+	eventually(t, "claim "+host, func() error {
+		h, err := getHost(ns, host)
+		if err != nil {
+			return err
+		}
+		h.Spec.ClaimRef = &infrav1.HostClaimReference{Name: machine, UID: em.UID, BootstrapDataSecretName: secret}
+		return env.Client.Update(context.Background(), h)
+	})
+	return em.UID
+}
+
+func release(t *testing.T, ns, host string) {
+	t.Helper()
+	eventually(t, "release "+host, func() error {
+		h, err := getHost(ns, host)
+		if err != nil {
+			return err
+		}
+		h.Spec.ClaimRef = nil
+		return env.Client.Update(context.Background(), h)
+	})
+}
+
+func zapLevel() zapcore.Level {
+	if os.Getenv("FLEET_TEST_VERBOSE") != "" {
+		return zapcore.DebugLevel
+	}
+	return zapcore.ErrorLevel
+}
