@@ -64,11 +64,21 @@ func (a *Agent) Connected() bool { return a.connected.Load() }
 // Rotations counts certificate rotations.
 func (a *Agent) Rotations() int64 { return a.rotations.Load() }
 
-// Applied returns what the agent has applied.
+// Applied returns a copy of what the agent has applied.
 func (a *Agent) Applied() Applied {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.applied
+	return a.applied.deepCopy()
+}
+
+func (ap Applied) deepCopy() Applied {
+	out := ap
+	if ap.Workload != nil {
+		w := *ap.Workload
+		out.Workload = &w
+	}
+	out.CertificatesExpiryDate = ap.CertificatesExpiryDate.DeepCopy()
+	return out
 }
 
 // Run runs the agent until ctx ends. Local initialisation (state, facts)
@@ -205,11 +215,7 @@ func (a *Agent) reset(ctx context.Context, claim types.UID) bool {
 func (a *Agent) update(fn func(*Applied)) {
 	a.mu.Lock()
 	fn(&a.applied)
-	snapshot := a.applied
-	if snapshot.Workload != nil {
-		w := *snapshot.Workload
-		snapshot.Workload = &w
-	}
+	snapshot := a.applied.deepCopy()
 	a.mu.Unlock()
 	if err := a.store.SaveApplied(snapshot); err != nil {
 		a.log.Error(err, "Saving state")

@@ -10,8 +10,8 @@ import (
 	"strconv"
 	"strings"
 
-	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/internal/version"
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 )
 
 // Facts reads what the hub should know about the host under root. Files

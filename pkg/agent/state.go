@@ -44,8 +44,9 @@ type Store struct{ Dir string }
 const (
 	fileIdentity = "identity.json"
 	fileCA       = "ca.crt"
-	fileKey      = "client.key"
-	fileCert     = "client.crt"
+	// fileCredentials holds the client key and certificate together, so a
+	// rotation replaces both in one atomic rename.
+	fileCredentials = "client.pem"
 	fileDesired  = "desired.json"
 	fileApplied  = "applied.json"
 )
@@ -121,14 +122,10 @@ func (s Store) SaveIdentity(id Identity, caPEM, keyPEM, certPEM []byte) error {
 	return s.writeJSON(fileIdentity, id)
 }
 
-// SaveCredentials replaces the key and certificate (after a rotation).
-// The certificate is written last: a crash in between leaves a key that
-// does not match, which LoadIdentity detects.
+// SaveCredentials replaces the key and certificate (after a rotation) in
+// one atomic write: a crash leaves the old pair or the new, never a mix.
 func (s Store) SaveCredentials(keyPEM, certPEM []byte) error {
-	if err := s.write(fileKey, keyPEM, 0o600); err != nil {
-		return err
-	}
-	return s.write(fileCert, certPEM, 0o644)
+	return s.write(fileCredentials, append(append([]byte{}, keyPEM...), certPEM...), 0o600)
 }
 
 // LoadIdentity returns the stored identity, or ok=false when not enrolled.
@@ -140,18 +137,17 @@ func (s Store) LoadIdentity() (id Identity, caPEM, keyPEM, certPEM []byte, ok bo
 	if caPEM, err = s.read(fileCA); err != nil {
 		return id, nil, nil, nil, false, err
 	}
-	if keyPEM, err = s.read(fileKey); err != nil {
+	creds, err := s.read(fileCredentials)
+	if err != nil {
 		return id, nil, nil, nil, false, err
 	}
-	if certPEM, err = s.read(fileCert); err != nil {
-		return id, nil, nil, nil, false, err
-	}
-	return id, caPEM, keyPEM, certPEM, true, nil
+	// The one file holds both; each parser picks its own PEM blocks.
+	return id, caPEM, creds, creds, true, nil
 }
 
 // ForgetIdentity removes the identity after the hub revoked it.
 func (s Store) ForgetIdentity() error {
-	for _, f := range []string{fileIdentity, fileCert, fileKey} {
+	for _, f := range []string{fileIdentity, fileCredentials} {
 		if err := os.Remove(s.path(f)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}

@@ -78,8 +78,10 @@ func (c *wsConn) Close() error {
 	return c.ws.Close()
 }
 
-func (c *wsConn) LocalAddr() net.Addr                { return c.ws.LocalAddr() }
-func (c *wsConn) RemoteAddr() net.Addr               { return c.ws.RemoteAddr() }
-func (c *wsConn) SetDeadline(t time.Time) error      { return errors.Join(c.SetReadDeadline(t), c.SetWriteDeadline(t)) }
+func (c *wsConn) LocalAddr() net.Addr  { return c.ws.LocalAddr() }
+func (c *wsConn) RemoteAddr() net.Addr { return c.ws.RemoteAddr() }
+func (c *wsConn) SetDeadline(t time.Time) error {
+	return errors.Join(c.SetReadDeadline(t), c.SetWriteDeadline(t))
+}
 func (c *wsConn) SetReadDeadline(t time.Time) error  { return c.ws.SetReadDeadline(t) }
 func (c *wsConn) SetWriteDeadline(t time.Time) error { return c.ws.SetWriteDeadline(t) }

@@ -96,3 +96,8 @@ const (
 	// ApprovalApproved is the value an operator sets to admit the host.
 	ApprovalApproved = "approved"
 )
+
+// ReleasedAtGenerationAnnotation on an EdgeHost records the generation at
+// which its last claim was released. The host is Deprovisioning until its
+// agent reports having observed that generation (and a clean host).
+const ReleasedAtGenerationAnnotation = "fleet.edgefleet.io/released-at-generation"

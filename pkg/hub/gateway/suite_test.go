@@ -303,3 +303,7 @@ func zapLevel() zapcore.Level {
 	}
 	return zapcore.ErrorLevel
 }
+
+func agentEnroll(e *edge) error { return agent.EnrollOnce(context.Background(), e.cfg) }
+
+func objMeta(ns, name string) metav1.ObjectMeta { return metav1.ObjectMeta{Namespace: ns, Name: name} }

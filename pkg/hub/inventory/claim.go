@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"sort"
+	"strconv"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
@@ -111,6 +112,14 @@ func Release(ctx context.Context, c client.Client, h *infrav1.EdgeHost, machineU
 	released := h.DeepCopy()
 	released.Spec.ClaimRef = nil
 	delete(released.Labels, infrav1.ClaimedByLabel)
+	// The spec change makes this generation+1. The agent must acknowledge
+	// that generation before the host counts as clean: it may have started
+	// on the assignment without having reported it yet. (Deletion also
+	// bumps the generation, so the generation alone cannot say this.)
+	if released.Annotations == nil {
+		released.Annotations = map[string]string{}
+	}
+	released.Annotations[infrav1.ReleasedAtGenerationAnnotation] = strconv.FormatInt(h.Generation+1, 10)
 	if err := c.Update(ctx, released); err != nil {
 		return fmt.Errorf("releasing EdgeHost %s: %w", h.Name, err)
 	}

@@ -42,6 +42,7 @@ func TestPhase(t *testing.T) {
 		{"released, reset failed", 3, 3, nil, prov("u1", infrav1.ProvisioningResetFailed), infrav1.HostNeedsAttention},
 		{"released, agent has not seen the release", 3, 2, nil, nil, infrav1.HostDeprovisioning},
 		{"released and reset", 3, 3, nil, nil, infrav1.HostAvailable},
+		{"deleted (generation bumped) but never claimed", 2, 1, nil, nil, infrav1.HostAvailable},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -49,6 +50,10 @@ func TestPhase(t *testing.T) {
 				ObjectMeta: metav1.ObjectMeta{Generation: tt.generation},
 				Spec:       infrav1.EdgeHostSpec{ClaimRef: tt.claim},
 				Status:     infrav1.EdgeHostStatus{AgentObservedGeneration: tt.observed, Provisioning: tt.prov},
+			}
+			if tt.generation == 3 && tt.claim == nil {
+				// Released at generation 3 in these cases.
+				h.Annotations = map[string]string{infrav1.ReleasedAtGenerationAnnotation: "3"}
 			}
 			if got := Phase(h); got != tt.want {
 				t.Errorf("Phase() = %s, want %s", got, tt.want)

@@ -1,6 +1,8 @@
 package inventory
 
 import (
+	"strconv"
+
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 )
 
@@ -28,13 +30,20 @@ func Phase(h *infrav1.EdgeHost) infrav1.EdgeHostPhase {
 		return infrav1.HostDeprovisioning
 	}
 	// A released host stays dirty until its agent has seen the release: the
-	// agent may have begun the assignment without reporting it yet. A host
-	// whose spec never changed since enrollment (generation 1) was never
-	// assigned anything, so it needs no acknowledgement.
-	if h.Generation > 1 && h.Status.AgentObservedGeneration < h.Generation {
+	// agent may have begun the assignment without reporting it yet.
+	if g := ReleasedAtGeneration(h); g > 0 && h.Status.AgentObservedGeneration < g {
 		return infrav1.HostDeprovisioning
 	}
 	return infrav1.HostAvailable
+}
+
+// ReleasedAtGeneration is the generation of the host's last release, or 0.
+func ReleasedAtGeneration(h *infrav1.EdgeHost) int64 {
+	g, err := strconv.ParseInt(h.Annotations[infrav1.ReleasedAtGenerationAnnotation], 10, 64)
+	if err != nil {
+		return 0
+	}
+	return g
 }
 
 // IsClaimable reports whether a host may be given to a new machine: free,

@@ -1,0 +1,110 @@
+package agent
+
+import (
+	"context"
+	"testing"
+
+	"github.com/go-logr/logr"
+
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/contract/wire"
+)
+
+func newTestAgent(t *testing.T, dir string, rec *Recorder) *Agent {
+	t.Helper()
+	cfg := Config{Hub: "https://hub.invalid", CACertHash: "sha256:" + string(make([]byte, 0)), StateDir: dir, RootDir: t.TempDir()}
+	if err := cfg.Complete(); err != nil {
+		t.Fatal(err)
+	}
+	a := New(cfg, rec, logr.Discard())
+	applied, err := a.store.LoadApplied()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.applied = applied
+	return a
+}
+
+func assignment(uid string) *wire.Assignment {
+	return &wire.Assignment{ClaimUID: typesUID(uid), MachineName: "m-" + uid, ProviderID: "edge://ns/h",
+		BootstrapFormat: "cloud-config", BootstrapData: []byte("#cloud-config\n")}
+}
+
+// The agent never acts on an older generation after a newer one, never
+// runs a completed bootstrap twice, and remembers both across restarts.
+func TestApplyIsOrderedAndIdempotent(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	rec := &Recorder{}
+	a := newTestAgent(t, dir, rec)
+
+	a.apply(ctx, &wire.DesiredState{Generation: 3, Assignment: assignment("u1")})
+	if n := len(rec.Provisions()); n != 1 {
+		t.Fatalf("provisions %d", n)
+	}
+	if w := a.Applied().Workload; w == nil || w.State != infrav1.ProvisioningSucceeded || a.Applied().Generation != 3 {
+		t.Fatalf("applied %+v", a.Applied())
+	}
+	// An older deprovision order arriving late is ignored.
+	a.apply(ctx, &wire.DesiredState{Generation: 2, Deprovision: true})
+	if len(rec.Resets()) != 0 || a.Applied().Workload == nil {
+		t.Fatalf("an older generation was applied: resets %v", rec.Resets())
+	}
+	// The same state again (a resync after reconnect) changes nothing.
+	a.apply(ctx, &wire.DesiredState{Generation: 3, Assignment: assignment("u1")})
+	if n := len(rec.Provisions()); n != 1 {
+		t.Fatalf("bootstrap ran %d times", n)
+	}
+
+	// A restart: state comes back from disk.
+	b := newTestAgent(t, dir, rec)
+	if b.Applied().Generation != 3 || b.Applied().Workload == nil || b.Applied().Workload.ClaimUID != "u1" {
+		t.Fatalf("state after restart %+v", b.Applied())
+	}
+	b.apply(ctx, &wire.DesiredState{Generation: 3, Assignment: assignment("u1")})
+	if n := len(rec.Provisions()); n != 1 {
+		t.Fatalf("bootstrap ran again after restart: %d", n)
+	}
+	// A newer release resets; a newer claim for another machine provisions.
+	b.apply(ctx, &wire.DesiredState{Generation: 4, Deprovision: true})
+	if r := rec.Resets(); len(r) != 1 || r[0] != "u1" || b.Applied().Workload != nil {
+		t.Fatalf("resets %v applied %+v", r, b.Applied())
+	}
+	b.apply(ctx, &wire.DesiredState{Generation: 5, Assignment: assignment("u2")})
+	if p := rec.Provisions(); len(p) != 2 || p[1].ClaimUID != "u2" {
+		t.Fatalf("provisions %+v", p)
+	}
+}
+
+// A failing provisioner is reported, not retried in a loop, and its message
+// reaches the status.
+func TestProvisionFailureIsReported(t *testing.T) {
+	a := New(Config{StateDir: t.TempDir(), RootDir: t.TempDir()}, Unavailable{}, logr.Discard())
+	a.apply(context.Background(), &wire.DesiredState{Generation: 2, Assignment: assignment("u1")})
+	w := a.Applied().Workload
+	if w == nil || w.State != infrav1.ProvisioningFailed || w.Message != ErrNoProvisioner.Error() {
+		t.Fatalf("workload %+v", w)
+	}
+	a.status.mu.Lock()
+	st := a.status.current
+	a.status.mu.Unlock()
+	if st == nil || st.Provisioning == nil || st.Provisioning.State != infrav1.ProvisioningFailed || st.ObservedGeneration != 2 {
+		t.Fatalf("status %+v", st)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	c := Config{Hub: "http://hub:80", CACertHash: "md5:abc"}
+	if err := c.Complete(); err != nil {
+		t.Fatal(err)
+	}
+	err := c.Validate()
+	if err == nil {
+		t.Fatal("accepted an http hub and a bad pin")
+	}
+	for _, want := range []string{"must be an https:// URL", "--ca-cert-hash is required"} {
+		if !contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+}

@@ -1,0 +1,11 @@
+package agent
+
+import (
+	"strings"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+func typesUID(s string) types.UID { return types.UID(s) }
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }
