@@ -1,22 +1,116 @@
-// Command fleet-agent runs on each edge machine, dials out to the hub,
-// provisions its machine and reports on it.
+// Command fleet-agent runs on each edge machine: it dials out to the hub,
+// enrolls with a one-time token and a pinned hub CA, keeps one session, and
+// applies the desired state the hub sends.
 //
-// This release ships only the version command: the session, enrollment and
-// sync loop land with the hub↔agent work (see the README's status table).
+//	fleet-agent --hub https://hub.example.com:8443 --token abcdef.0123456789abcdef \
+//	    --ca-cert-hash sha256:<hex>
+//
+// Settings may also come from /etc/fleet-agent/config.yaml; flags win.
 package main
 
 import (
+	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/edgefleet/fleet/internal/version"
+	"github.com/edgefleet/fleet/pkg/agent"
 )
 
 func main() {
-	if len(os.Args) == 2 && (os.Args[1] == "version" || os.Args[1] == "--version") {
+	if len(os.Args) > 1 && (os.Args[1] == "version" || os.Args[1] == "--version") {
 		fmt.Println(version.Version)
 		return
 	}
-	fmt.Fprintln(os.Stderr, "fleet-agent: only `fleet-agent version` exists in this release; enrollment and the sync loop are not built yet (see README, Status)")
-	os.Exit(2)
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintf(os.Stderr, "fleet-agent: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("fleet-agent", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "fleet-agent joins this machine to a fleet hub and keeps it provisioned.\n\n"+
+			"Usage:\n  fleet-agent [flags]           run the agent\n  fleet-agent enroll [flags]    enroll and exit (for image bakers and first boot)\n  fleet-agent version\n\n"+
+			"Settings come from --config (default %s); flags win.\n\nFlags:\n", agent.DefaultConfigFile)
+		fs.PrintDefaults()
+	}
+	enrollOnly := false
+	if len(args) > 0 && args[0] == "enroll" {
+		enrollOnly, args = true, args[1:]
+	}
+	configFile := fs.String("config", agent.DefaultConfigFile, "Configuration file.")
+	hub := fs.String("hub", "", "Hub gateway URL, e.g. https://hub.example.com:8443.")
+	token := fs.String("token", "", "One-time enrollment token <id>.<secret> (prefer --token-file: flags show in ps).")
+	tokenFile := fs.String("token-file", "", "File holding the enrollment token.")
+	pin := fs.String("ca-cert-hash", "", "Pin of the hub CA: sha256:<hex of its SubjectPublicKeyInfo>.")
+	stateDir := fs.String("state-dir", "", "Where identity and state are kept (default /var/lib/fleet-agent).")
+	rootDir := fs.String("root-dir", "", "Root of the machine the agent manages (default /; tests and the demo use a sandbox).")
+	resync := fs.Duration("resync-interval", 0, "How often the full status is re-sent without changes (default 1m).")
+	zopts := zap.Options{}
+	zopts.BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+
+	cfg, err := agent.LoadConfigFile(*configFile)
+	if err != nil {
+		return err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	override := func(name string, dst *string, v string) {
+		if set[name] {
+			*dst = v
+		}
+	}
+	override("hub", &cfg.Hub, *hub)
+	override("token", &cfg.Token, *token)
+	override("token-file", &cfg.TokenFile, *tokenFile)
+	override("ca-cert-hash", &cfg.CACertHash, *pin)
+	override("state-dir", &cfg.StateDir, *stateDir)
+	override("root-dir", &cfg.RootDir, *rootDir)
+	if set["resync-interval"] {
+		cfg.ResyncInterval = *resync
+	}
+	if err := cfg.Complete(); err != nil {
+		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+
+	log := zap.New(zap.UseFlagOptions(&zopts)).WithName("fleet-agent")
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if enrollOnly {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		if err := agent.EnrollOnce(ctx, cfg); err != nil {
+			return err
+		}
+		fmt.Println("enrolled")
+		return nil
+	}
+	return runAgent(ctx, cfg, log)
+}
+
+func runAgent(ctx context.Context, cfg agent.Config, log logr.Logger) error {
+	log.Info("Starting fleet-agent", "version", version.Version, "hub", cfg.Hub, "stateDir", cfg.StateDir)
+	// The cloud-config provisioner is the next piece of work; until it
+	// lands, assignments are refused with a clear reason on the EdgeHost.
+	a := agent.New(cfg, agent.Unavailable{}, log)
+	return a.Run(ctx, func() { log.Info("Local initialisation done") })
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -18,7 +20,25 @@ import (
 
 	"github.com/edgefleet/fleet/internal/version"
 	hubcontrollers "github.com/edgefleet/fleet/pkg/hub/controllers"
+	"github.com/edgefleet/fleet/pkg/hub/gateway"
 )
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
 
 type options struct {
 	metricsAddr          string
@@ -38,6 +58,15 @@ type options struct {
 	renewDeadline        time.Duration
 	retryPeriod          time.Duration
 	gracefulShutdownTime time.Duration
+
+	gatewayAddr        string
+	hubNamespace       string
+	gatewayDNSNames    string
+	gatewayIPs         string
+	clientCertValidity time.Duration
+	maxHandshakes      int
+	lastSeenInterval   time.Duration
+	disableGateway     bool
 }
 
 func (o *options) bind(fs *flag.FlagSet) {
@@ -57,6 +86,14 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.DurationVar(&o.gracefulShutdownTime, "graceful-shutdown-timeout", 30*time.Second, "How long to wait for reconcilers to finish on shutdown.")
 	fs.BoolVar(&o.enableHTTP2, "enable-http2", false, "Serve metrics over HTTP/2 (off by default: CVE-2023-44487, CVE-2023-39325).")
 	fs.BoolVar(&o.showVersion, "version", false, "Print the version and exit.")
+	fs.StringVar(&o.gatewayAddr, "gateway-bind-address", ":7443", "Address the agent gateway (TLS: /v1/ca, /v1/enroll, /v1/connect) listens on.")
+	fs.StringVar(&o.hubNamespace, "hub-namespace", envOr("POD_NAMESPACE", "fleet-system"), "Namespace of the hub CA Secret and the enrollment tokens.")
+	fs.StringVar(&o.gatewayDNSNames, "gateway-dns-names", "", "Comma-separated DNS names agents use to reach the gateway (put in its serving certificate).")
+	fs.StringVar(&o.gatewayIPs, "gateway-ips", "", "Comma-separated IP addresses agents use to reach the gateway.")
+	fs.DurationVar(&o.clientCertValidity, "client-cert-validity", 90*24*time.Hour, "Lifetime of host client certificates; agents renew at 70-90 %.")
+	fs.IntVar(&o.maxHandshakes, "max-concurrent-handshakes", 256, "Session handshakes admitted at once; more are told to retry (503).")
+	fs.DurationVar(&o.lastSeenInterval, "last-seen-interval", 5*time.Minute, "How often a connected host's lastSeenTime is refreshed (its only idle API write).")
+	fs.BoolVar(&o.disableGateway, "disable-gateway", false, "Run only the reconcilers, without the agent gateway.")
 	o.zap.BindFlags(fs)
 }
 
@@ -134,6 +171,40 @@ func run(ctx context.Context, cfg *rest.Config, o options) error {
 		WatchFilterValue: o.watchFilter,
 	}); err != nil {
 		return err
+	}
+	if !o.disableGateway {
+		var ips []net.IP
+		for _, s := range splitList(o.gatewayIPs) {
+			ip := net.ParseIP(s)
+			if ip == nil {
+				return fmt.Errorf("--gateway-ips: %q is not an IP address", s)
+			}
+			ips = append(ips, ip)
+		}
+		hostname, _ := os.Hostname()
+		gw, err := gateway.Setup(ctx, mgr, gateway.Options{
+			Addr:                    o.gatewayAddr,
+			HubNamespace:            o.hubNamespace,
+			DNSNames:                splitList(o.gatewayDNSNames),
+			IPs:                     ips,
+			ClientCertValidity:      o.clientCertValidity,
+			MaxConcurrentHandshakes: o.maxHandshakes,
+			LastSeenInterval:        o.lastSeenInterval,
+			ReplicaName:             hostname,
+		})
+		if err != nil {
+			return err
+		}
+		if err := mgr.AddReadyzCheck("gateway", func(*http.Request) error {
+			select {
+			case <-gw.Ready():
+				return nil
+			default:
+				return fmt.Errorf("agent gateway is not listening yet")
+			}
+		}); err != nil {
+			return fmt.Errorf("adding gateway readiness check: %w", err)
+		}
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return fmt.Errorf("adding health check: %w", err)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -51,6 +52,9 @@ func TestHubServesAndReconciles(t *testing.T) {
 		"--metrics-bind-address=" + metrics,
 		"--metrics-secure=false",
 		"--leader-election-namespace=default",
+		"--gateway-bind-address=" + freeAddr(t),
+		"--hub-namespace=default",
+		"--gateway-ips=127.0.0.1",
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -84,8 +88,14 @@ func TestHubServesAndReconciles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(body, `controller_runtime_reconcile_total{controller="edgehost"`) {
-		t.Errorf("metrics lack the edgehost reconciler's counters")
+	for _, want := range []string{`controller_runtime_reconcile_total{controller="edgehost"`, "fleet_gateway_connected_agents"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	// The gateway made the hub CA and keeps it in a Secret.
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: "fleet-hub-ca"}, &corev1.Secret{}); err != nil {
+		t.Errorf("hub CA Secret: %v", err)
 	}
 
 	cancel()

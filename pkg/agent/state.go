@@ -47,8 +47,8 @@ const (
 	// fileCredentials holds the client key and certificate together, so a
 	// rotation replaces both in one atomic rename.
 	fileCredentials = "client.pem"
-	fileDesired  = "desired.json"
-	fileApplied  = "applied.json"
+	fileDesired     = "desired.json"
+	fileApplied     = "applied.json"
 )
 
 func (s Store) path(name string) string { return filepath.Join(s.Dir, name) }

@@ -14,3 +14,7 @@
 // lastSeenTime is refreshed coarsely, so an idle fleet costs the API server
 // no writes per heartbeat.
 package gateway
+
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;update
+// +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=edgehosts,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=edgehosts/status,verbs=get;update;patch
