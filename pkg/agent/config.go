@@ -33,6 +33,9 @@ type Config struct {
 	ResyncInterval time.Duration `json:"resyncInterval,omitempty"`
 	// MaxBackoff caps the delay between reconnection attempts.
 	MaxBackoff time.Duration `json:"maxBackoff,omitempty"`
+	// KeepAlive is the session ping interval; a link that stops answering
+	// is given up after about KeepAlive plus the write timeout.
+	KeepAlive time.Duration `json:"keepAlive,omitempty"`
 }
 
 // DefaultConfigFile is where the agent looks for its configuration.
@@ -70,6 +73,9 @@ func (c *Config) Complete() error {
 	if c.MaxBackoff == 0 {
 		c.MaxBackoff = time.Minute
 	}
+	if c.KeepAlive == 0 {
+		c.KeepAlive = 15 * time.Second
+	}
 	if c.Token == "" && c.TokenFile != "" {
 		b, err := os.ReadFile(c.TokenFile)
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -92,7 +98,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("--hub %q must be an https:// URL", c.Hub))
 	}
 	if !pinRE.MatchString(c.CACertHash) {
-		errs = append(errs, errors.New("--ca-cert-hash is required as sha256:<64 hex digits> (printed by the hub and by `kubectl fleet token create`)"))
+		errs = append(errs, errors.New("--ca-cert-hash is required as sha256:<64 hex digits> (the hub logs it at start as caPin; see docs/PROTOCOL.md)"))
 	}
 	return errors.Join(errs...)
 }

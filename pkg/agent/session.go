@@ -113,7 +113,7 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 		}
 		return fmt.Errorf("connecting to hub: %w", err)
 	}
-	mux, err := transport.Client(transport.NewConn(ws), transport.KeepAliveInterval)
+	mux, err := transport.Client(transport.NewConn(ws), a.cfg.KeepAlive)
 	if err != nil {
 		_ = ws.Close()
 		return err

@@ -79,7 +79,7 @@ func TestDesiredStateFlow(t *testing.T) {
 // The hub restarts under connected agents: they reconnect and resync, the
 // desired state is delivered again and recognised as applied, and the
 // EdgeHost shows disconnected, then connected, by the hub's clock.
-func TestHubRestartAndLinkCut(t *testing.T) {
+func TestHubRestart(t *testing.T) {
 	ns := newNamespace(t)
 	addr := freeAddr(t)
 	h := startHub(t, hubOptions{ns: ns, addr: addr})

@@ -208,7 +208,7 @@ func newEdge(t *testing.T, hostname, hubURL, pin, token string) *edge {
 	must(t, os.WriteFile(filepath.Join(root, "etc", "machine-id"), []byte(fmt.Sprintf("%032x\n", []byte(hostname))[:33]), 0o644))
 	must(t, os.WriteFile(filepath.Join(root, "etc", "os-release"), []byte("PRETTY_NAME=\"Test Linux 1\"\n"), 0o644))
 	cfg := agent.Config{Hub: hubURL, Token: token, CACertHash: pin, StateDir: filepath.Join(root, "var", "lib", "fleet-agent"),
-		RootDir: root, ResyncInterval: 200 * time.Millisecond, MaxBackoff: 500 * time.Millisecond}
+		RootDir: root, ResyncInterval: 200 * time.Millisecond, MaxBackoff: 500 * time.Millisecond, KeepAlive: time.Second}
 	must(t, cfg.Complete())
 	must(t, cfg.Validate())
 	return &edge{t: t, cfg: cfg, rec: &agent.Recorder{}, hostname: hostname}
