@@ -89,6 +89,20 @@ func (a *Agent) Run(ctx context.Context, ready func()) error {
 	if err != nil {
 		return err
 	}
+	if w := applied.Workload; w != nil && w.State == infrav1.ProvisioningRunning {
+		// The agent stopped in the middle of a bootstrap. Running it again
+		// could do half of it twice; say where it stopped instead.
+		w.State = infrav1.ProvisioningFailed
+		w.Message = "fleet-agent restarted during the bootstrap"
+		if w.Step != "" {
+			w.Message += " at step " + w.Step
+		}
+		w.Message += "; delete the Machine to replace it"
+		if err := a.store.SaveApplied(applied); err != nil {
+			return err
+		}
+		a.log.Info("Bootstrap was interrupted by a restart", "claim", w.ClaimUID, "step", w.Step)
+	}
 	a.mu.Lock()
 	a.applied = applied
 	a.mu.Unlock()

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 
@@ -107,4 +108,33 @@ func TestConfigValidation(t *testing.T) {
 			t.Errorf("error %q lacks %q", err, want)
 		}
 	}
+}
+
+// An agent that restarts in the middle of a bootstrap reports it as failed
+// at the step it reached and does not run it again.
+func TestRestartMidBootstrapIsReportedNotRerun(t *testing.T) {
+	dir := t.TempDir()
+	store := Store{Dir: dir}
+	if err := store.SaveApplied(Applied{Generation: 2, Workload: &infrav1.HostProvisioningStatus{
+		ClaimUID: "u1", State: infrav1.ProvisioningRunning, Step: "runcmd 2/5"}}); err != nil {
+		t.Fatal(err)
+	}
+	rec := &Recorder{}
+	a := New(Config{StateDir: dir, RootDir: t.TempDir(), ResyncInterval: time.Hour, Hub: "https://127.0.0.1:1",
+		MaxBackoff: time.Hour, KeepAlive: time.Second}, rec, logr.Discard())
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx, func() { close(ready) }) }()
+	<-ready
+	w := a.Applied().Workload
+	if w == nil || w.State != infrav1.ProvisioningFailed || !contains(w.Message, "at step runcmd 2/5") {
+		t.Fatalf("workload after restart %+v", w)
+	}
+	a.apply(ctx, &wire.DesiredState{Generation: 2, Assignment: assignment("u1")})
+	if n := len(rec.Provisions()); n != 0 {
+		t.Fatalf("interrupted bootstrap ran again (%d)", n)
+	}
+	cancel()
+	<-done
 }

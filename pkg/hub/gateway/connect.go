@@ -159,7 +159,9 @@ func (s *Server) hostChanged(obj any) {
 		return
 	}
 	if string(h.UID) != ss.id.UID || !h.DeletionTimestamp.IsZero() {
-		ss.revoke()
+		// Not on the informer's goroutine: telling a stuck peer may block
+		// for a write timeout.
+		go ss.revoke()
 		return
 	}
 	ss.kickPush(time.Now())
@@ -177,6 +179,6 @@ func (s *Server) hostDeleted(obj any) {
 		}
 	}
 	if ss := s.sessionFor(h.Namespace, h.Name); ss != nil {
-		ss.revoke()
+		go ss.revoke()
 	}
 }
