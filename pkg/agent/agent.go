@@ -170,22 +170,30 @@ func (a *Agent) apply(ctx context.Context, d *wire.DesiredState) {
 			return
 		}
 	}
-	a.update(func(ap *Applied) { ap.Generation = d.Generation })
+	_ = a.update(func(ap *Applied) { ap.Generation = d.Generation })
 }
 
 func (a *Agent) provision(ctx context.Context, as *wire.Assignment) {
 	a.log.Info("Provisioning", "machine", as.MachineName, "claim", as.ClaimUID)
-	a.update(func(ap *Applied) {
+	if err := a.update(func(ap *Applied) {
 		ap.Workload = &infrav1.HostProvisioningStatus{ClaimUID: as.ClaimUID, State: infrav1.ProvisioningRunning}
-	})
+	}); err != nil {
+		// Without the "running" mark on disk a crash could run the
+		// bootstrap twice: do not start it.
+		_ = a.update(func(ap *Applied) {
+			ap.Workload.State = infrav1.ProvisioningFailed
+			ap.Workload.Message = "cannot record the bootstrap's start in the state directory: " + err.Error()
+		})
+		return
+	}
 	res, err := a.prov.Provision(ctx, as, func(step string) {
-		a.update(func(ap *Applied) {
+		_ = a.update(func(ap *Applied) {
 			if ap.Workload != nil {
 				ap.Workload.Step = step
 			}
 		})
 	})
-	a.update(func(ap *Applied) {
+	_ = a.update(func(ap *Applied) {
 		if err != nil {
 			ap.Workload.State = infrav1.ProvisioningFailed
 			ap.Workload.Message = truncate(err.Error(), 4000)
@@ -203,14 +211,14 @@ func (a *Agent) provision(ctx context.Context, as *wire.Assignment) {
 
 func (a *Agent) reset(ctx context.Context, claim types.UID) bool {
 	a.log.Info("Resetting host", "claim", claim)
-	a.update(func(ap *Applied) {
+	_ = a.update(func(ap *Applied) {
 		if ap.Workload != nil {
 			ap.Workload.State = infrav1.ProvisioningResetting
 		}
 	})
 	if err := a.prov.Reset(ctx, claim); err != nil {
 		a.log.Error(err, "Reset failed", "claim", claim)
-		a.update(func(ap *Applied) {
+		_ = a.update(func(ap *Applied) {
 			if ap.Workload != nil {
 				ap.Workload.State = infrav1.ProvisioningResetFailed
 				ap.Workload.Message = truncate(err.Error(), 4000)
@@ -218,23 +226,24 @@ func (a *Agent) reset(ctx context.Context, claim types.UID) bool {
 		})
 		return false
 	}
-	a.update(func(ap *Applied) {
+	return a.update(func(ap *Applied) {
 		ap.Workload, ap.ProviderID, ap.NodeName, ap.CertificatesExpiryDate = nil, "", "", nil
-	})
-	return true
+	}) == nil
 }
 
 // update changes the applied state, persists it, and lets the status
 // manager send the new full status.
-func (a *Agent) update(fn func(*Applied)) {
+func (a *Agent) update(fn func(*Applied)) error {
 	a.mu.Lock()
 	fn(&a.applied)
 	snapshot := a.applied.deepCopy()
 	a.mu.Unlock()
-	if err := a.store.SaveApplied(snapshot); err != nil {
+	err := a.store.SaveApplied(snapshot)
+	if err != nil {
 		a.log.Error(err, "Saving state")
 	}
 	a.refreshStatus()
+	return err
 }
 
 func (a *Agent) refreshStatus() {
@@ -266,7 +275,10 @@ type statusManager struct {
 	current *wire.Status
 	sent    *wire.Status
 	send    func(*wire.Status) error
-	kick    chan struct{}
+	// epoch counts attachments, so a send that finishes on a session that
+	// has since been replaced is not mistaken for one on the new session.
+	epoch uint64
+	kick  chan struct{}
 }
 
 func newStatusManager() *statusManager {
@@ -302,6 +314,7 @@ func (m *statusManager) poke() {
 func (m *statusManager) attach(send func(*wire.Status) error) {
 	m.mu.Lock()
 	m.send, m.sent = send, nil
+	m.epoch++
 	m.mu.Unlock()
 	m.poke()
 }
@@ -315,7 +328,7 @@ func (m *statusManager) run(ctx context.Context) {
 		case <-m.kick:
 		}
 		m.mu.Lock()
-		send, cur, sent := m.send, m.current, m.sent
+		send, cur, sent, epoch := m.send, m.current, m.sent, m.epoch
 		m.mu.Unlock()
 		if send == nil || cur == nil || (sent != nil && equality.Semantic.DeepEqual(sent, cur)) {
 			continue
@@ -324,6 +337,10 @@ func (m *statusManager) run(ctx context.Context) {
 			continue // the session source reattaches on reconnect
 		}
 		m.mu.Lock()
+		if m.epoch != epoch {
+			m.mu.Unlock()
+			continue // attach poked already; the new session gets it
+		}
 		if m.current == cur {
 			m.sent = cur
 		} else {

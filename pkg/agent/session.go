@@ -123,6 +123,14 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("opening control stream: %w", err)
 	}
+	if a.Applied().HostUID != id.UID {
+		// Generations count per EdgeHost: under a new identity the old
+		// number means nothing (and would make every new desired state look
+		// old). The workload, if any, is kept so it still gets reset.
+		if err := a.update(func(ap *Applied) { ap.HostUID, ap.Generation = id.UID, 0 }); err != nil {
+			return err
+		}
+	}
 	s := &agentSession{ctrl: ctrl}
 	if err := s.send(&wire.Hello{AgentVersion: version.Version, Host: id.Host, ObservedGeneration: a.Applied().Generation}); err != nil {
 		return err

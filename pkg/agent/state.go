@@ -24,6 +24,9 @@ type Identity struct {
 
 // Applied is what the agent has done: the state that must survive restarts.
 type Applied struct {
+	// HostUID is the EdgeHost the generation below belongs to. A new
+	// identity (re-enrollment, restore) starts its generations afresh.
+	HostUID types.UID `json:"hostUID,omitempty"`
 	// Generation is the last desired-state generation acted on.
 	Generation int64 `json:"generation"`
 	// Workload is what runs on the host; nil when clean.

@@ -64,17 +64,20 @@ func (c *wsConn) Read(p []byte) (int, error) {
 func (c *wsConn) Write(p []byte) (int, error) {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
+	// Every write is bounded: a peer that stops reading must not hold the
+	// writer (and with it yamux's Close) for ever.
+	_ = c.ws.SetWriteDeadline(time.Now().Add(WriteTimeout))
 	if err := c.ws.WriteMessage(websocket.BinaryMessage, p); err != nil {
 		return 0, err
 	}
 	return len(p), nil
 }
 
+// Close does not take writeMu: a writer stuck on a dead peer must not keep
+// the connection open. gorilla allows WriteControl concurrently with writers.
 func (c *wsConn) Close() error {
-	c.writeMu.Lock()
 	_ = c.ws.WriteControl(websocket.CloseMessage,
 		websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
-	c.writeMu.Unlock()
 	return c.ws.Close()
 }
 

@@ -99,14 +99,24 @@ func (s *Server) authenticate(r *http.Request) (pki.Identity, error) {
 	if err != nil {
 		return pki.Identity{}, err
 	}
+	key := client.ObjectKey{Namespace: id.Namespace, Name: id.Name}
 	host := &infrav1.EdgeHost{}
-	if err := s.client.Get(r.Context(), client.ObjectKey{Namespace: id.Namespace, Name: id.Name}, host); err != nil {
-		if apierrors.IsNotFound(err) {
-			return pki.Identity{}, errRevoked
-		}
+	err = s.client.Get(r.Context(), key, host)
+	if err == nil && string(host.UID) != id.UID || apierrors.IsNotFound(err) {
+		// The cache may not have seen a host enrolled a moment ago: ask
+		// the API server before telling an agent it is revoked (it would
+		// throw its identity away).
+		err = s.apiReader.Get(r.Context(), key, host)
+	}
+	if apierrors.IsNotFound(err) {
+		return pki.Identity{}, errRevoked
+	}
+	if err != nil {
 		return pki.Identity{}, fmt.Errorf("looking up EdgeHost %s: %w", id, err)
 	}
-	if string(host.UID) != id.UID || !host.DeletionTimestamp.IsZero() {
+	// A terminating host stays reachable: its agent must be able to reset
+	// it, or the protection finalizer would never let it go.
+	if string(host.UID) != id.UID {
 		return pki.Identity{}, errRevoked
 	}
 	return id, nil
@@ -129,13 +139,14 @@ func (s *Server) register(ss *session) {
 }
 
 func (s *Server) unregister(ss *session) {
+	ss.close()
+	<-ss.loopsDone
 	s.mu.Lock()
 	current := s.sessions[ss.id.String()] == ss
 	if current {
 		delete(s.sessions, ss.id.String())
 	}
 	s.mu.Unlock()
-	ss.close()
 	if current {
 		connectedAgents.Dec()
 		s.markDisconnected(context.Background(), ss)
@@ -158,7 +169,7 @@ func (s *Server) hostChanged(obj any) {
 	if ss == nil {
 		return
 	}
-	if string(h.UID) != ss.id.UID || !h.DeletionTimestamp.IsZero() {
+	if string(h.UID) != ss.id.UID {
 		// Not on the informer's goroutine: telling a stuck peer may block
 		// for a write timeout.
 		go ss.revoke()

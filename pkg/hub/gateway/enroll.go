@@ -79,7 +79,7 @@ func (s *Server) serveEnroll(w http.ResponseWriter, r *http.Request) {
 				result = tr.result
 			}
 		}
-		if status == http.StatusBadRequest {
+		if status == http.StatusBadRequest || status == http.StatusConflict {
 			result = "bad_request"
 		}
 		enrollments.WithLabelValues(result).Inc()
@@ -104,6 +104,14 @@ func tokenID(token string) string {
 }
 
 func (s *Server) enroll(ctx context.Context, req *wire.EnrollRequest) (*wire.EnrollResponse, int, string, error) {
+	// Everything that can be checked without the token is checked first,
+	// so a bad request never spends a one-time token.
+	if _, err := pki.ParseCSR(req.CSR); err != nil {
+		return nil, http.StatusBadRequest, "BadRequest", fmt.Errorf("csr refused: %w", err)
+	}
+	if hostName(req.Facts.Hostname) == "" {
+		return nil, http.StatusBadRequest, "BadRequest", fmt.Errorf("%w: %q", errBadHostname, req.Facts.Hostname)
+	}
 	var tok *enrollment.Token
 	for attempt := 0; ; attempt++ {
 		var err error
@@ -124,10 +132,10 @@ func (s *Server) enroll(ctx context.Context, req *wire.EnrollRequest) (*wire.Enr
 			return nil, http.StatusInternalServerError, "Internal", err
 		}
 	}
-	host, err := s.ensureHost(ctx, tok, req)
+	host, err := s.createHost(ctx, tok, req)
 	if err != nil {
-		if errors.Is(err, errBadHostname) {
-			return nil, http.StatusBadRequest, "BadRequest", err
+		if errors.Is(err, errHostExists) {
+			return nil, http.StatusConflict, "HostExists", err
 		}
 		return nil, http.StatusInternalServerError, "Internal", err
 	}
@@ -141,6 +149,7 @@ func (s *Server) enroll(ctx context.Context, req *wire.EnrollRequest) (*wire.Enr
 
 var errBadHostname = errors.New("hostname cannot be made into an EdgeHost name")
 
+
 var invalidNameChars = regexp.MustCompile(`[^a-z0-9-]+`)
 
 // hostName turns a hostname into a DNS-1123 label.
@@ -153,35 +162,27 @@ func hostName(hostname string) string {
 	return n
 }
 
-// ensureHost creates the EdgeHost for an enrolling machine, or finds the
-// one it had (same machine-id: a re-enrollment). Two machines with the same
-// hostname get distinct names.
-func (s *Server) ensureHost(ctx context.Context, tok *enrollment.Token, req *wire.EnrollRequest) (*infrav1.EdgeHost, error) {
+var errHostExists = errors.New("this machine already has an EdgeHost")
+
+// createHost creates the EdgeHost for an enrolling machine. It never hands
+// out an existing EdgeHost: machine-ids and hostnames are not secrets (and
+// are the same on machines cloned from one image), so reusing a host on
+// their word would give its identity and bootstrap data to whoever asks.
+// Two machines with the same hostname get distinct names; a machine that
+// enrolls again while its old EdgeHost exists is refused until an operator
+// deletes that EdgeHost.
+func (s *Server) createHost(ctx context.Context, tok *enrollment.Token, req *wire.EnrollRequest) (*infrav1.EdgeHost, error) {
 	base := hostName(req.Facts.Hostname)
-	if base == "" {
-		return nil, fmt.Errorf("%w: %q", errBadHostname, req.Facts.Hostname)
-	}
 	sum := sha256.Sum256([]byte(req.Facts.MachineID))
 	candidates := []string{base, base + "-" + hex.EncodeToString(sum[:3])}
+	labels := map[string]string{TokenIDLabel: tok.ID}
+	for k, v := range tok.HostLabels {
+		labels[k] = v
+	}
+	if tok.ApprovalRequired {
+		labels[infrav1.ApprovalLabel] = infrav1.ApprovalPending
+	}
 	for _, name := range candidates {
-		existing := &infrav1.EdgeHost{}
-		err := s.apiReader.Get(ctx, client.ObjectKey{Namespace: tok.HostNamespace, Name: name}, existing)
-		if err == nil {
-			if existing.Status.Facts.MachineID == req.Facts.MachineID && existing.DeletionTimestamp.IsZero() {
-				return existing, s.reportFacts(ctx, existing, req)
-			}
-			continue
-		}
-		if !apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("looking up EdgeHost %s: %w", name, err)
-		}
-		labels := map[string]string{TokenIDLabel: tok.ID}
-		for k, v := range tok.HostLabels {
-			labels[k] = v
-		}
-		if tok.ApprovalRequired {
-			labels[infrav1.ApprovalLabel] = infrav1.ApprovalPending
-		}
 		h := &infrav1.EdgeHost{ObjectMeta: metav1.ObjectMeta{Namespace: tok.HostNamespace, Name: name, Labels: labels}}
 		if err := s.client.Create(ctx, h); err != nil {
 			if apierrors.IsAlreadyExists(err) {
@@ -189,9 +190,16 @@ func (s *Server) ensureHost(ctx context.Context, tok *enrollment.Token, req *wir
 			}
 			return nil, fmt.Errorf("creating EdgeHost %s: %w", name, err)
 		}
-		return h, s.reportFacts(ctx, h, req)
+		if err := s.reportFacts(ctx, h, req); err != nil {
+			// Do not leave a host without facts (and without an agent
+			// holding its certificate) looking Available.
+			_ = s.client.Delete(ctx, h)
+			return nil, err
+		}
+		return h, nil
 	}
-	return nil, fmt.Errorf("EdgeHosts %v already belong to other machines", candidates)
+	return nil, fmt.Errorf("%w: EdgeHosts %s/%s exist; if this machine was reinstalled, delete the old EdgeHost and enroll again",
+		errHostExists, tok.HostNamespace, strings.Join(candidates, " and "))
 }
 
 func (s *Server) reportFacts(ctx context.Context, h *infrav1.EdgeHost, req *wire.EnrollRequest) error {

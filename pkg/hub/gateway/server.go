@@ -97,6 +97,10 @@ type Server struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session // by "namespace/name"
+	// connMu serialises AgentConnected/lastSeenTime writes per host, so a
+	// reconnect's "connected" and the old session's "disconnected" cannot
+	// land in the wrong order.
+	connMu sync.Map // "namespace/name" → *sync.Mutex
 	listener net.Listener
 	ready    chan struct{}
 }
@@ -123,6 +127,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Server, error)
 		return nil, fmt.Errorf("gateway: EdgeHost informer: %w", err)
 	}
 	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		// Add too: a host deleted and re-created under the same name must
+		// cut off sessions of the old one.
+		AddFunc:    func(obj any) { s.hostChanged(obj) },
 		UpdateFunc: func(_, obj any) { s.hostChanged(obj) },
 		DeleteFunc: func(obj any) { s.hostDeleted(obj) },
 	}); err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/yamux"
+	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -28,10 +29,17 @@ type session struct {
 	ctrl    net.Conn // the control stream, opened by the agent
 	writeMu sync.Mutex
 
-	pushCh   chan time.Time
-	done     chan struct{}
-	once     sync.Once
-	replaced atomic.Bool
+	pushCh    chan time.Time
+	done      chan struct{}
+	once      sync.Once
+	replaced  atomic.Bool
+	loopsDone chan struct{}
+
+	// Per-session budgets: a misbehaving agent costs bounded API writes
+	// and signatures. Status is level-triggered, so a report dropped here
+	// is superseded by the next one (the agent resends on a timer).
+	statusLimit *rate.Limiter
+	csrLimit    *rate.Limiter
 
 	hello wire.Hello
 
@@ -42,7 +50,10 @@ type session struct {
 }
 
 func newSession(s *Server, id pki.Identity, mux *yamux.Session) *session {
-	return &session{srv: s, id: id, mux: mux, pushCh: make(chan time.Time, 1), done: make(chan struct{})}
+	return &session{srv: s, id: id, mux: mux, pushCh: make(chan time.Time, 1), done: make(chan struct{}),
+		loopsDone:   make(chan struct{}),
+		statusLimit: rate.NewLimiter(2, 10),
+		csrLimit:    rate.NewLimiter(rate.Every(10*time.Second), 2)}
 }
 
 // handshake waits for the control stream and the agent's Hello, and checks
@@ -161,8 +172,12 @@ func (ss *session) kickPush(seen time.Time) {
 
 // run serves the session until the agent goes away or the hub closes it.
 func (ss *session) run(ctx context.Context) {
-	go ss.pusher()
-	go ss.lastSeenLoop()
+	var loops sync.WaitGroup
+	loops.Add(3)
+	go func() { defer loops.Done(); ss.pusher() }()
+	go func() { defer loops.Done(); ss.lastSeenLoop() }()
+	go func() { defer loops.Done(); ss.refuseStreams() }()
+	go func() { loops.Wait(); close(ss.loopsDone) }()
 	defer ss.close()
 	for {
 		msg, err := ss.read()
@@ -171,10 +186,23 @@ func (ss *session) run(ctx context.Context) {
 		}
 		switch m := msg.(type) {
 		case *wire.Status:
+			if !ss.statusLimit.Allow() {
+				rejectedFrames.WithLabelValues("StatusRateLimited").Inc()
+				continue
+			}
 			if err := ss.srv.recordStatus(ctx, ss, m); err != nil {
+				if errors.Is(err, errRevoked) {
+					ss.revoke()
+					return
+				}
 				ss.srv.log.Error(err, "Recording agent status", "EdgeHost", ss.id.String())
 			}
 		case *wire.CertificateRequest:
+			if !ss.csrLimit.Allow() {
+				rejectedFrames.WithLabelValues("CertificateRequestRateLimited").Inc()
+				_ = ss.send(&wire.Error{Code: wire.ErrRejected, Message: "certificate requests are limited to one per 10 s"})
+				continue
+			}
 			cert, err := ss.srv.ca.SignClient(m.CSR, ss.id, ss.srv.opts.ClientCertValidity)
 			if err != nil {
 				_ = ss.send(&wire.Error{Code: wire.ErrRejected, Message: "certificate request refused: " + err.Error()})
@@ -202,7 +230,12 @@ func (ss *session) pusher() {
 		case seen := <-ss.pushCh:
 			host := &infrav1.EdgeHost{}
 			if err := ss.srv.client.Get(context.Background(), client.ObjectKey{Namespace: ss.id.Namespace, Name: ss.id.Name}, host); err != nil {
+				ss.retryPush(seen)
 				continue
+			}
+			if string(host.UID) != ss.id.UID {
+				ss.revoke()
+				return
 			}
 			if ss.lastPushed != nil && sameIntent(ss.lastPushed, host) {
 				continue
@@ -210,6 +243,7 @@ func (ss *session) pusher() {
 			desired, err := ss.srv.desiredFor(context.Background(), host)
 			if err != nil {
 				ss.srv.log.Error(err, "Computing desired state", "EdgeHost", ss.id.String())
+				ss.retryPush(seen)
 				continue
 			}
 			if ss.lastPushed != nil && equality.Semantic.DeepEqual(ss.lastPushed, desired) {
@@ -222,6 +256,33 @@ func (ss *session) pusher() {
 			pushLatency.Observe(time.Since(seen).Seconds())
 			ss.lastPushed = desired
 		}
+	}
+}
+
+// retryPush tries again a little later: an error reading the cache or the
+// bootstrap Secret must not leave the agent without its desired state until
+// the next host event.
+func (ss *session) retryPush(seen time.Time) {
+	time.AfterFunc(2*time.Second, func() {
+		select {
+		case <-ss.done:
+		default:
+			ss.kickPush(seen)
+		}
+	})
+}
+
+// refuseStreams closes any stream the agent opens beyond the control
+// stream: until tunnels exist there is nothing else to accept, and an
+// unaccepted stream would sit in the backlog holding buffer memory.
+func (ss *session) refuseStreams() {
+	for {
+		st, err := ss.mux.AcceptStream()
+		if err != nil {
+			return
+		}
+		rejectedFrames.WithLabelValues("UnexpectedStream").Inc()
+		_ = st.Close()
 	}
 }
 

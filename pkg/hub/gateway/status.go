@@ -2,12 +2,15 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -32,6 +35,19 @@ func (s *Server) recordStatus(ctx context.Context, ss *session, st *wire.Status)
 	if err := s.client.Get(ctx, client.ObjectKey{Namespace: ss.id.Namespace, Name: ss.id.Name}, host); err != nil {
 		return err
 	}
+	if string(host.UID) != ss.id.UID {
+		return errRevoked
+	}
+	// The providerID is the hub's to define: Cluster API matches Nodes by
+	// it, and a host claiming another's would tie a Machine to a Node that
+	// is not its own.
+	if st.ProviderID != "" && st.ProviderID != ProviderID(host) {
+		rejectedFrames.WithLabelValues("ForeignProviderID").Inc()
+		s.log.Info("Ignoring a providerID that is not the host's", "EdgeHost", ss.id.String(), "reported", st.ProviderID)
+		fixed := *st
+		fixed.ProviderID = ""
+		st = &fixed
+	}
 	want := host.DeepCopy()
 	want.Status.Facts = st.Facts
 	want.Status.Addresses = st.Addresses
@@ -41,7 +57,13 @@ func (s *Server) recordStatus(ctx context.Context, ss *session, st *wire.Status)
 	want.Status.NodeName = st.NodeName
 	want.Status.CertificatesExpiryDate = st.CertificatesExpiryDate
 	if !equality.Semantic.DeepEqual(host.Status, want.Status) {
-		if err := s.client.Status().Patch(ctx, want, client.MergeFrom(host)); err != nil {
+		// The uid precondition makes sure the write lands on this host, not
+		// on one re-created under the same name meanwhile.
+		p, err := patchWithUID(host, want)
+		if err != nil {
+			return err
+		}
+		if err := s.client.Status().Patch(ctx, want, p); err != nil {
 			return fmt.Errorf("patching status of EdgeHost %s: %w", ss.id, err)
 		}
 		statusWrites.WithLabelValues("report").Inc()
@@ -54,6 +76,23 @@ func (s *Server) recordStatus(ctx context.Context, ss *session, st *wire.Status)
 // list, so the patch carries the resourceVersion it was computed from and
 // is retried on conflict rather than overwrite a concurrent change.
 func (s *Server) setConnectivity(ctx context.Context, ss *session, connected bool, cause string) {
+	mu, _ := s.connMu.LoadOrStore(ss.id.String(), &sync.Mutex{})
+	mu.(*sync.Mutex).Lock()
+	defer mu.(*sync.Mutex).Unlock()
+	switch cause {
+	case "disconnected":
+		// A newer session of the same host has taken over: it owns the
+		// condition now.
+		if cur := s.sessionFor(ss.id.Namespace, ss.id.Name); cur != nil && cur != ss {
+			return
+		}
+	case "last_seen":
+		select {
+		case <-ss.done:
+			return // closed meanwhile; the disconnect write follows
+		default:
+		}
+	}
 	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		host := &infrav1.EdgeHost{}
 		if err := s.apiReader.Get(ctx, client.ObjectKey{Namespace: ss.id.Namespace, Name: ss.id.Name}, host); err != nil {
@@ -98,4 +137,29 @@ func (s *Server) markDisconnected(ctx context.Context, ss *session) {
 // LastSeenInterval per connected agent, never per heartbeat.
 func (s *Server) touchLastSeen(ctx context.Context, ss *session) {
 	s.setConnectivity(ctx, ss, true, "last_seen")
+}
+
+// patchWithUID is a merge patch from host to want that also carries the
+// host's uid: the API server refuses it (a Conflict) if the object under
+// that name is no longer the same host.
+func patchWithUID(host, want *infrav1.EdgeHost) (client.Patch, error) {
+	data, err := client.MergeFrom(host).Data(want)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, err
+	}
+	md, _ := m["metadata"].(map[string]any)
+	if md == nil {
+		md = map[string]any{}
+	}
+	md["uid"] = string(host.UID)
+	m["metadata"] = md
+	data, err = json.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	return client.RawPatch(types.MergePatchType, data), nil
 }

@@ -215,3 +215,15 @@ func sameSet(a, b []string) bool {
 	}
 	return len(a) == len(b)
 }
+
+func TestApprovalGatesClaims(t *testing.T) {
+	for label, want := range map[string]bool{"": true, infrav1.ApprovalPending: false, "rejected": false, infrav1.ApprovalApproved: true} {
+		h := host("h", nil)
+		if label != "" {
+			h.Labels = map[string]string{infrav1.ApprovalLabel: label}
+		}
+		if got := IsClaimable(&h); got != want {
+			t.Errorf("approval %q: claimable %v, want %v", label, got, want)
+		}
+	}
+}
