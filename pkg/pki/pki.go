@@ -156,11 +156,11 @@ func (ca *CA) SignClient(csrPEM []byte, id Identity, validity time.Duration) ([]
 		Subject:      pkix.Name{CommonName: id.Name, Organization: []string{"fleet:hosts:" + id.Namespace}},
 		// Backdated for clock skew on edge devices, by at most a tenth of
 		// the lifetime so rotation at 70-90 % stays meaningful.
-		NotBefore:    now.Add(-min(5*time.Minute, validity/10)),
-		NotAfter:     now.Add(validity),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-		URIs:         []*url.URL{id.URI()},
+		NotBefore:   now.Add(-min(5*time.Minute, validity/10)),
+		NotAfter:    now.Add(validity),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		URIs:        []*url.URL{id.URI()},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, csr.PublicKey, ca.Key)
 	if err != nil {

@@ -149,7 +149,6 @@ func (s *Server) enroll(ctx context.Context, req *wire.EnrollRequest) (*wire.Enr
 
 var errBadHostname = errors.New("hostname cannot be made into an EdgeHost name")
 
-
 var invalidNameChars = regexp.MustCompile(`[^a-z0-9-]+`)
 
 // hostName turns a hostname into a DNS-1123 label.

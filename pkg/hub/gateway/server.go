@@ -100,7 +100,7 @@ type Server struct {
 	// connMu serialises AgentConnected/lastSeenTime writes per host, so a
 	// reconnect's "connected" and the old session's "disconnected" cannot
 	// land in the wrong order.
-	connMu sync.Map // "namespace/name" → *sync.Mutex
+	connMu   sync.Map // "namespace/name" → *sync.Mutex
 	listener net.Listener
 	ready    chan struct{}
 }
