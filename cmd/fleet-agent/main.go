@@ -23,6 +23,8 @@ import (
 
 	"github.com/edgefleet/fleet/internal/version"
 	"github.com/edgefleet/fleet/pkg/agent"
+	"github.com/edgefleet/fleet/pkg/agent/cloudconfig"
+	"github.com/edgefleet/fleet/pkg/agent/provision"
 )
 
 func main() {
@@ -109,8 +111,10 @@ func run(args []string) error {
 
 func runAgent(ctx context.Context, cfg agent.Config, log logr.Logger) error {
 	log.Info("Starting fleet-agent", "version", version.Version, "hub", cfg.Hub, "stateDir", cfg.StateDir)
-	// The cloud-config provisioner is the next piece of work; until it
-	// lands, assignments are refused with a clear reason on the EdgeHost.
-	a := agent.New(cfg, agent.Unavailable{}, log)
+	opts := provision.Options{Root: cfg.RootDir, StateDir: cfg.StateDir, Runner: provision.ShellRunner{Dir: cfg.RootDir}}
+	for _, c := range cfg.ResetCommands {
+		opts.ResetCommands = append(opts.ResetCommands, cloudconfig.Command{Shell: c})
+	}
+	a := agent.New(cfg, provision.New(opts), log)
 	return a.Run(ctx, func() { log.Info("Local initialisation done") })
 }

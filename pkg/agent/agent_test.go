@@ -138,3 +138,37 @@ func TestRestartMidBootstrapIsReportedNotRerun(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// flakyReset fails its first reset.
+type flakyReset struct {
+	Recorder
+	fails int
+}
+
+func (f *flakyReset) Reset(ctx context.Context, uid typesUIDT) error {
+	if f.fails > 0 {
+		f.fails--
+		return errResetBroken
+	}
+	return f.Recorder.Reset(ctx, uid)
+}
+
+// A failed reset leaves the host reporting ResetFailed (the hub shows
+// NeedsAttention and never claims it); the same deprovision order on a new
+// session (after an operator fixed the machine and restarted the agent)
+// retries it.
+func TestFailedResetIsReportedAndRetried(t *testing.T) {
+	ctx := context.Background()
+	p := &flakyReset{fails: 1}
+	a := New(Config{StateDir: t.TempDir(), RootDir: t.TempDir()}, p, logr.Discard())
+	a.apply(ctx, &wire.DesiredState{Generation: 2, Assignment: assignment("u1")})
+	a.apply(ctx, &wire.DesiredState{Generation: 3, Deprovision: true})
+	w := a.Applied().Workload
+	if w == nil || w.State != infrav1.ProvisioningResetFailed || w.Message != errResetBroken.Error() || a.Applied().Generation != 2 {
+		t.Fatalf("after failed reset: %+v gen %d", w, a.Applied().Generation)
+	}
+	a.apply(ctx, &wire.DesiredState{Generation: 3, Deprovision: true})
+	if a.Applied().Workload != nil || a.Applied().Generation != 3 {
+		t.Fatalf("after retried reset: %+v", a.Applied())
+	}
+}

@@ -33,6 +33,10 @@ type Config struct {
 	ResyncInterval time.Duration `json:"resyncInterval,omitempty"`
 	// MaxBackoff caps the delay between reconnection attempts.
 	MaxBackoff time.Duration `json:"maxBackoff,omitempty"`
+	// ResetCommands undo a bootstrap when its Machine goes away, as shell
+	// lines (default: kubeadm reset -f). Files the bootstrap wrote are
+	// removed after them.
+	ResetCommands []string `json:"resetCommands,omitempty"`
 	// KeepAlive is the session ping interval; a link that stops answering
 	// is given up after about KeepAlive plus the write timeout.
 	KeepAlive time.Duration `json:"keepAlive,omitempty"`

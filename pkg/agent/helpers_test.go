@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -9,3 +10,7 @@ import (
 func typesUID(s string) types.UID { return types.UID(s) }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+type typesUIDT = types.UID
+
+var errResetBroken = errors.New("kubeadm reset: exit status 1")

@@ -1,0 +1,414 @@
+package provision
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/yaml"
+
+	"github.com/edgefleet/fleet/pkg/agent"
+	"github.com/edgefleet/fleet/pkg/agent/cloudconfig"
+	"github.com/edgefleet/fleet/pkg/contract/wire"
+)
+
+// SentinelFile is Cluster API's signal that the bootstrap succeeded.
+const SentinelFile = "/run/cluster-api/bootstrap-success.complete"
+
+// Options configure a Provisioner.
+type Options struct {
+	// Root is the root of the host (default "/").
+	Root string
+	// StateDir keeps the list of what the bootstrap wrote, for the reset.
+	StateDir string
+	// Runner runs commands (default a ShellRunner in Root).
+	Runner Runner
+	// ResetCommands undo the bootstrap (default: kubeadm reset -f).
+	ResetCommands []cloudconfig.Command
+	// PKIDirs hold the certificates whose earliest expiry is reported.
+	PKIDirs []string
+	// NTPRestart is run after NTP servers are configured.
+	NTPRestart cloudconfig.Command
+}
+
+// Provisioner runs CABPK's cloud-config. It implements agent.Provisioner.
+type Provisioner struct {
+	opts Options
+}
+
+var _ agent.Provisioner = (*Provisioner)(nil)
+
+// New makes a Provisioner, filling defaults.
+func New(opts Options) *Provisioner {
+	if opts.Root == "" {
+		opts.Root = "/"
+	}
+	if opts.Runner == nil {
+		opts.Runner = ShellRunner{Dir: opts.Root}
+	}
+	if opts.ResetCommands == nil {
+		opts.ResetCommands = []cloudconfig.Command{{Argv: []string{"kubeadm", "reset", "-f"}}}
+	}
+	if opts.PKIDirs == nil {
+		opts.PKIDirs = []string{"/etc/kubernetes/pki", "/var/lib/kubelet/pki"}
+	}
+	if opts.NTPRestart.Shell == "" && opts.NTPRestart.Argv == nil {
+		opts.NTPRestart = cloudconfig.Command{Argv: []string{"systemctl", "try-restart", "systemd-timesyncd.service"}}
+	}
+	return &Provisioner{opts: opts}
+}
+
+// StepError says which step of the bootstrap failed, with the command's
+// output tail.
+type StepError struct {
+	Step    string
+	Command string
+	Output  string
+	Err     error
+}
+
+func (e *StepError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s failed", e.Step)
+	if e.Command != "" {
+		fmt.Fprintf(&b, ": `%s`", e.Command)
+	}
+	fmt.Fprintf(&b, ": %v", e.Err)
+	if out := strings.TrimSpace(e.Output); out != "" {
+		fmt.Fprintf(&b, "\n--- output (tail) ---\n%s", out)
+	}
+	return b.String()
+}
+
+func (e *StepError) Unwrap() error { return e.Err }
+
+// written is the record of what a bootstrap created, kept for the reset.
+type written struct {
+	ClaimUID types.UID `json:"claimUID"`
+	Files    []string  `json:"files"`
+}
+
+const writtenFile = "bootstrap-files.json"
+
+// Provision runs the assignment's cloud-config: bootcmd, write_files,
+// users, ntp, runcmd, then the sentinel.
+func (p *Provisioner) Provision(ctx context.Context, a *wire.Assignment, progress func(string)) (agent.Result, error) {
+	if a.BootstrapFormat != "" && a.BootstrapFormat != "cloud-config" {
+		return agent.Result{}, &cloudconfig.Unsupported{What: "bootstrap format " + strconv.Quote(a.BootstrapFormat)}
+	}
+	root, err := os.OpenRoot(p.opts.Root)
+	if err != nil {
+		return agent.Result{}, fmt.Errorf("opening host root %s: %w", p.opts.Root, err)
+	}
+	defer root.Close()
+	hostname := hostnameOf(root)
+	cfg, err := cloudconfig.Parse(a.BootstrapData, cloudconfig.MetaData{
+		LocalHostname: hostname, InstanceID: hostname, ProviderID: a.ProviderID,
+	})
+	if err != nil {
+		return agent.Result{}, &StepError{Step: "parsing the bootstrap data", Err: err}
+	}
+	rec := &written{ClaimUID: a.ClaimUID}
+	defer func() { _ = p.saveWritten(rec) }()
+
+	for i, c := range cfg.BootCmd {
+		step := fmt.Sprintf("bootcmd %d/%d", i+1, len(cfg.BootCmd))
+		progress(step)
+		if err := p.run(ctx, step, c); err != nil {
+			return agent.Result{}, err
+		}
+	}
+	for i, f := range cfg.WriteFiles {
+		step := fmt.Sprintf("write_files %d/%d", i+1, len(cfg.WriteFiles))
+		progress(step)
+		if err := writeFile(root, f); err != nil {
+			return agent.Result{}, &StepError{Step: step, Command: f.Path, Err: err}
+		}
+		if !f.Append {
+			// An appended-to file was there before; the reset leaves it.
+			rec.Files = append(rec.Files, f.Path)
+		}
+	}
+	for i, u := range cfg.Users {
+		step := fmt.Sprintf("users %d/%d", i+1, len(cfg.Users))
+		progress(step)
+		files, err := p.ensureUser(ctx, root, u)
+		rec.Files = append(rec.Files, files...)
+		if err != nil {
+			return agent.Result{}, &StepError{Step: step, Command: u.Name, Err: err}
+		}
+	}
+	if n := cfg.NTP; n != nil && (n.Enabled == nil || *n.Enabled) && len(n.Servers) > 0 {
+		progress("ntp")
+		const conf = "/etc/systemd/timesyncd.conf.d/fleet-ntp.conf"
+		f := cloudconfig.File{Path: conf, Content: "# Written by fleet-agent from the bootstrap's ntp section.\n[Time]\nNTP=" +
+			strings.Join(n.Servers, " ") + "\n", Permissions: "0644"}
+		if err := writeFile(root, f); err != nil {
+			return agent.Result{}, &StepError{Step: "ntp", Command: conf, Err: err}
+		}
+		rec.Files = append(rec.Files, conf)
+		if err := p.run(ctx, "ntp", p.opts.NTPRestart); err != nil {
+			return agent.Result{}, err
+		}
+	}
+	for i, c := range cfg.RunCmd {
+		step := fmt.Sprintf("runcmd %d/%d", i+1, len(cfg.RunCmd))
+		progress(step)
+		if err := p.run(ctx, step, c); err != nil {
+			return agent.Result{}, err
+		}
+	}
+	progress("sentinel")
+	if _, err := root.Stat(rel(SentinelFile)); errors.Is(err, fs.ErrNotExist) {
+		if err := writeFile(root, cloudconfig.File{Path: SentinelFile, Content: "success\n"}); err != nil {
+			return agent.Result{}, &StepError{Step: "sentinel", Command: SentinelFile, Err: err}
+		}
+	}
+	rec.Files = append(rec.Files, SentinelFile)
+	return agent.Result{
+		ProviderID:         a.ProviderID,
+		NodeName:           nodeName(root, hostname),
+		CertificatesExpiry: earliestExpiry(root, p.opts.PKIDirs),
+	}, nil
+}
+
+func (p *Provisioner) run(ctx context.Context, step string, c cloudconfig.Command) error {
+	out, err := p.opts.Runner.Run(ctx, c)
+	if err != nil {
+		return &StepError{Step: step, Command: c.String(), Output: string(out), Err: err}
+	}
+	return nil
+}
+
+// Reset undoes a bootstrap: the reset commands, then every file it wrote.
+// It is safe to repeat.
+func (p *Provisioner) Reset(ctx context.Context, claim types.UID) error {
+	for i, c := range p.opts.ResetCommands {
+		if err := p.run(ctx, fmt.Sprintf("reset %d/%d", i+1, len(p.opts.ResetCommands)), c); err != nil {
+			return err
+		}
+	}
+	root, err := os.OpenRoot(p.opts.Root)
+	if err != nil {
+		return fmt.Errorf("opening host root %s: %w", p.opts.Root, err)
+	}
+	defer root.Close()
+	var rec written
+	if b, err := os.ReadFile(path.Join(p.opts.StateDir, writtenFile)); err == nil {
+		if err := json.Unmarshal(b, &rec); err != nil {
+			return fmt.Errorf("reading what the bootstrap wrote: %w", err)
+		}
+	}
+	// Files of whatever claim the record is for: a reset leaves nothing
+	// of any bootstrap behind.
+	for _, f := range sortedUnique(append(rec.Files, SentinelFile)) {
+		if err := root.Remove(rel(f)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return &StepError{Step: "reset: removing bootstrap files", Command: f, Err: err}
+		}
+	}
+	if err := os.Remove(path.Join(p.opts.StateDir, writtenFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("forgetting the bootstrap of claim %s: %w", claim, err)
+	}
+	return nil
+}
+
+func (p *Provisioner) saveWritten(rec *written) error {
+	if p.opts.StateDir == "" {
+		return nil
+	}
+	if err := os.MkdirAll(p.opts.StateDir, 0o700); err != nil {
+		return err
+	}
+	b, _ := json.Marshal(rec)
+	tmp := path.Join(p.opts.StateDir, "."+writtenFile+".tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path.Join(p.opts.StateDir, writtenFile))
+}
+
+// rel turns an absolute host path into one relative to the root.
+func rel(p string) string {
+	r := strings.TrimLeft(path.Clean("/"+p), "/")
+	if r == "" {
+		return "."
+	}
+	return r
+}
+
+// writeFile writes one write_files entry under root, with its mode and owner.
+func writeFile(root *os.Root, f cloudconfig.File) error {
+	data, err := f.Decode()
+	if err != nil {
+		return err
+	}
+	mode, err := f.Mode()
+	if err != nil {
+		return err
+	}
+	name := rel(f.Path)
+	if err := root.MkdirAll(path.Dir(name), 0o755); err != nil {
+		return err
+	}
+	flags := os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+	if f.Append {
+		flags = os.O_WRONLY | os.O_CREATE | os.O_APPEND
+	}
+	fh, err := root.OpenFile(name, flags, os.FileMode(mode))
+	if err != nil {
+		return err
+	}
+	if _, err := fh.Write(data); err != nil {
+		fh.Close()
+		return err
+	}
+	if err := fh.Close(); err != nil {
+		return err
+	}
+	if err := root.Chmod(name, os.FileMode(mode)); err != nil {
+		return err
+	}
+	user, group := f.OwnerParts()
+	uid, gid, err := lookupOwner(root, user, group)
+	if err != nil {
+		return err
+	}
+	if os.Geteuid() != 0 {
+		// Only root may give files away; a non-root agent (tests) keeps them.
+		return nil
+	}
+	return root.Lchown(name, uid, gid)
+}
+
+// lookupOwner resolves names through the root's own /etc/passwd and
+// /etc/group, as the host would, not the agent's.
+func lookupOwner(root *os.Root, user, group string) (int, int, error) {
+	uid, err := lookupID(root, "etc/passwd", user)
+	if err != nil {
+		return 0, 0, fmt.Errorf("owner %q: %w", user, err)
+	}
+	gid, err := lookupID(root, "etc/group", group)
+	if err != nil {
+		return 0, 0, fmt.Errorf("group %q: %w", group, err)
+	}
+	return uid, gid, nil
+}
+
+func lookupID(root *os.Root, db, name string) (int, error) {
+	if n, err := strconv.Atoi(name); err == nil {
+		return n, nil
+	}
+	if name == "root" {
+		return 0, nil
+	}
+	b, err := root.ReadFile(db)
+	if err != nil {
+		return 0, fmt.Errorf("no /%s to look it up in", db)
+	}
+	s := bufio.NewScanner(bytes.NewReader(b))
+	for s.Scan() {
+		fields := strings.Split(s.Text(), ":")
+		if len(fields) >= 3 && fields[0] == name {
+			return strconv.Atoi(fields[2])
+		}
+	}
+	return 0, fmt.Errorf("not found in /%s", db)
+}
+
+func hostnameOf(root *os.Root) string {
+	if b, err := root.ReadFile("etc/hostname"); err == nil {
+		if h := strings.TrimSpace(string(b)); h != "" {
+			return h
+		}
+	}
+	h, _ := os.Hostname()
+	return h
+}
+
+// nodeName is what the kubelet will register: nodeRegistration.name from
+// the kubeadm configuration the bootstrap wrote, or the hostname.
+func nodeName(root *os.Root, hostname string) string {
+	for _, f := range []string{"run/kubeadm/kubeadm.yaml", "run/kubeadm/kubeadm-join-config.yaml"} {
+		b, err := root.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, doc := range strings.Split(string(b), "\n---") {
+			var d struct {
+				Kind             string `json:"kind"`
+				NodeRegistration struct {
+					Name string `json:"name"`
+				} `json:"nodeRegistration"`
+			}
+			if yaml.Unmarshal([]byte(doc), &d) == nil && d.NodeRegistration.Name != "" &&
+				(d.Kind == "InitConfiguration" || d.Kind == "JoinConfiguration") {
+				return strings.ToLower(d.NodeRegistration.Name)
+			}
+		}
+	}
+	return strings.ToLower(hostname)
+}
+
+// earliestExpiry is the soonest NotAfter among the certificates (*.crt,
+// *.pem) under dirs, or nil when there are none.
+func earliestExpiry(root *os.Root, dirs []string) *time.Time {
+	var earliest *time.Time
+	for _, dir := range dirs {
+		_ = fs.WalkDir(root.FS(), rel(dir), func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !(strings.HasSuffix(p, ".crt") || strings.HasSuffix(p, ".pem")) {
+				return nil
+			}
+			b, err := root.ReadFile(p)
+			if err != nil {
+				return nil
+			}
+			for {
+				var block *pem.Block
+				block, b = pem.Decode(b)
+				if block == nil {
+					break
+				}
+				if block.Type != "CERTIFICATE" {
+					continue
+				}
+				c, err := x509.ParseCertificate(block.Bytes)
+				if err != nil {
+					continue
+				}
+				if earliest == nil || c.NotAfter.Before(*earliest) {
+					t := c.NotAfter.UTC()
+					earliest = &t
+				}
+			}
+			return nil
+		})
+	}
+	return earliest
+}
+
+// sortedUnique is used by the reset to remove each file once.
+func sortedUnique(in []string) []string {
+	m := map[string]bool{}
+	for _, s := range in {
+		m[s] = true
+	}
+	out := make([]string, 0, len(m))
+	for s := range m {
+		out = append(out, s)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,234 @@
+package provision
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/edgefleet/fleet/pkg/agent/cloudconfig"
+	"github.com/edgefleet/fleet/pkg/contract/wire"
+)
+
+// fakeRunner records commands; one can be made to fail.
+type fakeRunner struct {
+	mu     sync.Mutex
+	ran    []string
+	failOn string
+}
+
+func (f *fakeRunner) Run(_ context.Context, c cloudconfig.Command) ([]byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ran = append(f.ran, c.String())
+	if f.failOn != "" && strings.Contains(c.String(), f.failOn) {
+		return []byte("[preflight] Some fatal errors occurred:\n\t[ERROR Port-6443]: Port 6443 is in use\n"), errors.New("exit status 1")
+	}
+	return nil, nil
+}
+
+func sandbox(t *testing.T) string {
+	t.Helper()
+	root := t.TempDir()
+	for p, c := range map[string]string{
+		"etc/hostname":           "store-17\n",
+		"etc/passwd":             "root:x:0:0:root:/root:/bin/bash\nops:x:1001:1001::/home/ops:/bin/bash\n",
+		"etc/group":              "root:x:0:\nops:x:1001:\n",
+		"etc/fleet/appended.txt": "first line\n",
+	} {
+		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, p), []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+func golden(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "cloudconfig", "testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func assign(data []byte) *wire.Assignment {
+	return &wire.Assignment{ClaimUID: "u1", MachineName: "demo-cp-0", ProviderID: "edge://default/store-17",
+		BootstrapFormat: "cloud-config", BootstrapData: data}
+}
+
+func read(t *testing.T, root, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// CABPK's real init cloud-config, run into a sandbox root: every file with
+// its content, mode and encoding; users, ntp, commands in cloud-init's
+// order; the sentinel; and what the reporters read back.
+func TestProvisionCABPKInitControlPlane(t *testing.T) {
+	root, state := sandbox(t), t.TempDir()
+	run := &fakeRunner{}
+	p := New(Options{Root: root, StateDir: state, Runner: run})
+	var steps []string
+	res, err := p.Provision(context.Background(), assign(golden(t, "cabpk-init-controlplane.yaml")), func(s string) { steps = append(steps, s) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{
+		"etc/fleet/plain.conf":                       "plain store-17\n",
+		"etc/fleet/b64.bin":                          "base64 content\n",
+		"etc/fleet/gzip+b64.txt":                     "gzipped content\n",
+		"etc/fleet/appended.txt":                     "first line\nsecond line\n",
+		"etc/sudoers.d/90-fleet-ops":                 "ops ALL=(ALL) NOPASSWD:ALL\n",
+		"run/cluster-api/bootstrap-success.complete": "success\n",
+	} {
+		if got := read(t, root, path); got != want {
+			t.Errorf("%s = %q, want %q", path, got, want)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(root, "etc/fleet/plain.conf")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("plain.conf mode %v %v", fi.Mode(), err)
+	}
+	if fi, err := os.Stat(filepath.Join(root, "etc/kubernetes/pki/ca.key")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("ca.key mode %v %v", fi, err)
+	}
+	if !strings.Contains(read(t, root, "run/kubeadm/kubeadm.yaml"), "edge://default/store-17") {
+		t.Error("provider_id not substituted into kubeadm.yaml")
+	}
+	if !strings.Contains(read(t, root, "home/ops/.ssh/authorized_keys"), "ssh-ed25519") {
+		t.Error("authorized_keys not written")
+	}
+	if !strings.Contains(read(t, root, "etc/systemd/timesyncd.conf.d/fleet-ntp.conf"), "NTP=0.pool.ntp.org 1.pool.ntp.org") {
+		t.Error("ntp servers not configured")
+	}
+	ran := strings.Join(run.ran, "\n")
+	order := []string{"echo boot > /run/fleet-bootcmd", "passwd --lock ops", "systemctl try-restart systemd-timesyncd.service",
+		"echo pre", "hostnamectl set-hostname store-17", "kubeadm init --config /run/kubeadm/kubeadm.yaml", "echo post"}
+	last := -1
+	for _, want := range order {
+		i := strings.Index(ran, want)
+		if i < 0 || i < last {
+			t.Fatalf("commands out of order or missing %q:\n%s", want, ran)
+		}
+		last = i
+	}
+	if strings.Contains(ran, "useradd") {
+		t.Error("useradd ran for a user that exists")
+	}
+	if res.NodeName != "store-17" || res.ProviderID != "edge://default/store-17" || res.CertificatesExpiry == nil {
+		t.Errorf("result %+v", res)
+	}
+	if steps[len(steps)-1] != "sentinel" || !strings.HasPrefix(steps[0], "bootcmd 1/1") {
+		t.Errorf("steps %v", steps)
+	}
+
+	// Reset: kubeadm reset, and every file the bootstrap made is gone; a
+	// file it only appended to stays.
+	if err := p.Reset(context.Background(), "u1"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.Join(run.ran, "\n"), "kubeadm reset -f") {
+		t.Error("kubeadm reset not run")
+	}
+	for _, gone := range []string{"etc/fleet/plain.conf", "run/kubeadm/kubeadm.yaml", "etc/kubernetes/pki/ca.key",
+		"run/cluster-api/bootstrap-success.complete", "etc/sudoers.d/90-fleet-ops", "home/ops/.ssh/authorized_keys"} {
+		if _, err := os.Stat(filepath.Join(root, gone)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s survived the reset", gone)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(root, "etc/fleet/appended.txt")); err != nil {
+		t.Error("the reset removed a file the bootstrap only appended to")
+	}
+	// Again: a reset is safe to repeat.
+	if err := p.Reset(context.Background(), "u1"); err != nil {
+		t.Fatalf("second reset: %v", err)
+	}
+}
+
+// A failing command is reported with its step, the command and the tail of
+// its output, and the sentinel is not written.
+func TestFailingCommandIsReported(t *testing.T) {
+	root := sandbox(t)
+	run := &fakeRunner{failOn: "kubeadm join"}
+	p := New(Options{Root: root, StateDir: t.TempDir(), Runner: run})
+	_, err := p.Provision(context.Background(), assign(golden(t, "cabpk-join-worker.yaml")), func(string) {})
+	var se *StepError
+	if !errors.As(err, &se) || se.Step != "runcmd 1/1" || !strings.Contains(se.Command, "kubeadm join") ||
+		!strings.Contains(err.Error(), "Port 6443 is in use") {
+		t.Fatalf("error %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "run/cluster-api/bootstrap-success.complete")); !errors.Is(err, os.ErrNotExist) {
+		t.Error("sentinel written after a failure")
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	root := sandbox(t)
+	p := New(Options{Root: root, StateDir: t.TempDir(), Runner: &fakeRunner{}})
+	a := assign([]byte(`{"ignition":{"version":"3.4.0"}}`))
+	a.BootstrapFormat = "ignition"
+	var u *cloudconfig.Unsupported
+	if _, err := p.Provision(context.Background(), a, func(string) {}); !errors.As(err, &u) {
+		t.Errorf("ignition: %v", err)
+	}
+	if _, err := p.Provision(context.Background(), assign([]byte("#cloud-config\ndisk_setup:\n  /dev/sdb: {table_type: gpt}\n")),
+		func(string) {}); !errors.As(err, &u) || !strings.Contains(err.Error(), "disk_setup") {
+		t.Errorf("disk_setup: %v", err)
+	}
+	// A user name that is shell syntax is refused, not run.
+	if _, err := p.Provision(context.Background(), assign([]byte("#cloud-config\nusers:\n- name: 'x; rm -rf /'\n")),
+		func(string) {}); err == nil || !strings.Contains(err.Error(), "not a valid account name") {
+		t.Errorf("bad user name: %v", err)
+	}
+}
+
+// No path in the bootstrap data reaches outside the root, not by "..", not
+// through a symlink planted inside the root.
+func TestWritesStayInsideTheRoot(t *testing.T) {
+	root := sandbox(t)
+	outside := t.TempDir()
+	if err := os.Symlink(outside, filepath.Join(root, "escape")); err != nil {
+		t.Fatal(err)
+	}
+	p := New(Options{Root: root, StateDir: t.TempDir(), Runner: &fakeRunner{}})
+	_, err := p.Provision(context.Background(), assign([]byte("#cloud-config\nwrite_files:\n- {path: /../../dotdot.txt, content: x}\n")), func(string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "dotdot.txt")); err != nil {
+		t.Errorf("'..' path not kept inside the root: %v", err)
+	}
+	_, err = p.Provision(context.Background(), assign([]byte("#cloud-config\nwrite_files:\n- {path: /escape/pwned.txt, content: x}\n")), func(string) {})
+	if err == nil {
+		t.Error("a write through a symlink out of the root succeeded")
+	}
+	if _, err := os.Stat(filepath.Join(outside, "pwned.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Error("file written outside the root")
+	}
+}
+
+func TestShellRunner(t *testing.T) {
+	dir := t.TempDir()
+	r := ShellRunner{Dir: dir, OutputLimit: 64}
+	out, err := r.Run(context.Background(), cloudconfig.Command{Shell: "echo hello > greeting; echo out; echo err >&2; exit 3"})
+	if err == nil || !strings.Contains(string(out), "out") || !strings.Contains(string(out), "err") {
+		t.Fatalf("shell form: %q %v", out, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "greeting")); string(b) != "hello\n" {
+		t.Errorf("command did not run in Dir: %q", b)
+	}
+	out, err = r.Run(context.Background(), cloudconfig.Command{Argv: []string{"sh", "-c", "for i in $(seq 1 100); do echo line-$i; done"}})
+	if err != nil || !strings.Contains(string(out), "line-100") || !strings.Contains(string(out), "earlier bytes dropped") || len(out) > 200 {
+		t.Errorf("bounded tail: %q %v", out, err)
+	}
+}
