@@ -58,6 +58,7 @@ func run(args []string) error {
 	stateDir := fs.String("state-dir", "", "Where identity and state are kept (default /var/lib/fleet-agent).")
 	rootDir := fs.String("root-dir", "", "Root of the machine the agent manages (default /; tests and the demo use a sandbox).")
 	resync := fs.Duration("resync-interval", 0, "How often the full status is re-sent without changes (default 1m).")
+	sandbox := fs.Bool("sandbox", false, "Run bootstrap commands chrooted into --root-dir (tests and the local demo; needs root).")
 	zopts := zap.Options{}
 	zopts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -84,6 +85,9 @@ func run(args []string) error {
 	override("ca-cert-hash", &cfg.CACertHash, *pin)
 	override("state-dir", &cfg.StateDir, *stateDir)
 	override("root-dir", &cfg.RootDir, *rootDir)
+	if set["sandbox"] {
+		cfg.Sandbox = *sandbox
+	}
 	if set["resync-interval"] {
 		cfg.ResyncInterval = *resync
 	}
@@ -112,6 +116,9 @@ func run(args []string) error {
 func runAgent(ctx context.Context, cfg agent.Config, log logr.Logger) error {
 	log.Info("Starting fleet-agent", "version", version.Version, "hub", cfg.Hub, "stateDir", cfg.StateDir)
 	opts := provision.Options{Root: cfg.RootDir, StateDir: cfg.StateDir, Runner: provision.ShellRunner{Dir: cfg.RootDir}}
+	if cfg.Sandbox {
+		opts.Runner = provision.ChrootRunner{Root: cfg.RootDir, Path: "/opt/fleet/bin"}
+	}
 	for _, c := range cfg.ResetCommands {
 		opts.ResetCommands = append(opts.ResetCommands, cloudconfig.Command{Shell: c})
 	}

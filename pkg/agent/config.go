@@ -37,6 +37,10 @@ type Config struct {
 	// lines (default: kubeadm reset -f). Files the bootstrap wrote are
 	// removed after them.
 	ResetCommands []string `json:"resetCommands,omitempty"`
+	// Sandbox runs every bootstrap command chrooted into RootDir in a
+	// private mount namespace (tests and the local demo; needs root), with
+	// /opt/fleet/bin first on PATH — where the demo's node simulator lives.
+	Sandbox bool `json:"sandbox,omitempty"`
 	// KeepAlive is the session ping interval; a link that stops answering
 	// is given up after about KeepAlive plus the write timeout.
 	KeepAlive time.Duration `json:"keepAlive,omitempty"`
