@@ -15,6 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/rest"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	"sigs.k8s.io/cluster-api/bootstrap/kubeadm/reconcilers/kubeadmconfig"
+	kubeadmsetup "sigs.k8s.io/cluster-api/bootstrap/kubeadm/setup"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	capicluster "sigs.k8s.io/cluster-api/core/reconcilers/cluster"
@@ -30,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/yaml"
 
 	hubcontrollers "github.com/edgefleet/fleet/pkg/hub/controllers"
 )
@@ -60,6 +64,11 @@ type Options struct {
 	// APIServerOnly starts the API server with the CRDs and no managers,
 	// for tests that run a hub of their own (such as the fleet-hub binary).
 	APIServerOnly bool
+	// KubeadmBootstrap also installs the kubeadm bootstrap CRDs and runs
+	// the real kubeadm bootstrap reconciler (CABPK) in its own manager.
+	KubeadmBootstrap bool
+	// NoHub leaves fleet's hub reconcilers out (the test runs its own hub).
+	NoHub bool
 }
 
 // Start brings up the API server and both managers. Stop must be called.
@@ -84,6 +93,13 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 
 	scheme := hubcontrollers.NewScheme()
 	utilruntime.Must(apiextensionsv1.AddToScheme(scheme))
+	utilruntime.Must(bootstrapv1.AddToScheme(scheme))
+	var extraCRDs []*apiextensionsv1.CustomResourceDefinition
+	if opts.KubeadmBootstrap {
+		if extraCRDs, err = kubeadmCRDs(capiDir); err != nil {
+			return nil, err
+		}
+	}
 
 	e := &Env{
 		Scheme: scheme,
@@ -94,9 +110,10 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 				filepath.Join(capiDir, "core", "config", "crd", "bases"),
 				filepath.Join(root, "manifests", "crd"),
 			},
+			CRDs:   extraCRDs,
 			Scheme: scheme,
 		},
-		done: make(chan error, 2),
+		done: make(chan error, 3),
 	}
 	cfg, err := e.env.Start()
 	if err != nil {
@@ -112,12 +129,25 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 	if opts.APIServerOnly {
 		return e, nil
 	}
-	e.managers = 2
 	capiMgr, err := newCAPIManager(ctx, cfg, scheme)
 	if err != nil {
 		e.cancel()
 		_ = e.env.Stop()
 		return nil, err
+	}
+	managers := []ctrl.Manager{capiMgr}
+	if opts.KubeadmBootstrap {
+		m, err := newKubeadmBootstrapManager(ctx, cfg, scheme)
+		if err != nil {
+			e.cancel()
+			_ = e.env.Stop()
+			return nil, err
+		}
+		managers = append(managers, m)
+	}
+	if opts.NoHub {
+		e.start(ctx, managers)
+		return e, nil
 	}
 	hubMgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:  scheme,
@@ -137,10 +167,83 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 		_ = e.env.Stop()
 		return nil, err
 	}
-	for _, m := range []ctrl.Manager{capiMgr, hubMgr} {
+	e.start(ctx, append(managers, hubMgr))
+	return e, nil
+}
+
+func (e *Env) start(ctx context.Context, managers []ctrl.Manager) {
+	e.managers = len(managers)
+	for _, m := range managers {
 		go func() { e.done <- m.Start(ctx) }()
 	}
-	return e, nil
+}
+
+// kubeadmCRDs loads the kubeadm bootstrap CRDs from the Cluster API module
+// and adds the contract label that kustomize adds in real installs.
+func kubeadmCRDs(capiDir string) ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	dir := filepath.Join(capiDir, "bootstrap", "kubeadm", "config", "crd", "bases")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("reading kubeadm CRDs: %w", err)
+	}
+	var out []*apiextensionsv1.CustomResourceDefinition
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := yaml.Unmarshal(b, crd); err != nil {
+			return nil, fmt.Errorf("parsing %s: %w", e.Name(), err)
+		}
+		if crd.Labels == nil {
+			crd.Labels = map[string]string{}
+		}
+		crd.Labels["cluster.x-k8s.io/v1beta2"] = "v1beta2"
+		out = append(out, crd)
+	}
+	return out, nil
+}
+
+// newKubeadmBootstrapManager runs the real CABPK reconciler the way its own
+// binary does: its own cache and client options, secret-caching client and
+// ClusterCache (core's would strip the Secret data CABPK needs).
+func newKubeadmBootstrapManager(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme) (ctrl.Manager, error) {
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:  scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"},
+		Cache:   kubeadmsetup.ManagerCacheOptions(scheme, "cabpk-test-manager", "", 10*time.Minute),
+		Client:  kubeadmsetup.ManagerClientOptions(),
+		Logger:  log.Log.WithName("cabpk"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating kubeadm bootstrap manager: %w", err)
+	}
+	secretCachingClient, err := kubeadmsetup.CreateSecretCachingClient(mgr)
+	if err != nil {
+		return nil, fmt.Errorf("creating secret caching client: %w", err)
+	}
+	cc, err := clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
+		SecretClient: secretCachingClient,
+		Cache:        kubeadmsetup.ClusterCacheCacheOptions(),
+		Client:       kubeadmsetup.ClusterCacheClientOptions("cabpk-test-manager", 20, 30),
+	}, controller.Options{MaxConcurrentReconciles: 4, SkipNameValidation: ptrTrue()})
+	if err != nil {
+		return nil, fmt.Errorf("setting up CABPK ClusterCache: %w", err)
+	}
+	if s, ok := cc.(interface{ SetConnectionCreationRetryInterval(time.Duration) }); ok {
+		s.SetConnectionCreationRetryInterval(2 * time.Second)
+	}
+	if err := (&kubeadmconfig.Reconciler{
+		Client:              mgr.GetClient(),
+		SecretCachingClient: secretCachingClient,
+		APIReader:           mgr.GetAPIReader(),
+		ClusterCache:        cc,
+		TokenTTL:            kubeadmconfig.DefaultTokenTTL,
+	}).SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: 4, SkipNameValidation: ptrTrue()}); err != nil {
+		return nil, fmt.Errorf("setting up KubeadmConfig reconciler: %w", err)
+	}
+	return mgr, nil
 }
 
 // newCAPIManager wires the real Cluster API core reconcilers the way

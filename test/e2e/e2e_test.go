@@ -1,0 +1,379 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/kubeconfig"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/edgefleet/fleet/internal/testenv"
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	hubcontrollers "github.com/edgefleet/fleet/pkg/hub/controllers"
+	"github.com/edgefleet/fleet/pkg/hub/enrollment"
+	"github.com/edgefleet/fleet/pkg/hub/gateway"
+)
+
+const (
+	ns          = "default"
+	clusterName = "edge"
+	waitTimeout = 4 * time.Minute
+)
+
+func startEnv(t *testing.T, opts testenv.Options) *testenv.Env {
+	t.Helper()
+	env, err := testenv.Start(context.Background(), opts)
+	if err != nil {
+		if errors.Is(err, testenv.ErrNoAssets) && os.Getenv("CI") != "true" {
+			t.Skip(err)
+		}
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	return env
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func eventually(t *testing.T, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = cond(); err == nil {
+			return
+		}
+		time.Sleep(time.Second)
+	}
+	t.Fatalf("%s: still not true after %s: %v", what, waitTimeout, err)
+}
+
+func build(t *testing.T, dir, pkg, out string) string {
+	t.Helper()
+	bin := filepath.Join(dir, out)
+	cmd := exec.Command("go", "build", "-o", bin, pkg)
+	cmd.Dir = filepath.Join("..", "..")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building %s: %v\n%s", pkg, err, b)
+	}
+	return bin
+}
+
+// agentProc is one edge machine: a sandbox root and a fleet-agent process.
+type agentProc struct {
+	name string
+	root string
+	cmd  *exec.Cmd
+	log  *bytes.Buffer
+}
+
+func startAgent(t *testing.T, name, agentBin, simBin, hubURL, pin, token string, workloadKubeconfig []byte) *agentProc {
+	t.Helper()
+	root := t.TempDir()
+	files := map[string]string{
+		"etc/hostname":             name + "\n",
+		"etc/machine-id":           fmt.Sprintf("%032x", name)[:32] + "\n",
+		"etc/os-release":           "PRETTY_NAME=\"fleet e2e sandbox\"\n",
+		"etc/passwd":               "root:x:0:0:root:/root:/bin/sh\n",
+		"etc/group":                "root:x:0:\n",
+		"etc/fleet-sim/kubeconfig": string(workloadKubeconfig),
+	}
+	for p, c := range files {
+		must(t, os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755))
+		must(t, os.WriteFile(filepath.Join(root, p), []byte(c), 0o644))
+	}
+	sim, err := os.ReadFile(simBin)
+	must(t, err)
+	must(t, os.MkdirAll(filepath.Join(root, "opt/fleet/bin"), 0o755))
+	must(t, os.WriteFile(filepath.Join(root, "opt/fleet/bin/kubeadm"), sim, 0o755))
+
+	a := &agentProc{name: name, root: root, log: &bytes.Buffer{}}
+	a.cmd = exec.Command(agentBin, "--config", filepath.Join(root, "no-config.yaml"),
+		"--hub", hubURL, "--ca-cert-hash", pin, "--token", token,
+		"--root-dir", root, "--state-dir", filepath.Join(root, "var/lib/fleet-agent"),
+		"--sandbox", "--resync-interval", "2s")
+	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
+	must(t, a.cmd.Start())
+	t.Cleanup(func() { a.stop(t) })
+	return a
+}
+
+func (a *agentProc) stop(t *testing.T) {
+	if a.cmd.Process == nil || a.cmd.ProcessState != nil {
+		return
+	}
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- a.cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		_ = a.cmd.Process.Kill()
+		<-done
+		t.Errorf("agent %s did not stop on SIGTERM", a.name)
+	}
+	if t.Failed() {
+		t.Logf("--- agent %s log ---\n%s", a.name, tail(a.log.String(), 4000))
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func joinSpec() bootstrapv1.NodeRegistrationOptions {
+	return bootstrapv1.NodeRegistrationOptions{
+		Name:             "{{ ds.meta_data.local_hostname }}",
+		KubeletExtraArgs: []bootstrapv1.Arg{{Name: "provider-id", Value: ptr.To("{{ ds.meta_data.provider_id }}")}},
+	}
+}
+
+// A Cluster with a kubeadm control-plane Machine and a MachineDeployment of
+// workers, all on EdgeMachines, runs on real agents: the Machines reach
+// Running with nodeRef set by Cluster API itself, scale down resets a
+// host, and deleting the Cluster gives every host back.
+func TestClusterLifecycleOnRealAgents(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("the e2e test needs root (sandboxed agents); CI runs as root")
+		}
+		t.Skip("the e2e test needs root for the agents' sandboxes")
+	}
+	ctrl.SetLogger(zap.New(zap.Level(zapErrorLevel())))
+	ctx := context.Background()
+	hub := startEnv(t, testenv.Options{KubeadmBootstrap: true, NoHub: true})
+	workload := startEnv(t, testenv.Options{APIServerOnly: true})
+	c := hub.Client
+
+	// fleet's hub: reconcilers and gateway.
+	mgr, err := ctrl.NewManager(hub.Config, ctrl.Options{Scheme: hub.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, Logger: logr.Discard()})
+	must(t, err)
+	hubCtx, stopHub := context.WithCancel(ctx)
+	t.Cleanup(stopHub)
+	must(t, hubcontrollers.Setup(hubCtx, mgr, hubcontrollers.Options{Concurrency: 4, SkipNameValidation: true}))
+	gw, err := gateway.Setup(hubCtx, mgr, gateway.Options{Addr: freeAddr(t), HubNamespace: ns, IPs: []net.IP{net.ParseIP("127.0.0.1")}})
+	must(t, err)
+	go func() { _ = mgr.Start(hubCtx) }()
+	<-gw.Ready()
+	hubURL := "https://" + gw.Addr()
+
+	dir := t.TempDir()
+	agentBin := build(t, dir, "./cmd/fleet-agent", "fleet-agent")
+	simBin := build(t, dir, "./test/nodesim", "kubeadm")
+
+	cluster := &clusterv1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Name: clusterName, Namespace: ns},
+		Spec: clusterv1.ClusterSpec{InfrastructureRef: clusterv1.ContractVersionedObjectReference{
+			APIGroup: infrav1.GroupVersion.Group, Kind: "EdgeCluster", Name: clusterName}},
+	}
+	must(t, c.Create(ctx, cluster))
+	wkc := kubeconfig.FromEnvTestConfig(workload.Config, cluster)
+	must(t, c.Create(ctx, kubeconfig.GenerateSecret(cluster, wkc)))
+	must(t, c.Create(ctx, &infrav1.EdgeCluster{ObjectMeta: metav1.ObjectMeta{Name: clusterName, Namespace: ns},
+		Spec: infrav1.EdgeClusterSpec{ControlPlaneEndpoint: infrav1.APIEndpoint{Host: "edge.fleet.internal", Port: 6443}}}))
+
+	cpToken, _, err := enrollment.Create(ctx, c, ns, enrollment.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "cp"}}, time.Now())
+	must(t, err)
+	wToken, _, err := enrollment.Create(ctx, c, ns, enrollment.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "worker"}}, time.Now())
+	must(t, err)
+	pin := gw.CA().Pin()
+	agents := []*agentProc{
+		startAgent(t, "cp-0", agentBin, simBin, hubURL, pin, cpToken, wkc),
+		startAgent(t, "w-0", agentBin, simBin, hubURL, pin, wToken, wkc),
+		startAgent(t, "w-1", agentBin, simBin, hubURL, pin, wToken, wkc),
+	}
+	eventually(t, "3 hosts enrolled and Available", func() error {
+		hosts := &infrav1.EdgeHostList{}
+		if err := c.List(ctx, hosts, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		n := 0
+		for _, h := range hosts.Items {
+			if h.Status.Phase == infrav1.HostAvailable {
+				n++
+			}
+		}
+		if n != 3 {
+			return fmt.Errorf("%d of %d hosts Available", n, len(hosts.Items))
+		}
+		return nil
+	})
+
+	// The control plane Machine, bootstrapped by CABPK.
+	must(t, c.Create(ctx, &bootstrapv1.KubeadmConfig{ObjectMeta: metav1.ObjectMeta{Name: "cp-0", Namespace: ns,
+		Labels: map[string]string{clusterv1.ClusterNameLabel: clusterName}},
+		Spec: bootstrapv1.KubeadmConfigSpec{InitConfiguration: bootstrapv1.InitConfiguration{NodeRegistration: joinSpec()}}}))
+	must(t, c.Create(ctx, &infrav1.EdgeMachine{ObjectMeta: metav1.ObjectMeta{Name: "cp-0", Namespace: ns},
+		Spec: infrav1.EdgeMachineSpec{HostSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": "cp"}}}}))
+	must(t, c.Create(ctx, &clusterv1.Machine{
+		ObjectMeta: metav1.ObjectMeta{Name: "cp-0", Namespace: ns, Labels: map[string]string{
+			clusterv1.ClusterNameLabel: clusterName, clusterv1.MachineControlPlaneLabel: ""}},
+		Spec: clusterv1.MachineSpec{ClusterName: clusterName, Version: "v1.36.3",
+			Bootstrap: clusterv1.Bootstrap{ConfigRef: clusterv1.ContractVersionedObjectReference{
+				APIGroup: bootstrapv1.GroupVersion.Group, Kind: "KubeadmConfig", Name: "cp-0"}},
+			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "EdgeMachine", Name: "cp-0"},
+			Deletion:          clusterv1.MachineDeletionSpec{NodeDeletionTimeoutSeconds: ptr.To[int32](10)},
+		},
+	}))
+	// Workers: a MachineDeployment with a KubeadmConfigTemplate.
+	must(t, c.Create(ctx, &bootstrapv1.KubeadmConfigTemplate{ObjectMeta: metav1.ObjectMeta{Name: "workers", Namespace: ns},
+		Spec: bootstrapv1.KubeadmConfigTemplateSpec{Template: bootstrapv1.KubeadmConfigTemplateResource{
+			Spec: bootstrapv1.KubeadmConfigSpec{JoinConfiguration: bootstrapv1.JoinConfiguration{NodeRegistration: joinSpec()}}}}}))
+	must(t, c.Create(ctx, &infrav1.EdgeMachineTemplate{ObjectMeta: metav1.ObjectMeta{Name: "workers", Namespace: ns},
+		Spec: infrav1.EdgeMachineTemplateSpec{Template: infrav1.EdgeMachineTemplateResource{Spec: infrav1.EdgeMachineSpec{
+			HostSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": "worker"}}}}}}))
+	mdLabels := map[string]string{"fleet.test/md": "workers", clusterv1.ClusterNameLabel: clusterName}
+	md := &clusterv1.MachineDeployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "workers", Namespace: ns, Labels: map[string]string{clusterv1.ClusterNameLabel: clusterName}},
+		Spec: clusterv1.MachineDeploymentSpec{
+			ClusterName: clusterName, Replicas: ptr.To[int32](2),
+			Selector: metav1.LabelSelector{MatchLabels: map[string]string{"fleet.test/md": "workers"}},
+			Rollout: clusterv1.MachineDeploymentRolloutSpec{Strategy: clusterv1.MachineDeploymentRolloutStrategy{
+				Type: clusterv1.RollingUpdateMachineDeploymentStrategyType,
+				RollingUpdate: clusterv1.MachineDeploymentRolloutStrategyRollingUpdate{
+					MaxSurge: ptr.To(intstr.FromInt32(1)), MaxUnavailable: ptr.To(intstr.FromInt32(0))}}},
+			Template: clusterv1.MachineTemplateSpec{
+				ObjectMeta: clusterv1.ObjectMeta{Labels: mdLabels},
+				Spec: clusterv1.MachineSpec{ClusterName: clusterName, Version: "v1.36.3",
+					Bootstrap: clusterv1.Bootstrap{ConfigRef: clusterv1.ContractVersionedObjectReference{
+						APIGroup: bootstrapv1.GroupVersion.Group, Kind: "KubeadmConfigTemplate", Name: "workers"}},
+					InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "EdgeMachineTemplate", Name: "workers"},
+					Deletion:          clusterv1.MachineDeletionSpec{NodeDeletionTimeoutSeconds: ptr.To[int32](10)},
+				},
+			},
+		},
+	}
+	must(t, c.Create(ctx, md))
+
+	eventually(t, "3 Machines Running with nodeRef", func() error { return machinesRunning(ctx, c, 3) })
+	cp := &clusterv1.Machine{}
+	must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "cp-0"}, cp))
+	if cp.Spec.ProviderID != "edge://"+ns+"/cp-0" || cp.Status.NodeRef.Name != "cp-0" || len(cp.Status.Addresses) == 0 {
+		t.Errorf("control-plane Machine: providerID %q nodeRef %q addresses %v", cp.Spec.ProviderID, cp.Status.NodeRef.Name, cp.Status.Addresses)
+	}
+	eventually(t, "certificate expiry on the control-plane Machine", func() error {
+		must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "cp-0"}, cp))
+		if cp.Status.CertificatesExpiryDate.IsZero() {
+			return errors.New("no certificatesExpiryDate")
+		}
+		return nil
+	})
+	// The bootstrap really ran in the sandbox: CABPK's files and sentinel.
+	for _, p := range []string{"run/cluster-api/bootstrap-success.complete", "etc/kubernetes/pki/ca.crt", "run/kubeadm/kubeadm.yaml"} {
+		if _, err := os.Stat(filepath.Join(agents[0].root, p)); err != nil {
+			t.Errorf("control-plane sandbox lacks %s: %v", p, err)
+		}
+	}
+
+	// Scale down: one worker host is reset and Available again.
+	must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "workers"}, md))
+	patch := client.MergeFrom(md.DeepCopy())
+	md.Spec.Replicas = ptr.To[int32](1)
+	must(t, c.Patch(ctx, md, patch))
+	eventually(t, "one worker host back in the pool", func() error {
+		if err := machinesRunning(ctx, c, 2); err != nil {
+			return err
+		}
+		return hostsAvailable(ctx, c, 1)
+	})
+
+	// Delete the Cluster: every host is reset and Available.
+	must(t, c.Delete(ctx, cluster))
+	eventually(t, "every host Available after the Cluster is gone", func() error {
+		if err := hostsAvailable(ctx, c, 3); err != nil {
+			return err
+		}
+		machines := &clusterv1.MachineList{}
+		if err := c.List(ctx, machines, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		if len(machines.Items) != 0 {
+			return fmt.Errorf("%d machines left", len(machines.Items))
+		}
+		return nil
+	})
+	for _, a := range agents {
+		if _, err := os.Stat(filepath.Join(a.root, "run/cluster-api/bootstrap-success.complete")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("host %s still has a bootstrap sentinel after reset", a.name)
+		}
+	}
+	nodes := &corev1.NodeList{}
+	must(t, workload.Client.List(ctx, nodes))
+	if len(nodes.Items) != 0 {
+		t.Errorf("%d Nodes left in the workload cluster", len(nodes.Items))
+	}
+}
+
+func machinesRunning(ctx context.Context, c client.Client, want int) error {
+	machines := &clusterv1.MachineList{}
+	if err := c.List(ctx, machines, client.InNamespace(ns)); err != nil {
+		return err
+	}
+	if len(machines.Items) != want {
+		return fmt.Errorf("%d machines, want %d", len(machines.Items), want)
+	}
+	var notYet []string
+	for _, m := range machines.Items {
+		if m.Status.Phase != string(clusterv1.MachinePhaseRunning) || !m.Status.NodeRef.IsDefined() {
+			notYet = append(notYet, fmt.Sprintf("%s=%s", m.Name, m.Status.Phase))
+		}
+	}
+	if len(notYet) > 0 {
+		return fmt.Errorf("not Running: %s", strings.Join(notYet, ", "))
+	}
+	return nil
+}
+
+func hostsAvailable(ctx context.Context, c client.Client, want int) error {
+	hosts := &infrav1.EdgeHostList{}
+	if err := c.List(ctx, hosts, client.InNamespace(ns)); err != nil {
+		return err
+	}
+	n := 0
+	var phases []string
+	for _, h := range hosts.Items {
+		phases = append(phases, h.Name+"="+string(h.Status.Phase))
+		if h.Status.Phase == infrav1.HostAvailable {
+			n++
+		}
+	}
+	if n != want {
+		return fmt.Errorf("%d Available, want %d (%s)", n, want, strings.Join(phases, ", "))
+	}
+	return nil
+}
