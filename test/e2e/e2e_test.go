@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -88,8 +89,28 @@ func build(t *testing.T, dir, pkg, out string) string {
 type agentProc struct {
 	name string
 	root string
+	bin  string
+	args []string
 	cmd  *exec.Cmd
-	log  *bytes.Buffer
+	log  *syncBuffer
+}
+
+// syncBuffer collects a process's output safely across restarts.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func startAgent(t *testing.T, name, agentBin, simBin, hubURL, pin, token string, workloadKubeconfig []byte) *agentProc {
@@ -112,15 +133,23 @@ func startAgent(t *testing.T, name, agentBin, simBin, hubURL, pin, token string,
 	must(t, os.MkdirAll(filepath.Join(root, "opt/fleet/bin"), 0o755))
 	must(t, os.WriteFile(filepath.Join(root, "opt/fleet/bin/kubeadm"), sim, 0o755))
 
-	a := &agentProc{name: name, root: root, log: &bytes.Buffer{}}
-	a.cmd = exec.Command(agentBin, "--config", filepath.Join(root, "no-config.yaml"),
+	a := &agentProc{name: name, root: root, log: &syncBuffer{}}
+	a.args = []string{"--config", filepath.Join(root, "no-config.yaml"),
 		"--hub", hubURL, "--ca-cert-hash", pin, "--token", token,
 		"--root-dir", root, "--state-dir", filepath.Join(root, "var/lib/fleet-agent"),
-		"--sandbox", "--resync-interval", "2s")
-	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
-	must(t, a.cmd.Start())
+		"--sandbox", "--resync-interval", "2s"}
+	a.bin = agentBin
+	a.restart(t)
 	t.Cleanup(func() { a.stop(t) })
 	return a
+}
+
+// restart starts the agent process (again) on the same sandbox and state.
+func (a *agentProc) restart(t *testing.T) {
+	t.Helper()
+	a.cmd = exec.Command(a.bin, a.args...)
+	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
+	must(t, a.cmd.Start())
 }
 
 func (a *agentProc) stop(t *testing.T) {
@@ -180,32 +209,10 @@ func TestClusterLifecycleOnRealAgents(t *testing.T) {
 	workload := startEnv(t, testenv.Options{APIServerOnly: true})
 	c := hub.Client
 
-	// fleet's hub: reconcilers and gateway.
-	mgr, err := ctrl.NewManager(hub.Config, ctrl.Options{Scheme: hub.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, Logger: logr.Discard()})
-	must(t, err)
-	hubCtx, stopHub := context.WithCancel(ctx)
-	t.Cleanup(stopHub)
-	must(t, hubcontrollers.Setup(hubCtx, mgr, hubcontrollers.Options{Concurrency: 4, SkipNameValidation: true}))
-	gw, err := gateway.Setup(hubCtx, mgr, gateway.Options{Addr: freeAddr(t), HubNamespace: ns, IPs: []net.IP{net.ParseIP("127.0.0.1")}})
-	must(t, err)
-	go func() { _ = mgr.Start(hubCtx) }()
-	<-gw.Ready()
+	gw, _ := startFleetHub(t, hub, freeAddr(t))
 	hubURL := "https://" + gw.Addr()
-
-	dir := t.TempDir()
-	agentBin := build(t, dir, "./cmd/fleet-agent", "fleet-agent")
-	simBin := build(t, dir, "./test/nodesim", "kubeadm")
-
-	cluster := &clusterv1.Cluster{
-		ObjectMeta: metav1.ObjectMeta{Name: clusterName, Namespace: ns},
-		Spec: clusterv1.ClusterSpec{InfrastructureRef: clusterv1.ContractVersionedObjectReference{
-			APIGroup: infrav1.GroupVersion.Group, Kind: "EdgeCluster", Name: clusterName}},
-	}
-	must(t, c.Create(ctx, cluster))
-	wkc := kubeconfig.FromEnvTestConfig(workload.Config, cluster)
-	must(t, c.Create(ctx, kubeconfig.GenerateSecret(cluster, wkc)))
-	must(t, c.Create(ctx, &infrav1.EdgeCluster{ObjectMeta: metav1.ObjectMeta{Name: clusterName, Namespace: ns},
-		Spec: infrav1.EdgeClusterSpec{ControlPlaneEndpoint: infrav1.APIEndpoint{Host: "edge.fleet.internal", Port: 6443}}}))
+	agentBin, simBin := buildBinaries(t)
+	cluster, wkc := createCluster(t, hub, workload)
 
 	cpToken, _, err := enrollment.Create(ctx, c, ns, enrollment.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "cp"}}, time.Now())
 	must(t, err)
@@ -235,21 +242,7 @@ func TestClusterLifecycleOnRealAgents(t *testing.T) {
 	})
 
 	// The control plane Machine, bootstrapped by CABPK.
-	must(t, c.Create(ctx, &bootstrapv1.KubeadmConfig{ObjectMeta: metav1.ObjectMeta{Name: "cp-0", Namespace: ns,
-		Labels: map[string]string{clusterv1.ClusterNameLabel: clusterName}},
-		Spec: bootstrapv1.KubeadmConfigSpec{InitConfiguration: bootstrapv1.InitConfiguration{NodeRegistration: joinSpec()}}}))
-	must(t, c.Create(ctx, &infrav1.EdgeMachine{ObjectMeta: metav1.ObjectMeta{Name: "cp-0", Namespace: ns},
-		Spec: infrav1.EdgeMachineSpec{HostSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": "cp"}}}}))
-	must(t, c.Create(ctx, &clusterv1.Machine{
-		ObjectMeta: metav1.ObjectMeta{Name: "cp-0", Namespace: ns, Labels: map[string]string{
-			clusterv1.ClusterNameLabel: clusterName, clusterv1.MachineControlPlaneLabel: ""}},
-		Spec: clusterv1.MachineSpec{ClusterName: clusterName, Version: "v1.36.3",
-			Bootstrap: clusterv1.Bootstrap{ConfigRef: clusterv1.ContractVersionedObjectReference{
-				APIGroup: bootstrapv1.GroupVersion.Group, Kind: "KubeadmConfig", Name: "cp-0"}},
-			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "EdgeMachine", Name: "cp-0"},
-			Deletion:          clusterv1.MachineDeletionSpec{NodeDeletionTimeoutSeconds: ptr.To[int32](10)},
-		},
-	}))
+	createCPMachine(t, c, "cp-0", nil)
 	// Workers: a MachineDeployment with a KubeadmConfigTemplate.
 	must(t, c.Create(ctx, &bootstrapv1.KubeadmConfigTemplate{ObjectMeta: metav1.ObjectMeta{Name: "workers", Namespace: ns},
 		Spec: bootstrapv1.KubeadmConfigTemplateSpec{Template: bootstrapv1.KubeadmConfigTemplateResource{
@@ -312,6 +305,18 @@ func TestClusterLifecycleOnRealAgents(t *testing.T) {
 		return hostsAvailable(ctx, c, 1)
 	})
 
+	// Scale back up: the reset host is provisioned again.
+	must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "workers"}, md))
+	patch = client.MergeFrom(md.DeepCopy())
+	md.Spec.Replicas = ptr.To[int32](2)
+	must(t, c.Patch(ctx, md, patch))
+	eventually(t, "3 Machines Running again after scale-up", func() error {
+		if err := machinesRunning(ctx, c, 3); err != nil {
+			return err
+		}
+		return hostsAvailable(ctx, c, 0)
+	})
+
 	// Delete the Cluster: every host is reset and Available.
 	must(t, c.Delete(ctx, cluster))
 	eventually(t, "every host Available after the Cluster is gone", func() error {
@@ -337,6 +342,93 @@ func TestClusterLifecycleOnRealAgents(t *testing.T) {
 	if len(nodes.Items) != 0 {
 		t.Errorf("%d Nodes left in the workload cluster", len(nodes.Items))
 	}
+}
+
+// startFleetHub runs fleet's hub (reconcilers and gateway) on addr and
+// returns a function that stops it, as a hub restart would.
+func startFleetHub(t *testing.T, hub *testenv.Env, addr string) (*gateway.Server, func()) {
+	t.Helper()
+	mgr, err := ctrl.NewManager(hub.Config, ctrl.Options{Scheme: hub.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, Logger: logr.Discard()})
+	must(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	must(t, hubcontrollers.Setup(ctx, mgr, hubcontrollers.Options{Concurrency: 4, SkipNameValidation: true}))
+	gw, err := gateway.Setup(ctx, mgr, gateway.Options{Addr: addr, HubNamespace: ns, IPs: []net.IP{net.ParseIP("127.0.0.1")}})
+	must(t, err)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = mgr.Start(ctx) }()
+	<-gw.Ready()
+	stop := func() { cancel(); <-done }
+	t.Cleanup(stop)
+	return gw, stop
+}
+
+func buildBinaries(t *testing.T) (agentBin, simBin string) {
+	t.Helper()
+	dir := t.TempDir()
+	return build(t, dir, "./cmd/fleet-agent", "fleet-agent"), build(t, dir, "./test/nodesim", "kubeadm")
+}
+
+// createCluster makes the Cluster, its EdgeCluster and a kubeconfig that
+// points at the workload API server; it returns that kubeconfig.
+func createCluster(t *testing.T, hub, workload *testenv.Env) (*clusterv1.Cluster, []byte) {
+	t.Helper()
+	ctx, c := context.Background(), hub.Client
+	cluster := &clusterv1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Name: clusterName, Namespace: ns},
+		Spec: clusterv1.ClusterSpec{InfrastructureRef: clusterv1.ContractVersionedObjectReference{
+			APIGroup: infrav1.GroupVersion.Group, Kind: "EdgeCluster", Name: clusterName}},
+	}
+	must(t, c.Create(ctx, cluster))
+	wkc := kubeconfig.FromEnvTestConfig(workload.Config, cluster)
+	must(t, c.Create(ctx, kubeconfig.GenerateSecret(cluster, wkc)))
+	must(t, c.Create(ctx, &infrav1.EdgeCluster{ObjectMeta: metav1.ObjectMeta{Name: clusterName, Namespace: ns},
+		Spec: infrav1.EdgeClusterSpec{ControlPlaneEndpoint: infrav1.APIEndpoint{Host: "edge.fleet.internal", Port: 6443}}}))
+	return cluster, wkc
+}
+
+// createCPMachine makes a control-plane Machine bootstrapped by a
+// KubeadmConfig with the given commands before kubeadm.
+func createCPMachine(t *testing.T, c client.Client, name string, pre []string) {
+	t.Helper()
+	ctx := context.Background()
+	must(t, c.Create(ctx, &bootstrapv1.KubeadmConfig{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
+		Labels: map[string]string{clusterv1.ClusterNameLabel: clusterName}},
+		Spec: bootstrapv1.KubeadmConfigSpec{InitConfiguration: bootstrapv1.InitConfiguration{NodeRegistration: joinSpec()},
+			PreKubeadmCommands: pre}}))
+	must(t, c.Create(ctx, &infrav1.EdgeMachine{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: infrav1.EdgeMachineSpec{HostSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": "cp"}}}}))
+	must(t, c.Create(ctx, &clusterv1.Machine{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{
+			clusterv1.ClusterNameLabel: clusterName, clusterv1.MachineControlPlaneLabel: ""}},
+		Spec: clusterv1.MachineSpec{ClusterName: clusterName, Version: "v1.36.3",
+			Bootstrap: clusterv1.Bootstrap{ConfigRef: clusterv1.ContractVersionedObjectReference{
+				APIGroup: bootstrapv1.GroupVersion.Group, Kind: "KubeadmConfig", Name: name}},
+			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "EdgeMachine", Name: name},
+			Deletion:          clusterv1.MachineDeletionSpec{NodeDeletionTimeoutSeconds: ptr.To[int32](10)},
+		},
+	}))
+}
+
+// createWorkerMachine makes a worker Machine bootstrapped by a
+// KubeadmConfig (join) with the given commands before kubeadm.
+func createWorkerMachine(t *testing.T, c client.Client, name string, pre []string) {
+	t.Helper()
+	ctx := context.Background()
+	must(t, c.Create(ctx, &bootstrapv1.KubeadmConfig{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
+		Labels: map[string]string{clusterv1.ClusterNameLabel: clusterName}},
+		Spec: bootstrapv1.KubeadmConfigSpec{JoinConfiguration: bootstrapv1.JoinConfiguration{NodeRegistration: joinSpec()},
+			PreKubeadmCommands: pre}}))
+	must(t, c.Create(ctx, &infrav1.EdgeMachine{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: infrav1.EdgeMachineSpec{HostSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": "worker"}}}}))
+	must(t, c.Create(ctx, &clusterv1.Machine{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{clusterv1.ClusterNameLabel: clusterName}},
+		Spec: clusterv1.MachineSpec{ClusterName: clusterName, Version: "v1.36.3",
+			Bootstrap: clusterv1.Bootstrap{ConfigRef: clusterv1.ContractVersionedObjectReference{
+				APIGroup: bootstrapv1.GroupVersion.Group, Kind: "KubeadmConfig", Name: name}},
+			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "EdgeMachine", Name: name},
+			Deletion:          clusterv1.MachineDeletionSpec{NodeDeletionTimeoutSeconds: ptr.To[int32](10)},
+		},
+	}))
 }
 
 func machinesRunning(ctx context.Context, c client.Client, want int) error {

@@ -1,0 +1,137 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/edgefleet/fleet/internal/testenv"
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/hub/enrollment"
+)
+
+func hostCondition(ctx context.Context, c client.Client, machine, condType string) (*metav1.Condition, error) {
+	em := &infrav1.EdgeMachine{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: machine}, em); err != nil {
+		return nil, err
+	}
+	for i := range em.Status.Conditions {
+		if em.Status.Conditions[i].Type == condType {
+			return &em.Status.Conditions[i], nil
+		}
+	}
+	return nil, fmt.Errorf("EdgeMachine %s has no %s condition", machine, condType)
+}
+
+// A failing bootstrap command shows on the EdgeMachine with its output, the
+// Machine never goes Running, and a fixed Machine on the same host works.
+// A hub restart in the middle of a bootstrap runs nothing twice, and an
+// agent killed in the middle reports where it stopped instead of re-running.
+func TestBootstrapFailuresAndRestarts(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("the e2e test needs root (sandboxed agents); CI runs as root")
+		}
+		t.Skip("the e2e test needs root for the agents' sandboxes")
+	}
+	ctx := context.Background()
+	hub := startEnv(t, testenv.Options{KubeadmBootstrap: true, NoHub: true})
+	workload := startEnv(t, testenv.Options{APIServerOnly: true})
+	c := hub.Client
+	addr := freeAddr(t)
+	gw, stopHub := startFleetHub(t, hub, addr)
+	hubURL := "https://" + addr
+	agentBin, simBin := buildBinaries(t)
+	_, wkc := createCluster(t, hub, workload)
+	pin := gw.CA().Pin()
+	cpToken, _, err := enrollment.Create(ctx, c, ns, enrollment.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "cp"}}, time.Now())
+	must(t, err)
+	cp := startAgent(t, "cp-0", agentBin, simBin, hubURL, pin, cpToken, wkc)
+	eventually(t, "host enrolled", func() error { return hostsAvailable(ctx, c, 1) })
+
+	// 1. A bootstrap command fails.
+	createCPMachine(t, c, "broken", []string{"echo the-broken-step-output; exit 3"})
+	eventually(t, "failure reported on the EdgeMachine", func() error {
+		cond, err := hostCondition(ctx, c, "broken", infrav1.HostProvisionedCondition)
+		if err != nil {
+			return err
+		}
+		if cond.Reason != infrav1.ProvisioningFailedReason || !strings.Contains(cond.Message, "runcmd 1/") ||
+			!strings.Contains(cond.Message, "exit 3") || !strings.Contains(cond.Message, "the-broken-step-output") {
+			return fmt.Errorf("HostProvisioned %s: %s", cond.Reason, cond.Message)
+		}
+		return nil
+	})
+	m := &clusterv1.Machine{}
+	must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "broken"}, m))
+	if m.Status.Phase == string(clusterv1.MachinePhaseRunning) {
+		t.Fatal("a Machine whose bootstrap failed went Running")
+	}
+	// Fixing means replacing the Machine; the host is reset and reused.
+	must(t, c.Delete(ctx, m))
+	eventually(t, "host back after the failed Machine is deleted", func() error { return hostsAvailable(ctx, c, 1) })
+
+	// 2. The hub restarts while a bootstrap runs: nothing runs twice.
+	createCPMachine(t, c, "steady", []string{"mkdir -p /var/log && echo run >> /var/log/fleet-e2e-runs", "sleep 6"})
+	eventually(t, "bootstrap under way", func() error {
+		cond, err := hostCondition(ctx, c, "steady", infrav1.HostProvisionedCondition)
+		if err != nil {
+			return err
+		}
+		if cond.Reason != infrav1.ProvisioningReason {
+			return fmt.Errorf("HostProvisioned %s", cond.Reason)
+		}
+		return nil
+	})
+	stopHub()
+	time.Sleep(2 * time.Second)
+	startFleetHub(t, hub, addr)
+	eventually(t, "control plane Running after the hub restart", func() error { return machinesRunning(ctx, c, 1) })
+	runs, err := os.ReadFile(filepath.Join(cp.root, "var/log/fleet-e2e-runs"))
+	must(t, err)
+	if n := strings.Count(string(runs), "run\n"); n != 1 {
+		t.Fatalf("the bootstrap ran %d times across the hub restart", n)
+	}
+
+	// 3. An agent killed in the middle of a bootstrap.
+	wToken, _, err := enrollment.Create(ctx, c, ns, enrollment.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "worker"}}, time.Now())
+	must(t, err)
+	w := startAgent(t, "w-0", agentBin, simBin, hubURL, pin, wToken, wkc)
+	eventually(t, "worker enrolled", func() error { return hostsAvailable(ctx, c, 1) })
+	createWorkerMachine(t, c, "slow-worker", []string{"sleep 30"})
+	eventually(t, "worker bootstrap under way", func() error {
+		cond, err := hostCondition(ctx, c, "slow-worker", infrav1.HostProvisionedCondition)
+		if err != nil {
+			return err
+		}
+		if cond.Reason != infrav1.ProvisioningReason || !strings.Contains(cond.Message, "runcmd") {
+			return fmt.Errorf("HostProvisioned %s: %s", cond.Reason, cond.Message)
+		}
+		return nil
+	})
+	must(t, w.cmd.Process.Signal(syscall.SIGKILL))
+	_ = w.cmd.Wait()
+	w.restart(t)
+	eventually(t, "interrupted bootstrap reported", func() error {
+		cond, err := hostCondition(ctx, c, "slow-worker", infrav1.HostProvisionedCondition)
+		if err != nil {
+			return err
+		}
+		if cond.Reason != infrav1.ProvisioningFailedReason || !strings.Contains(cond.Message, "restarted during the bootstrap at step runcmd") {
+			return fmt.Errorf("HostProvisioned %s: %s", cond.Reason, cond.Message)
+		}
+		return nil
+	})
+	if err := machinesRunning(ctx, c, 2); err == nil {
+		t.Fatal("the interrupted worker went Running")
+	}
+}
