@@ -76,3 +76,10 @@ test: k8s ## Run every test against a real kube-apiserver, etcd and the real Clu
 .PHONY: test-race
 test-race: k8s ## Run every test with the race detector.
 	$(GO) test -race $(TEST_FLAGS) ./...
+
+FUZZTIME ?= 10m
+
+.PHONY: fuzz
+fuzz: ## Fuzz the wire decoder and the cloud-config parser, FUZZTIME each (default 10m).
+	$(GO) test ./pkg/contract/wire -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME)
+	$(GO) test ./pkg/agent/cloudconfig -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME)
