@@ -82,4 +82,4 @@ FUZZTIME ?= 10m
 .PHONY: fuzz
 fuzz: ## Fuzz the wire decoder and the cloud-config parser, FUZZTIME each (default 10m).
 	$(GO) test ./pkg/contract/wire -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME)
-	$(GO) test ./pkg/agent/cloudconfig -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME)
+	$(GO) test ./pkg/agent/cloudconfig -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) -fuzzminimizetime 5s

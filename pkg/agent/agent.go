@@ -33,6 +33,11 @@ type Agent struct {
 	mu      sync.Mutex
 	applied Applied
 
+	// The bootstrap in progress, so a release can interrupt it.
+	provMu     sync.Mutex
+	provCancel context.CancelFunc
+	provClaim  types.UID
+
 	// Counters for tests and metrics.
 	enrollments atomic.Int64
 	sessions    atomic.Int64
@@ -186,7 +191,17 @@ func (a *Agent) provision(ctx context.Context, as *wire.Assignment) {
 		})
 		return
 	}
-	res, err := a.prov.Provision(ctx, as, func(step string) {
+	pctx, cancel := context.WithCancel(ctx)
+	a.provMu.Lock()
+	a.provCancel, a.provClaim = cancel, as.ClaimUID
+	a.provMu.Unlock()
+	defer func() {
+		a.provMu.Lock()
+		a.provCancel, a.provClaim = nil, ""
+		a.provMu.Unlock()
+		cancel()
+	}()
+	res, err := a.prov.Provision(pctx, as, func(step string) {
 		_ = a.update(func(ap *Applied) {
 			if ap.Workload != nil {
 				ap.Workload.Step = step
@@ -197,6 +212,9 @@ func (a *Agent) provision(ctx context.Context, as *wire.Assignment) {
 		if err != nil {
 			ap.Workload.State = infrav1.ProvisioningFailed
 			ap.Workload.Message = truncate(err.Error(), 4000)
+			if pctx.Err() != nil && ctx.Err() == nil {
+				ap.Workload.Message = truncate("bootstrap interrupted: the host was released; "+err.Error(), 4000)
+			}
 			return
 		}
 		ap.Workload.State = infrav1.ProvisioningSucceeded
@@ -229,6 +247,21 @@ func (a *Agent) reset(ctx context.Context, claim types.UID) bool {
 	return a.update(func(ap *Applied) {
 		ap.Workload, ap.ProviderID, ap.NodeName, ap.CertificatesExpiryDate = nil, "", "", nil
 	}) == nil
+}
+
+// interruptIfReleased cancels the bootstrap in progress when a newer
+// desired state no longer assigns its claim: a deleted Machine must not
+// keep its host busy for up to a command timeout.
+func (a *Agent) interruptIfReleased(d *wire.DesiredState) {
+	a.provMu.Lock()
+	defer a.provMu.Unlock()
+	if a.provCancel == nil || d.Generation <= a.Applied().Generation {
+		return
+	}
+	if d.Assignment == nil || d.Assignment.ClaimUID != a.provClaim {
+		a.log.Info("Interrupting the bootstrap: its claim was released", "claim", a.provClaim)
+		a.provCancel()
+	}
 }
 
 // update changes the applied state, persists it, and lets the status

@@ -172,3 +172,42 @@ func TestFailedResetIsReportedAndRetried(t *testing.T) {
 		t.Fatalf("after retried reset: %+v", a.Applied())
 	}
 }
+
+// blockingProvisioner runs until its context ends.
+type blockingProvisioner struct {
+	Recorder
+	started chan struct{}
+}
+
+func (b *blockingProvisioner) Provision(ctx context.Context, _ *wire.Assignment, progress func(string)) (Result, error) {
+	progress("runcmd 1/1")
+	close(b.started)
+	<-ctx.Done()
+	return Result{}, ctx.Err()
+}
+
+// A release arriving while a bootstrap runs interrupts it; the host is then
+// reset rather than left busy for a deleted Machine.
+func TestReleaseInterruptsBootstrap(t *testing.T) {
+	ctx := context.Background()
+	p := &blockingProvisioner{started: make(chan struct{})}
+	a := New(Config{StateDir: t.TempDir(), RootDir: t.TempDir()}, p, logr.Discard())
+	a.applied.Generation = 1
+	done := make(chan struct{})
+	go func() { a.apply(ctx, &wire.DesiredState{Generation: 2, Assignment: assignment("u1")}); close(done) }()
+	<-p.started
+	a.interruptIfReleased(&wire.DesiredState{Generation: 3, Deprovision: true})
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the release did not interrupt the bootstrap")
+	}
+	w := a.Applied().Workload
+	if w == nil || w.State != infrav1.ProvisioningFailed || !contains(w.Message, "interrupted") {
+		t.Fatalf("workload %+v", w)
+	}
+	a.apply(ctx, &wire.DesiredState{Generation: 3, Deprovision: true})
+	if a.Applied().Workload != nil || len(p.Resets()) != 1 {
+		t.Fatalf("not reset after the interruption: %+v resets %v", a.Applied(), p.Resets())
+	}
+}

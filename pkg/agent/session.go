@@ -161,6 +161,7 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 		}
 		switch m := msg.(type) {
 		case *wire.DesiredState:
+			a.interruptIfReleased(m)
 			// Latest wins: replace a desired state the worker has not
 			// picked up yet.
 			select {

@@ -188,10 +188,28 @@ func Parse(data []byte, md MetaData) (*Config, error) {
 		sort.Strings(keys)
 		return nil, &Unsupported{What: "the key(s) " + strings.Join(keys, ", ")}
 	}
-	cfg := &Config{}
-	if err := yaml.Unmarshal([]byte(text), cfg); err != nil {
+	// The sections fleet-agent runs, decoded strictly: a field it does not
+	// know inside them (write_files source, users uid, …) is a refusal, not
+	// a silent skip. The target types guide the YAML conversion, so
+	// "content: yes" stays a string.
+	// (No embedded struct: the YAML converter only follows named fields.)
+	var doc struct {
+		WriteFiles []File          `json:"write_files,omitempty"`
+		BootCmd    []Command       `json:"bootcmd,omitempty"`
+		RunCmd     []Command       `json:"runcmd,omitempty"`
+		Users      []User          `json:"users,omitempty"`
+		NTP        *NTP            `json:"ntp,omitempty"`
+		DiskSetup  json.RawMessage `json:"disk_setup,omitempty"`
+		FsSetup    json.RawMessage `json:"fs_setup,omitempty"`
+		Mounts     json.RawMessage `json:"mounts,omitempty"`
+	}
+	if err := yaml.UnmarshalStrict([]byte(text), &doc); err != nil {
+		if strings.Contains(err.Error(), "unknown field") {
+			return nil, &Unsupported{What: "a field it does not know (" + err.Error() + ")"}
+		}
 		return nil, fmt.Errorf("parsing cloud-config: %w", err)
 	}
+	cfg := &Config{WriteFiles: doc.WriteFiles, BootCmd: doc.BootCmd, RunCmd: doc.RunCmd, Users: doc.Users, NTP: doc.NTP}
 	for i, f := range cfg.WriteFiles {
 		if f.Path == "" || !strings.HasPrefix(f.Path, "/") {
 			return nil, fmt.Errorf("write_files[%d]: path %q must be absolute", i, f.Path)

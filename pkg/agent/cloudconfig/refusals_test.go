@@ -68,3 +68,11 @@ func TestCommandForms(t *testing.T) {
 		t.Errorf("bootcmd %+v", cfg.BootCmd)
 	}
 }
+
+func TestStrictSections(t *testing.T) {
+	_, err := Parse([]byte("#cloud-config\nwrite_files:\n- {path: /x, source: {uri: 'https://example.com/x'}}\n"), md)
+	var u *Unsupported
+	if !errors.As(err, &u) || !strings.Contains(err.Error(), "source") {
+		t.Errorf("unknown write_files field: %v", err)
+	}
+}

@@ -12,9 +12,11 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -114,15 +116,29 @@ func (p *Provisioner) Provision(ctx context.Context, a *wire.Assignment, progres
 		return agent.Result{}, fmt.Errorf("opening host root %s: %w", p.opts.Root, err)
 	}
 	defer root.Close()
-	hostname := hostnameOf(root)
+	hostname, err := hostnameOf(root)
+	if err != nil {
+		return agent.Result{}, &StepError{Step: "reading the host name", Err: err}
+	}
+	if !providerIDRE.MatchString(a.ProviderID) {
+		return agent.Result{}, &StepError{Step: "checking the assignment", Err: fmt.Errorf("providerID %q is not edge://<namespace>/<name>", a.ProviderID)}
+	}
 	cfg, err := cloudconfig.Parse(a.BootstrapData, cloudconfig.MetaData{
 		LocalHostname: hostname, InstanceID: hostname, ProviderID: a.ProviderID,
 	})
 	if err != nil {
 		return agent.Result{}, &StepError{Step: "parsing the bootstrap data", Err: err}
 	}
+	// The record of what this bootstrap creates is written ahead of each
+	// file, so a crash mid-bootstrap still leaves the reset a full list.
 	rec := &written{ClaimUID: a.ClaimUID}
-	defer func() { _ = p.saveWritten(rec) }()
+	if err := p.saveWritten(rec); err != nil {
+		return agent.Result{}, &StepError{Step: "recording the bootstrap", Err: err}
+	}
+	record := func(file string) error {
+		rec.Files = append(rec.Files, file)
+		return p.saveWritten(rec)
+	}
 
 	for i, c := range cfg.BootCmd {
 		step := fmt.Sprintf("bootcmd %d/%d", i+1, len(cfg.BootCmd))
@@ -134,20 +150,14 @@ func (p *Provisioner) Provision(ctx context.Context, a *wire.Assignment, progres
 	for i, f := range cfg.WriteFiles {
 		step := fmt.Sprintf("write_files %d/%d", i+1, len(cfg.WriteFiles))
 		progress(step)
-		if err := writeFile(root, f); err != nil {
+		if err := p.write(root, f, record); err != nil {
 			return agent.Result{}, &StepError{Step: step, Command: f.Path, Err: err}
-		}
-		if !f.Append {
-			// An appended-to file was there before; the reset leaves it.
-			rec.Files = append(rec.Files, f.Path)
 		}
 	}
 	for i, u := range cfg.Users {
 		step := fmt.Sprintf("users %d/%d", i+1, len(cfg.Users))
 		progress(step)
-		files, err := p.ensureUser(ctx, root, u)
-		rec.Files = append(rec.Files, files...)
-		if err != nil {
+		if err := p.ensureUser(ctx, root, u, record); err != nil {
 			return agent.Result{}, &StepError{Step: step, Command: u.Name, Err: err}
 		}
 	}
@@ -156,10 +166,9 @@ func (p *Provisioner) Provision(ctx context.Context, a *wire.Assignment, progres
 		const conf = "/etc/systemd/timesyncd.conf.d/fleet-ntp.conf"
 		f := cloudconfig.File{Path: conf, Content: "# Written by fleet-agent from the bootstrap's ntp section.\n[Time]\nNTP=" +
 			strings.Join(n.Servers, " ") + "\n", Permissions: "0644"}
-		if err := writeFile(root, f); err != nil {
+		if err := p.write(root, f, record); err != nil {
 			return agent.Result{}, &StepError{Step: "ntp", Command: conf, Err: err}
 		}
-		rec.Files = append(rec.Files, conf)
 		if err := p.run(ctx, "ntp", p.opts.NTPRestart); err != nil {
 			return agent.Result{}, err
 		}
@@ -173,16 +182,28 @@ func (p *Provisioner) Provision(ctx context.Context, a *wire.Assignment, progres
 	}
 	progress("sentinel")
 	if _, err := root.Stat(rel(SentinelFile)); errors.Is(err, fs.ErrNotExist) {
-		if err := writeFile(root, cloudconfig.File{Path: SentinelFile, Content: "success\n"}); err != nil {
+		if err := p.write(root, cloudconfig.File{Path: SentinelFile, Content: "success\n"}, record); err != nil {
 			return agent.Result{}, &StepError{Step: "sentinel", Command: SentinelFile, Err: err}
 		}
 	}
-	rec.Files = append(rec.Files, SentinelFile)
 	return agent.Result{
 		ProviderID:         a.ProviderID,
 		NodeName:           nodeName(root, hostname),
 		CertificatesExpiry: earliestExpiry(root, p.opts.PKIDirs),
 	}, nil
+}
+
+// write writes a file and, if the bootstrap creates it, records it for the
+// reset first. A file that was already there is left to its owner.
+func (p *Provisioner) write(root *os.Root, f cloudconfig.File, record func(string) error) error {
+	_, err := root.Lstat(rel(f.Path))
+	if errors.Is(err, fs.ErrNotExist) {
+		if err := record(f.Path); err != nil {
+			return fmt.Errorf("recording %s: %w", f.Path, err)
+		}
+	}
+	_, err = writeFile(root, f)
+	return err
 }
 
 func (p *Provisioner) run(ctx context.Context, step string, c cloudconfig.Command) error {
@@ -207,8 +228,14 @@ func (p *Provisioner) Reset(ctx context.Context, claim types.UID) error {
 	}
 	defer root.Close()
 	var rec written
-	if b, err := os.ReadFile(path.Join(p.opts.StateDir, writtenFile)); err == nil {
-		if err := json.Unmarshal(b, &rec); err != nil {
+	if p.opts.StateDir != "" {
+		b, err := os.ReadFile(path.Join(p.opts.StateDir, writtenFile))
+		switch {
+		case err == nil:
+			if err := json.Unmarshal(b, &rec); err != nil {
+				return fmt.Errorf("reading what the bootstrap wrote: %w", err)
+			}
+		case !errors.Is(err, fs.ErrNotExist):
 			return fmt.Errorf("reading what the bootstrap wrote: %w", err)
 		}
 	}
@@ -218,6 +245,9 @@ func (p *Provisioner) Reset(ctx context.Context, claim types.UID) error {
 		if err := root.Remove(rel(f)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return &StepError{Step: "reset: removing bootstrap files", Command: f, Err: err}
 		}
+	}
+	if p.opts.StateDir == "" {
+		return nil
 	}
 	if err := os.Remove(path.Join(p.opts.StateDir, writtenFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("forgetting the bootstrap of claim %s: %w", claim, err)
@@ -232,9 +262,24 @@ func (p *Provisioner) saveWritten(rec *written) error {
 	if err := os.MkdirAll(p.opts.StateDir, 0o700); err != nil {
 		return err
 	}
-	b, _ := json.Marshal(rec)
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
 	tmp := path.Join(p.opts.StateDir, "."+writtenFile+".tmp")
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
 		return err
 	}
 	return os.Rename(tmp, path.Join(p.opts.StateDir, writtenFile))
@@ -249,48 +294,101 @@ func rel(p string) string {
 	return r
 }
 
-// writeFile writes one write_files entry under root, with its mode and owner.
-func writeFile(root *os.Root, f cloudconfig.File) error {
+// writeFile writes one write_files entry under root, with its mode and
+// owner. It reports whether it created the file (a file that existed before
+// is not the bootstrap's to remove on reset).
+//
+// Symlinks owned by anyone but root are never followed, anywhere on the
+// path: with root "/" an os.Root cannot stop a link to elsewhere on the
+// host, and a user who owns ~/.ssh could otherwise point the next
+// bootstrap's authorized_keys at /root/.ssh or /etc/shadow.
+func writeFile(root *os.Root, f cloudconfig.File) (created bool, err error) {
 	data, err := f.Decode()
 	if err != nil {
-		return err
+		return false, err
 	}
 	mode, err := f.Mode()
 	if err != nil {
-		return err
-	}
-	name := rel(f.Path)
-	if err := root.MkdirAll(path.Dir(name), 0o755); err != nil {
-		return err
-	}
-	flags := os.O_WRONLY | os.O_CREATE | os.O_TRUNC
-	if f.Append {
-		flags = os.O_WRONLY | os.O_CREATE | os.O_APPEND
-	}
-	fh, err := root.OpenFile(name, flags, os.FileMode(mode))
-	if err != nil {
-		return err
-	}
-	if _, err := fh.Write(data); err != nil {
-		fh.Close()
-		return err
-	}
-	if err := fh.Close(); err != nil {
-		return err
-	}
-	if err := root.Chmod(name, os.FileMode(mode)); err != nil {
-		return err
+		return false, err
 	}
 	user, group := f.OwnerParts()
 	uid, gid, err := lookupOwner(root, user, group)
 	if err != nil {
-		return err
+		return false, err
 	}
-	if os.Geteuid() != 0 {
-		// Only root may give files away; a non-root agent (tests) keeps them.
-		return nil
+	name := rel(f.Path)
+	if err := checkNoUntrustedLinks(root, name); err != nil {
+		return false, err
 	}
-	return root.Lchown(name, uid, gid)
+	if err := root.MkdirAll(path.Dir(name), 0o755); err != nil {
+		return false, err
+	}
+	if err := checkNoUntrustedLinks(root, name); err != nil {
+		return false, err
+	}
+	_, statErr := root.Lstat(name)
+	created = errors.Is(statErr, fs.ErrNotExist)
+	flags := os.O_WRONLY | os.O_CREATE | os.O_TRUNC | syscall.O_NOFOLLOW
+	if f.Append {
+		flags = os.O_WRONLY | os.O_CREATE | os.O_APPEND | syscall.O_NOFOLLOW
+	}
+	fh, err := root.OpenFile(name, flags, 0o600)
+	if err != nil {
+		return created, err
+	}
+	defer fh.Close()
+	// Mode and owner are set on the open file, not by name, so they cannot
+	// be redirected either.
+	if os.Geteuid() == 0 {
+		if err := fh.Chown(uid, gid); err != nil {
+			return created, err
+		}
+	}
+	if err := fh.Chmod(fileMode(mode)); err != nil {
+		return created, err
+	}
+	if _, err := fh.Write(data); err != nil {
+		return created, err
+	}
+	return created, fh.Close()
+}
+
+// fileMode turns a numeric mode, special bits included, into an os.FileMode.
+func fileMode(m uint32) os.FileMode {
+	fm := os.FileMode(m & 0o777)
+	if m&0o4000 != 0 {
+		fm |= os.ModeSetuid
+	}
+	if m&0o2000 != 0 {
+		fm |= os.ModeSetgid
+	}
+	if m&0o1000 != 0 {
+		fm |= os.ModeSticky
+	}
+	return fm
+}
+
+// checkNoUntrustedLinks refuses a path that passes through a symlink not
+// owned by root.
+func checkNoUntrustedLinks(root *os.Root, name string) error {
+	parts := strings.Split(name, "/")
+	for i := range parts {
+		p := strings.Join(parts[:i+1], "/")
+		fi, err := root.Lstat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			continue
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || st.Uid != 0 {
+			return fmt.Errorf("refusing to follow /%s: a symlink not owned by root", p)
+		}
+	}
+	return nil
 }
 
 // lookupOwner resolves names through the root's own /etc/passwd and
@@ -328,15 +426,32 @@ func lookupID(root *os.Root, db, name string) (int, error) {
 	return 0, fmt.Errorf("not found in /%s", db)
 }
 
-func hostnameOf(root *os.Root) string {
+var hostnameRE = regexp.MustCompile(`^[a-zA-Z0-9]([a-zA-Z0-9-]{0,62})(\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,62}))*$`)
+
+// hostnameOf reads the host's name: the first non-comment line of
+// /etc/hostname (as systemd does), else the kernel's. It must be a valid
+// hostname: it is substituted into the bootstrap data before parsing, where
+// anything else could change the document's structure.
+func hostnameOf(root *os.Root) (string, error) {
+	h := ""
 	if b, err := root.ReadFile("etc/hostname"); err == nil {
-		if h := strings.TrimSpace(string(b)); h != "" {
-			return h
+		for _, line := range strings.Split(string(b), "\n") {
+			if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+				h = line
+				break
+			}
 		}
 	}
-	h, _ := os.Hostname()
-	return h
+	if h == "" {
+		h, _ = os.Hostname()
+	}
+	if len(h) > 253 || !hostnameRE.MatchString(h) {
+		return "", fmt.Errorf("the host name %q is not a valid hostname", h)
+	}
+	return h, nil
 }
+
+var providerIDRE = regexp.MustCompile(`^edge://[a-z0-9]([a-z0-9.-]*[a-z0-9])?/[a-z0-9]([a-z0-9.-]*[a-z0-9])?$`)
 
 // nodeName is what the kubelet will register: nodeRegistration.name from
 // the kubeadm configuration the bootstrap wrote, or the hostname.

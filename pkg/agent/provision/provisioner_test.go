@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/edgefleet/fleet/pkg/agent/cloudconfig"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
@@ -230,5 +231,125 @@ func TestShellRunner(t *testing.T) {
 	out, err = r.Run(context.Background(), cloudconfig.Command{Argv: []string{"sh", "-c", "for i in $(seq 1 100); do echo line-$i; done"}})
 	if err != nil || !strings.Contains(string(out), "line-100") || !strings.Contains(string(out), "earlier bytes dropped") || len(out) > 200 {
 		t.Errorf("bounded tail: %q %v", out, err)
+	}
+}
+
+// A symlink planted by a user is never followed (with root "/" an os.Root
+// would allow it); a root-owned one (such as /var/run → /run) is.
+func TestUntrustedSymlinksAreRefused(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to own symlinks as another user")
+	}
+	root := sandbox(t)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(root, "home/ops"), 0o755))
+	must(os.MkdirAll(filepath.Join(root, "root/.ssh"), 0o700))
+	must(os.Symlink("/root/.ssh", filepath.Join(root, "home/ops/.ssh")))
+	must(os.Lchown(filepath.Join(root, "home/ops/.ssh"), 1001, 1001))
+	must(os.MkdirAll(filepath.Join(root, "run"), 0o755))
+	must(os.MkdirAll(filepath.Join(root, "var"), 0o755))
+	must(os.Symlink("../run", filepath.Join(root, "var/run")))
+	p := New(Options{Root: root, StateDir: t.TempDir(), Runner: &fakeRunner{}})
+	_, err := p.Provision(context.Background(), assign([]byte("#cloud-config\nusers:\n- name: ops\n  ssh_authorized_keys: [ssh-ed25519 AAAA attacker]\n")), func(string) {})
+	if err == nil || !strings.Contains(err.Error(), "symlink not owned by root") {
+		t.Fatalf("planted symlink: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "root/.ssh/authorized_keys")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatal("wrote through the planted symlink")
+	}
+	if _, err := p.Provision(context.Background(), assign([]byte("#cloud-config\nwrite_files:\n- {path: /var/run/fleet.pid, content: '1'}\n")), func(string) {}); err != nil {
+		t.Fatalf("root-owned symlink refused: %v", err)
+	}
+	if read(t, root, "run/fleet.pid") != "1" {
+		t.Error("not written through the root-owned symlink")
+	}
+}
+
+// The reset removes what the bootstrap created, never a file that was there
+// before it (even one the bootstrap overwrote); the record of created files
+// is written ahead, so a bootstrap that fails half-way is still undone.
+func TestResetRemovesOnlyWhatTheBootstrapCreated(t *testing.T) {
+	root := sandbox(t)
+	state := t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, "etc/containerd.toml"), []byte("operator's\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := &fakeRunner{failOn: "kubeadm"}
+	p := New(Options{Root: root, StateDir: state, Runner: run})
+	_, err := p.Provision(context.Background(), assign([]byte("#cloud-config\nwrite_files:\n- {path: /etc/containerd.toml, content: ours}\n- {path: /etc/new.conf, content: new}\nruncmd: [kubeadm init]\n")), func(string) {})
+	if err == nil {
+		t.Fatal("expected the runcmd to fail")
+	}
+	run.failOn = ""
+	if err := New(Options{Root: root, StateDir: state, Runner: run}).Reset(context.Background(), "u1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "etc/new.conf")); !errors.Is(err, os.ErrNotExist) {
+		t.Error("a file the failed bootstrap created survived the reset")
+	}
+	if _, err := os.Stat(filepath.Join(root, "etc/containerd.toml")); err != nil {
+		t.Error("the reset removed a file that existed before the bootstrap")
+	}
+}
+
+func TestHostnameAndProviderIDAreChecked(t *testing.T) {
+	root := sandbox(t)
+	if err := os.WriteFile(filepath.Join(root, "etc/hostname"), []byte("# comment\nx\nruncmd: [[touch, /pwned]] #\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := New(Options{Root: root, StateDir: t.TempDir(), Runner: &fakeRunner{}})
+	if _, err := p.Provision(context.Background(), assign([]byte("## template: jinja\n#cloud-config\nruncmd: ['echo {{ ds.meta_data.local_hostname }}']\n")), func(string) {}); err != nil {
+		t.Fatalf("first non-comment line is the hostname: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "etc/hostname"), []byte("x\nruncmd: [[touch, /pwned]] #"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "etc/hostname"), []byte("bad name: [x]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Provision(context.Background(), assign([]byte("#cloud-config\n")), func(string) {}); err == nil || !strings.Contains(err.Error(), "not a valid hostname") {
+		t.Fatalf("bad hostname: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "etc/hostname"), []byte("ok\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a := assign([]byte("#cloud-config\n"))
+	a.ProviderID = "edge://ns/h'\nruncmd: [x]"
+	if _, err := p.Provision(context.Background(), a, func(string) {}); err == nil || !strings.Contains(err.Error(), "providerID") {
+		t.Fatalf("bad providerID: %v", err)
+	}
+}
+
+func TestSpecialModes(t *testing.T) {
+	root := sandbox(t)
+	p := New(Options{Root: root, StateDir: t.TempDir(), Runner: &fakeRunner{}})
+	if _, err := p.Provision(context.Background(), assign([]byte("#cloud-config\nwrite_files:\n- {path: /usr/local/bin/tool, content: x, permissions: '4755'}\n")), func(string) {}); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(filepath.Join(root, "usr/local/bin/tool"))
+	if err != nil || fi.Mode()&os.ModeSetuid == 0 || fi.Mode().Perm() != 0o755 {
+		t.Errorf("mode %v %v", fi.Mode(), err)
+	}
+}
+
+// A command that leaves a daemon behind does not hang the step, and a
+// timeout kills the whole process group.
+func TestRunnerProcessGroups(t *testing.T) {
+	r := ShellRunner{Dir: t.TempDir(), Timeout: 2 * time.Second}
+	start := time.Now()
+	if _, err := r.Run(context.Background(), cloudconfig.Command{Shell: "sleep 30 & echo started"}); err != nil {
+		t.Fatalf("daemonising command: %v", err)
+	}
+	if time.Since(start) > 20*time.Second {
+		t.Error("the step waited for the background process")
+	}
+	out, err := r.Run(context.Background(), cloudconfig.Command{Shell: "echo before; sleep 30; echo after"})
+	if err == nil || !strings.Contains(err.Error(), "timed out") || !strings.Contains(string(out), "before") || strings.Contains(string(out), "after") {
+		t.Fatalf("timeout: %q %v", out, err)
 	}
 }

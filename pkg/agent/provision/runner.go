@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"sync"
+	"syscall"
 	"time"
 
 	"github.com/edgefleet/fleet/pkg/agent/cloudconfig"
@@ -47,48 +47,49 @@ func (r ShellRunner) Run(ctx context.Context, c cloudconfig.Command) ([]byte, er
 	}
 	cmd.Dir = r.Dir
 	cmd.Env = append(os.Environ(), r.Env...)
-	out := newTail(r.OutputLimit)
+	return runGroup(ctx, cmd, r.OutputLimit, timeout)
+}
+
+// runGroup runs cmd in its own process group, killing the whole group when
+// ctx ends (kubeadm's children too), with its output going to a file rather
+// than a pipe, so a daemon a command leaves running cannot hold the step
+// open. It returns the last limit bytes of the output.
+func runGroup(ctx context.Context, cmd *exec.Cmd, limit int, timeout time.Duration) ([]byte, error) {
+	out, err := os.CreateTemp("", "fleet-cmd-*.log")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(out.Name())
+	defer out.Close()
 	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
-	err := cmd.Run()
-	if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		err = fmt.Errorf("timed out after %s: %w", timeout, err)
+	runErr := cmd.Run()
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		runErr = fmt.Errorf("timed out after %s: %w", timeout, runErr)
+	} else if ctx.Err() != nil {
+		runErr = fmt.Errorf("interrupted: %w", ctx.Err())
 	}
-	return out.Bytes(), err
+	return readTail(out, limit), runErr
 }
 
-// tail keeps the last n bytes written to it.
-type tail struct {
-	mu    sync.Mutex
-	n     int
-	buf   []byte
-	total int
-}
-
-func newTail(n int) *tail {
-	if n <= 0 {
-		n = 8 << 10
+// readTail reads the last limit bytes of f, marking what was dropped.
+func readTail(f *os.File, limit int) []byte {
+	if limit <= 0 {
+		limit = 8 << 10
 	}
-	return &tail{n: n}
-}
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.total += len(p)
-	t.buf = append(t.buf, p...)
-	if len(t.buf) > t.n {
-		t.buf = append([]byte(nil), t.buf[len(t.buf)-t.n:]...)
+	fi, err := f.Stat()
+	if err != nil {
+		return nil
 	}
-	return len(p), nil
-}
-
-// Bytes is the kept tail, marked when earlier output was dropped.
-func (t *tail) Bytes() []byte {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.total > len(t.buf) {
-		return append([]byte(fmt.Sprintf("[… %d earlier bytes dropped …]\n", t.total-len(t.buf))), t.buf...)
+	size := fi.Size()
+	start := max(size-int64(limit), 0)
+	buf := make([]byte, size-start)
+	n, _ := f.ReadAt(buf, start)
+	buf = buf[:n]
+	if start > 0 {
+		return append([]byte(fmt.Sprintf("[… %d earlier bytes dropped …]\n", start)), buf...)
 	}
-	return append([]byte(nil), t.buf...)
+	return buf
 }

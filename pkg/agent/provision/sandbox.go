@@ -3,7 +3,6 @@ package provision
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -12,12 +11,17 @@ import (
 	"github.com/edgefleet/fleet/pkg/agent/cloudconfig"
 )
 
-// ChrootRunner runs each command chrooted into a sandbox root, inside a
-// private mount namespace where the machine's /usr, /bin, /sbin, /lib and
-// /lib64 are bind-mounted read-only. A bootstrap's absolute paths
-// (/run/kubeadm/…, /etc/kubernetes/…) then land in the sandbox, and
-// nothing it does outlives the command. Tests and the local demo use it;
+// ChrootRunner runs each command chrooted into a sandbox root, inside
+// private mount and PID namespaces where the machine's /usr, /bin, /sbin,
+// /lib and /lib64 are bind-mounted read-only. A bootstrap's absolute paths
+// (/run/kubeadm/…, /etc/kubernetes/…) then land in the sandbox, and every
+// process it starts ends with the command. Tests and the local demo use it;
 // it needs root and util-linux's unshare.
+//
+// It keeps well-behaved bootstrap data in its sandbox. It is NOT a security
+// boundary: the command runs as root with all capabilities (it could
+// remount /usr read-write, or use /dev). Run only bootstrap data you trust
+// with it, as on a real host.
 type ChrootRunner struct {
 	// Root is the sandbox root.
 	Root string
@@ -35,6 +39,9 @@ type ChrootRunner struct {
 // sandboxScript sets up the namespace's mounts and execs the command.
 const sandboxScript = `set -e
 R="$FLEET_SANDBOX_ROOT"
+for d in dev proc tmp; do
+  if [ -L "$R/$d" ]; then echo "sandbox: $R/$d is a symlink; refusing" >&2; exit 97; fi
+done
 for d in usr bin sbin lib lib64; do
   if [ -L "/$d" ]; then
     [ -e "$R/$d" ] || [ -L "$R/$d" ] || ln -s "$(readlink "/$d")" "$R/$d"
@@ -73,17 +80,11 @@ func (r ChrootRunner) Run(ctx context.Context, c cloudconfig.Command) ([]byte, e
 	if r.Path != "" {
 		path = r.Path + ":" + path
 	}
-	cmd := exec.CommandContext(ctx, "unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", sandboxScript)
+	cmd := exec.CommandContext(ctx, "unshare", "--mount", "--propagation", "private", "--pid", "--fork", "--kill-child",
+		"/bin/sh", "-c", sandboxScript)
 	cmd.Env = append([]string{"PATH=" + path, "HOME=/root", "LANG=C.UTF-8",
 		"FLEET_SANDBOX_ROOT=" + r.Root, "FLEET_SANDBOX_CMD=" + line}, r.Env...)
-	out := newTail(r.OutputLimit)
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.WaitDelay = 5 * time.Second
-	err := cmd.Run()
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		err = fmt.Errorf("timed out after %s: %w", timeout, err)
-	}
-	return out.Bytes(), err
+	return runGroup(ctx, cmd, r.OutputLimit, timeout)
 }
 
 func shellQuote(s string) string {

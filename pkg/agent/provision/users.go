@@ -18,14 +18,14 @@ var userNameRE = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
 
 // ensureUser applies one users entry the way cloud-init does for the
 // fields CABPK emits: create the account if missing, sudo rule, authorized
-// keys, password lock. It returns the files it wrote (for the reset).
-func (p *Provisioner) ensureUser(ctx context.Context, root *os.Root, u cloudconfig.User) ([]string, error) {
+// keys (appended, as cloud-init does), password lock. Files it creates are
+// recorded for the reset through record.
+func (p *Provisioner) ensureUser(ctx context.Context, root *os.Root, u cloudconfig.User, record func(string) error) error {
 	// The name goes into a command line and a sudoers file name: only a
 	// plain account name is accepted, never shell syntax.
 	if !userNameRE.MatchString(u.Name) {
-		return nil, fmt.Errorf("user name %q is not a valid account name", u.Name)
+		return fmt.Errorf("user name %q is not a valid account name", u.Name)
 	}
-	var files []string
 	if _, err := lookupID(root, "etc/passwd", u.Name); err != nil {
 		argv := []string{"useradd", "--create-home"}
 		if u.Gecos != "" {
@@ -51,44 +51,62 @@ func (p *Provisioner) ensureUser(ctx context.Context, root *os.Root, u cloudconf
 		}
 		argv = append(argv, u.Name)
 		if out, err := p.opts.Runner.Run(ctx, cloudconfig.Command{Argv: argv}); err != nil {
-			return files, fmt.Errorf("useradd: %w: %s", err, strings.TrimSpace(string(out)))
+			return fmt.Errorf("useradd: %w: %s", err, strings.TrimSpace(string(out)))
 		}
 	}
 	if u.Sudo != "" && u.Sudo != "false" {
-		f := "/etc/sudoers.d/90-fleet-" + u.Name
-		if strings.ContainsAny(u.Sudo, "\n") {
-			return files, errors.New("sudo rule spans lines")
+		if strings.ContainsAny(u.Sudo, "\n\r") {
+			return errors.New("sudo rule spans lines")
 		}
-		if err := writeFile(root, cloudconfig.File{Path: f, Content: u.Name + " " + u.Sudo + "\n", Permissions: "0440"}); err != nil {
-			return files, err
+		f := cloudconfig.File{Path: "/etc/sudoers.d/90-fleet-" + u.Name, Content: u.Name + " " + u.Sudo + "\n", Permissions: "0440"}
+		if err := p.write(root, f, record); err != nil {
+			return err
 		}
-		files = append(files, f)
 	}
 	if len(u.SSHAuthorizedKeys) > 0 {
-		home := u.HomeDir
-		if home == "" {
-			home = "/home/" + u.Name
+		home := homeOf(root, u)
+		owner := ""
+		if _, err := lookupID(root, "etc/passwd", u.Name); err == nil {
+			owner = u.Name
+			group := u.Name
+			if u.PrimaryGroup != "" {
+				group = u.PrimaryGroup
+			}
+			if _, err := lookupID(root, "etc/group", group); err == nil {
+				owner += ":" + group
+			} else {
+				owner += ":root"
+			}
 		}
-		f := path.Join(home, ".ssh", "authorized_keys")
-		owner := u.Name + ":" + u.Name
-		if _, err := lookupID(root, "etc/passwd", u.Name); err != nil {
-			// The account was made by a runner that does not write this
-			// root's passwd (tests); keep root as owner rather than fail.
-			owner = ""
+		// The account may have been made by a runner that does not write
+		// this root's passwd (tests): then root keeps ownership.
+		f := cloudconfig.File{Path: path.Join(home, ".ssh", "authorized_keys"),
+			Content: strings.Join(u.SSHAuthorizedKeys, "\n") + "\n", Permissions: "0600", Owner: owner, Append: true}
+		if err := p.write(root, f, record); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
 		}
-		if u.PrimaryGroup != "" && owner != "" {
-			owner = u.Name + ":" + u.PrimaryGroup
-		}
-		if err := writeFile(root, cloudconfig.File{Path: f, Content: strings.Join(u.SSHAuthorizedKeys, "\n") + "\n",
-			Permissions: "0600", Owner: owner}); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return files, err
-		}
-		files = append(files, f)
 	}
 	if u.LockPasswd == nil || *u.LockPasswd {
 		if out, err := p.opts.Runner.Run(ctx, cloudconfig.Command{Argv: []string{"passwd", "--lock", u.Name}}); err != nil {
-			return files, fmt.Errorf("locking the password: %w: %s", err, strings.TrimSpace(string(out)))
+			return fmt.Errorf("locking the password: %w: %s", err, strings.TrimSpace(string(out)))
 		}
 	}
-	return files, nil
+	return nil
+}
+
+// homeOf is the user's home: as configured, else from the root's passwd,
+// else /home/<name>.
+func homeOf(root *os.Root, u cloudconfig.User) string {
+	if u.HomeDir != "" {
+		return u.HomeDir
+	}
+	if b, err := root.ReadFile("etc/passwd"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			fields := strings.Split(line, ":")
+			if len(fields) >= 6 && fields[0] == u.Name && fields[5] != "" {
+				return fields[5]
+			}
+		}
+	}
+	return "/home/" + u.Name
 }
