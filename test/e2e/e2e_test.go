@@ -36,22 +36,48 @@ import (
 )
 
 const (
-	ns          = "default"
 	clusterName = "edge"
 	waitTimeout = 4 * time.Minute
 )
 
-func startEnv(t *testing.T, opts testenv.Options) *testenv.Env {
-	t.Helper()
-	env, err := testenv.Start(context.Background(), opts)
+// hub and workload are shared by the tests of this package: Cluster API's
+// managers can run only once per process (informer names are global).
+// Each test works in its own namespace with its own hosts.
+var hub, workload *testenv.Env
+
+func TestMain(m *testing.M) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			fmt.Fprintln(os.Stderr, "FAIL: the e2e suite needs root (sandboxed agents); CI runs as root")
+			os.Exit(1)
+		}
+		fmt.Fprintln(os.Stderr, "SKIP: the e2e suite needs root for the agents' sandboxes")
+		os.Exit(0)
+	}
+	ctrl.SetLogger(zap.New(zap.Level(zapErrorLevel())))
+	var err error
+	if hub, err = testenv.Start(context.Background(), testenv.Options{KubeadmBootstrap: true, NoHub: true}); err == nil {
+		workload, err = testenv.Start(context.Background(), testenv.Options{APIServerOnly: true})
+	}
 	if err != nil {
 		if errors.Is(err, testenv.ErrNoAssets) && os.Getenv("CI") != "true" {
-			t.Skip(err)
+			fmt.Fprintf(os.Stderr, "SKIP: %v\n", err)
+			os.Exit(0)
 		}
-		t.Fatal(err)
+		fmt.Fprintf(os.Stderr, "FAIL: starting the test environment: %v\n", err)
+		os.Exit(1)
 	}
-	t.Cleanup(func() { _ = env.Stop() })
-	return env
+	code := m.Run()
+	_ = workload.Stop()
+	_ = hub.Stop()
+	os.Exit(code)
+}
+
+func newNamespace(t *testing.T) string {
+	t.Helper()
+	ns, err := hub.CreateNamespace(context.Background(), "e2e")
+	must(t, err)
+	return ns
 }
 
 func must(t *testing.T, err error) {
@@ -197,22 +223,14 @@ func joinSpec() bootstrapv1.NodeRegistrationOptions {
 // Running with nodeRef set by Cluster API itself, scale down resets a
 // host, and deleting the Cluster gives every host back.
 func TestClusterLifecycleOnRealAgents(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("the e2e test needs root (sandboxed agents); CI runs as root")
-		}
-		t.Skip("the e2e test needs root for the agents' sandboxes")
-	}
-	ctrl.SetLogger(zap.New(zap.Level(zapErrorLevel())))
 	ctx := context.Background()
-	hub := startEnv(t, testenv.Options{KubeadmBootstrap: true, NoHub: true})
-	workload := startEnv(t, testenv.Options{APIServerOnly: true})
+	ns := newNamespace(t)
 	c := hub.Client
 
-	gw, _ := startFleetHub(t, hub, freeAddr(t))
+	gw, _ := startFleetHub(t, ns, freeAddr(t))
 	hubURL := "https://" + gw.Addr()
 	agentBin, simBin := buildBinaries(t)
-	cluster, wkc := createCluster(t, hub, workload)
+	cluster, wkc := createCluster(t, ns)
 
 	cpToken, _, err := enrollment.Create(ctx, c, ns, enrollment.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "cp"}}, time.Now())
 	must(t, err)
@@ -242,7 +260,7 @@ func TestClusterLifecycleOnRealAgents(t *testing.T) {
 	})
 
 	// The control plane Machine, bootstrapped by CABPK.
-	createCPMachine(t, c, "cp-0", nil)
+	createCPMachine(t, c, ns, "cp-0", nil)
 	// Workers: a MachineDeployment with a KubeadmConfigTemplate.
 	must(t, c.Create(ctx, &bootstrapv1.KubeadmConfigTemplate{ObjectMeta: metav1.ObjectMeta{Name: "workers", Namespace: ns},
 		Spec: bootstrapv1.KubeadmConfigTemplateSpec{Template: bootstrapv1.KubeadmConfigTemplateResource{
@@ -273,7 +291,7 @@ func TestClusterLifecycleOnRealAgents(t *testing.T) {
 	}
 	must(t, c.Create(ctx, md))
 
-	eventually(t, "3 Machines Running with nodeRef", func() error { return machinesRunning(ctx, c, 3) })
+	eventually(t, "3 Machines Running with nodeRef", func() error { return machinesRunning(ctx, c, ns, 3) })
 	cp := &clusterv1.Machine{}
 	must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "cp-0"}, cp))
 	if cp.Spec.ProviderID != "edge://"+ns+"/cp-0" || cp.Status.NodeRef.Name != "cp-0" || len(cp.Status.Addresses) == 0 {
@@ -299,10 +317,10 @@ func TestClusterLifecycleOnRealAgents(t *testing.T) {
 	md.Spec.Replicas = ptr.To[int32](1)
 	must(t, c.Patch(ctx, md, patch))
 	eventually(t, "one worker host back in the pool", func() error {
-		if err := machinesRunning(ctx, c, 2); err != nil {
+		if err := machinesRunning(ctx, c, ns, 2); err != nil {
 			return err
 		}
-		return hostsAvailable(ctx, c, 1)
+		return hostsAvailable(ctx, c, ns, 1)
 	})
 
 	// Scale back up: the reset host is provisioned again.
@@ -311,16 +329,16 @@ func TestClusterLifecycleOnRealAgents(t *testing.T) {
 	md.Spec.Replicas = ptr.To[int32](2)
 	must(t, c.Patch(ctx, md, patch))
 	eventually(t, "3 Machines Running again after scale-up", func() error {
-		if err := machinesRunning(ctx, c, 3); err != nil {
+		if err := machinesRunning(ctx, c, ns, 3); err != nil {
 			return err
 		}
-		return hostsAvailable(ctx, c, 0)
+		return hostsAvailable(ctx, c, ns, 0)
 	})
 
 	// Delete the Cluster: every host is reset and Available.
 	must(t, c.Delete(ctx, cluster))
 	eventually(t, "every host Available after the Cluster is gone", func() error {
-		if err := hostsAvailable(ctx, c, 3); err != nil {
+		if err := hostsAvailable(ctx, c, ns, 3); err != nil {
 			return err
 		}
 		machines := &clusterv1.MachineList{}
@@ -346,7 +364,7 @@ func TestClusterLifecycleOnRealAgents(t *testing.T) {
 
 // startFleetHub runs fleet's hub (reconcilers and gateway) on addr and
 // returns a function that stops it, as a hub restart would.
-func startFleetHub(t *testing.T, hub *testenv.Env, addr string) (*gateway.Server, func()) {
+func startFleetHub(t *testing.T, ns, addr string) (*gateway.Server, func()) {
 	t.Helper()
 	mgr, err := ctrl.NewManager(hub.Config, ctrl.Options{Scheme: hub.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, Logger: logr.Discard()})
 	must(t, err)
@@ -370,7 +388,7 @@ func buildBinaries(t *testing.T) (agentBin, simBin string) {
 
 // createCluster makes the Cluster, its EdgeCluster and a kubeconfig that
 // points at the workload API server; it returns that kubeconfig.
-func createCluster(t *testing.T, hub, workload *testenv.Env) (*clusterv1.Cluster, []byte) {
+func createCluster(t *testing.T, ns string) (*clusterv1.Cluster, []byte) {
 	t.Helper()
 	ctx, c := context.Background(), hub.Client
 	cluster := &clusterv1.Cluster{
@@ -388,7 +406,7 @@ func createCluster(t *testing.T, hub, workload *testenv.Env) (*clusterv1.Cluster
 
 // createCPMachine makes a control-plane Machine bootstrapped by a
 // KubeadmConfig with the given commands before kubeadm.
-func createCPMachine(t *testing.T, c client.Client, name string, pre []string) {
+func createCPMachine(t *testing.T, c client.Client, ns, name string, pre []string) {
 	t.Helper()
 	ctx := context.Background()
 	must(t, c.Create(ctx, &bootstrapv1.KubeadmConfig{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
@@ -411,7 +429,7 @@ func createCPMachine(t *testing.T, c client.Client, name string, pre []string) {
 
 // createWorkerMachine makes a worker Machine bootstrapped by a
 // KubeadmConfig (join) with the given commands before kubeadm.
-func createWorkerMachine(t *testing.T, c client.Client, name string, pre []string) {
+func createWorkerMachine(t *testing.T, c client.Client, ns, name string, pre []string) {
 	t.Helper()
 	ctx := context.Background()
 	must(t, c.Create(ctx, &bootstrapv1.KubeadmConfig{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
@@ -431,7 +449,7 @@ func createWorkerMachine(t *testing.T, c client.Client, name string, pre []strin
 	}))
 }
 
-func machinesRunning(ctx context.Context, c client.Client, want int) error {
+func machinesRunning(ctx context.Context, c client.Client, ns string, want int) error {
 	machines := &clusterv1.MachineList{}
 	if err := c.List(ctx, machines, client.InNamespace(ns)); err != nil {
 		return err
@@ -451,7 +469,7 @@ func machinesRunning(ctx context.Context, c client.Client, want int) error {
 	return nil
 }
 
-func hostsAvailable(ctx context.Context, c client.Client, want int) error {
+func hostsAvailable(ctx context.Context, c client.Client, ns string, want int) error {
 	hosts := &infrav1.EdgeHostList{}
 	if err := c.List(ctx, hosts, client.InNamespace(ns)); err != nil {
 		return err

@@ -14,12 +14,11 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/edgefleet/fleet/internal/testenv"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 )
 
-func hostCondition(ctx context.Context, c client.Client, machine, condType string) (*metav1.Condition, error) {
+func hostCondition(ctx context.Context, c client.Client, ns, machine, condType string) (*metav1.Condition, error) {
 	em := &infrav1.EdgeMachine{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: machine}, em); err != nil {
 		return nil, err
@@ -37,31 +36,24 @@ func hostCondition(ctx context.Context, c client.Client, machine, condType strin
 // A hub restart in the middle of a bootstrap runs nothing twice, and an
 // agent killed in the middle reports where it stopped instead of re-running.
 func TestBootstrapFailuresAndRestarts(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("the e2e test needs root (sandboxed agents); CI runs as root")
-		}
-		t.Skip("the e2e test needs root for the agents' sandboxes")
-	}
 	ctx := context.Background()
-	hub := startEnv(t, testenv.Options{KubeadmBootstrap: true, NoHub: true})
-	workload := startEnv(t, testenv.Options{APIServerOnly: true})
+	ns := newNamespace(t)
 	c := hub.Client
 	addr := freeAddr(t)
-	gw, stopHub := startFleetHub(t, hub, addr)
+	gw, stopHub := startFleetHub(t, ns, addr)
 	hubURL := "https://" + addr
 	agentBin, simBin := buildBinaries(t)
-	_, wkc := createCluster(t, hub, workload)
+	_, wkc := createCluster(t, ns)
 	pin := gw.CA().Pin()
 	cpToken, _, err := enrollment.Create(ctx, c, ns, enrollment.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "cp"}}, time.Now())
 	must(t, err)
-	cp := startAgent(t, "cp-0", agentBin, simBin, hubURL, pin, cpToken, wkc)
-	eventually(t, "host enrolled", func() error { return hostsAvailable(ctx, c, 1) })
+	cp := startAgent(t, "f-cp-0", agentBin, simBin, hubURL, pin, cpToken, wkc)
+	eventually(t, "host enrolled", func() error { return hostsAvailable(ctx, c, ns, 1) })
 
 	// 1. A bootstrap command fails.
-	createCPMachine(t, c, "broken", []string{"echo the-broken-step-output; exit 3"})
+	createCPMachine(t, c, ns, "broken", []string{"echo the-broken-step-output; exit 3"})
 	eventually(t, "failure reported on the EdgeMachine", func() error {
-		cond, err := hostCondition(ctx, c, "broken", infrav1.HostProvisionedCondition)
+		cond, err := hostCondition(ctx, c, ns, "broken", infrav1.HostProvisionedCondition)
 		if err != nil {
 			return err
 		}
@@ -78,12 +70,12 @@ func TestBootstrapFailuresAndRestarts(t *testing.T) {
 	}
 	// Fixing means replacing the Machine; the host is reset and reused.
 	must(t, c.Delete(ctx, m))
-	eventually(t, "host back after the failed Machine is deleted", func() error { return hostsAvailable(ctx, c, 1) })
+	eventually(t, "host back after the failed Machine is deleted", func() error { return hostsAvailable(ctx, c, ns, 1) })
 
 	// 2. The hub restarts while a bootstrap runs: nothing runs twice.
-	createCPMachine(t, c, "steady", []string{"mkdir -p /var/log && echo run >> /var/log/fleet-e2e-runs", "sleep 6"})
+	createCPMachine(t, c, ns, "steady", []string{"mkdir -p /var/log && echo run >> /var/log/fleet-e2e-runs", "sleep 6"})
 	eventually(t, "bootstrap under way", func() error {
-		cond, err := hostCondition(ctx, c, "steady", infrav1.HostProvisionedCondition)
+		cond, err := hostCondition(ctx, c, ns, "steady", infrav1.HostProvisionedCondition)
 		if err != nil {
 			return err
 		}
@@ -94,8 +86,8 @@ func TestBootstrapFailuresAndRestarts(t *testing.T) {
 	})
 	stopHub()
 	time.Sleep(2 * time.Second)
-	startFleetHub(t, hub, addr)
-	eventually(t, "control plane Running after the hub restart", func() error { return machinesRunning(ctx, c, 1) })
+	startFleetHub(t, ns, addr)
+	eventually(t, "control plane Running after the hub restart", func() error { return machinesRunning(ctx, c, ns, 1) })
 	runs, err := os.ReadFile(filepath.Join(cp.root, "var/log/fleet-e2e-runs"))
 	must(t, err)
 	if n := strings.Count(string(runs), "run\n"); n != 1 {
@@ -105,11 +97,11 @@ func TestBootstrapFailuresAndRestarts(t *testing.T) {
 	// 3. An agent killed in the middle of a bootstrap.
 	wToken, _, err := enrollment.Create(ctx, c, ns, enrollment.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "worker"}}, time.Now())
 	must(t, err)
-	w := startAgent(t, "w-0", agentBin, simBin, hubURL, pin, wToken, wkc)
-	eventually(t, "worker enrolled", func() error { return hostsAvailable(ctx, c, 1) })
-	createWorkerMachine(t, c, "slow-worker", []string{"sleep 30"})
+	w := startAgent(t, "f-w-0", agentBin, simBin, hubURL, pin, wToken, wkc)
+	eventually(t, "worker enrolled", func() error { return hostsAvailable(ctx, c, ns, 1) })
+	createWorkerMachine(t, c, ns, "slow-worker", []string{"sleep 30"})
 	eventually(t, "worker bootstrap under way", func() error {
-		cond, err := hostCondition(ctx, c, "slow-worker", infrav1.HostProvisionedCondition)
+		cond, err := hostCondition(ctx, c, ns, "slow-worker", infrav1.HostProvisionedCondition)
 		if err != nil {
 			return err
 		}
@@ -122,7 +114,7 @@ func TestBootstrapFailuresAndRestarts(t *testing.T) {
 	_ = w.cmd.Wait()
 	w.restart(t)
 	eventually(t, "interrupted bootstrap reported", func() error {
-		cond, err := hostCondition(ctx, c, "slow-worker", infrav1.HostProvisionedCondition)
+		cond, err := hostCondition(ctx, c, ns, "slow-worker", infrav1.HostProvisionedCondition)
 		if err != nil {
 			return err
 		}
@@ -131,7 +123,7 @@ func TestBootstrapFailuresAndRestarts(t *testing.T) {
 		}
 		return nil
 	})
-	if err := machinesRunning(ctx, c, 2); err == nil {
+	if err := machinesRunning(ctx, c, ns, 2); err == nil {
 		t.Fatal("the interrupted worker went Running")
 	}
 }
