@@ -16,9 +16,9 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/rest"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/bootstrap/kubeadm/reconcilers/kubeadmconfig"
 	kubeadmsetup "sigs.k8s.io/cluster-api/bootstrap/kubeadm/setup"
-	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	capicluster "sigs.k8s.io/cluster-api/core/reconcilers/cluster"
 	capimachine "sigs.k8s.io/cluster-api/core/reconcilers/machine"
@@ -150,9 +150,10 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 		return e, nil
 	}
 	hubMgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:  scheme,
-		Metrics: metricsserver.Options{BindAddress: "0"},
-		Logger:  log.Log.WithName("fleet-hub"),
+		Scheme:                  scheme,
+		GracefulShutdownTimeout: ptrDuration(5 * time.Second),
+		Metrics:                 metricsserver.Options{BindAddress: "0"},
+		Logger:                  log.Log.WithName("fleet-hub"),
 	})
 	if err != nil {
 		e.cancel()
@@ -210,11 +211,12 @@ func kubeadmCRDs(capiDir string) ([]*apiextensionsv1.CustomResourceDefinition, e
 // ClusterCache (core's would strip the Secret data CABPK needs).
 func newKubeadmBootstrapManager(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme) (ctrl.Manager, error) {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:  scheme,
-		Metrics: metricsserver.Options{BindAddress: "0"},
-		Cache:   kubeadmsetup.ManagerCacheOptions(scheme, "cabpk-test-manager", "", 10*time.Minute),
-		Client:  kubeadmsetup.ManagerClientOptions(),
-		Logger:  log.Log.WithName("cabpk"),
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: "0"},
+		Cache:                   kubeadmsetup.ManagerCacheOptions(scheme, "cabpk-test-manager", "", 10*time.Minute),
+		GracefulShutdownTimeout: ptrDuration(5 * time.Second),
+		Client:                  kubeadmsetup.ManagerClientOptions(),
+		Logger:                  log.Log.WithName("cabpk"),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating kubeadm bootstrap manager: %w", err)
@@ -253,8 +255,11 @@ func newCAPIManager(ctx context.Context, cfg *rest.Config, scheme *runtime.Schem
 		Scheme:  scheme,
 		Metrics: metricsserver.Options{BindAddress: "0"},
 		Cache:   capisetup.ManagerCacheOptions(scheme, "capi-test-manager", "", 10*time.Minute),
-		Client:  capisetup.ManagerClientOptions(),
-		Logger:  log.Log.WithName("capi"),
+		// Tests tear the whole API server down next; no need to wait the
+		// default 30 s for in-flight reconciles against it.
+		GracefulShutdownTimeout: ptrDuration(5 * time.Second),
+		Client:                  capisetup.ManagerClientOptions(),
+		Logger:                  log.Log.WithName("capi"),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating Cluster API manager: %w", err)
@@ -335,6 +340,8 @@ func (e *Env) CreateNamespace(ctx context.Context, prefix string) (string, error
 	}
 	return ns.Name, nil
 }
+
+func ptrDuration(d time.Duration) *time.Duration { return &d }
 
 func ptrTrue() *bool {
 	t := true
