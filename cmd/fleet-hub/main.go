@@ -63,6 +63,7 @@ type options struct {
 	hubNamespace       string
 	gatewayDNSNames    string
 	gatewayIPs         string
+	advertiseURL       string
 	clientCertValidity time.Duration
 	maxHandshakes      int
 	lastSeenInterval   time.Duration
@@ -90,6 +91,7 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.hubNamespace, "hub-namespace", envOr("POD_NAMESPACE", "fleet-system"), "Namespace of the hub CA Secret and the enrollment tokens.")
 	fs.StringVar(&o.gatewayDNSNames, "gateway-dns-names", "", "Comma-separated DNS names agents use to reach the gateway (put in its serving certificate).")
 	fs.StringVar(&o.gatewayIPs, "gateway-ips", "", "Comma-separated IP addresses agents use to reach the gateway.")
+	fs.StringVar(&o.advertiseURL, "gateway-advertise-url", "", "URL agents use to reach the gateway (published for `kubectl fleet token create`).")
 	fs.DurationVar(&o.clientCertValidity, "client-cert-validity", 90*24*time.Hour, "Lifetime of host client certificates; agents renew at 70-90 %.")
 	fs.IntVar(&o.maxHandshakes, "max-concurrent-handshakes", 256, "Session handshakes admitted at once; more are told to retry (503).")
 	fs.DurationVar(&o.lastSeenInterval, "last-seen-interval", 5*time.Minute, "How often a connected host's lastSeenTime is refreshed (its only idle API write).")
@@ -191,6 +193,7 @@ func run(ctx context.Context, cfg *rest.Config, o options) error {
 			MaxConcurrentHandshakes: o.maxHandshakes,
 			LastSeenInterval:        o.lastSeenInterval,
 			ReplicaName:             hostname,
+			AdvertiseURL:            o.advertiseURL,
 		})
 		if err != nil {
 			return err

@@ -1,23 +1,21 @@
 // Command kubectl-fleet is the `kubectl fleet` plugin operators use on the
-// hub cluster.
-//
-// This release ships only the version command: create, scale, describe, get,
-// delete and token land with the kubectl plugin work (see the README's status
-// table).
+// hub cluster. Installed on PATH (or through krew), kubectl finds it.
 package main
 
 import (
 	"fmt"
 	"os"
 
-	"github.com/edgefleet/fleet/internal/version"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	_ "k8s.io/client-go/plugin/pkg/client/auth" // cloud auth providers in kubeconfigs
+
+	"github.com/edgefleet/fleet/pkg/cli"
 )
 
 func main() {
-	if len(os.Args) == 2 && (os.Args[1] == "version" || os.Args[1] == "--version") {
-		fmt.Println(version.Version)
-		return
+	cmd := cli.NewRootCmd(genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr})
+	if err := cmd.Execute(); err != nil {
+		fmt.Fprintf(os.Stderr, "error: %v\n", err)
+		os.Exit(1)
 	}
-	fmt.Fprintln(os.Stderr, "kubectl fleet: only `kubectl fleet version` exists in this release; meanwhile use `kubectl get edgehosts,edgemachines,edgeclusters` (see README, Status)")
-	os.Exit(2)
 }

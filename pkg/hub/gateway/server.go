@@ -51,6 +51,10 @@ type Options struct {
 	HelloTimeout time.Duration
 	// ReplicaName names this replica in conditions and logs.
 	ReplicaName string
+	// AdvertiseURL is the URL agents use to reach the gateway; it is
+	// published, with the CA pin, in the ConfigMap fleet-hub-info so that
+	// `kubectl fleet token create` can print a complete agent command.
+	AdvertiseURL string
 }
 
 // Defaults fills unset options.
@@ -160,6 +164,9 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	}
 	s.ca = ca
+	if err := s.publishInfo(ctx); err != nil {
+		return err
+	}
 	serving, err := ca.ServingCertificate(s.opts.DNSNames, s.opts.IPs, 365*24*time.Hour)
 	if err != nil {
 		return err

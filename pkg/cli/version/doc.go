@@ -1,0 +1,2 @@
+// Package version is `kubectl fleet version`.
+package version
