@@ -167,7 +167,9 @@ func (o *Options) table(list client.ObjectList, wide bool) (*metav1.Table, int) 
 			col(c, 0)
 		}
 		col("Version", 1)
-		sort.Slice(l.Items, func(i, j int) bool { return l.Items[i].Namespace+l.Items[i].Name < l.Items[j].Namespace+l.Items[j].Name })
+		sort.Slice(l.Items, func(i, j int) bool {
+			return l.Items[i].Namespace+l.Items[i].Name < l.Items[j].Namespace+l.Items[j].Name
+		})
 		for i := range l.Items {
 			c := &l.Items[i]
 			endpoint := "<none>"
@@ -194,7 +196,9 @@ func (o *Options) table(list client.ObjectList, wide bool) (*metav1.Table, int) 
 		}
 		col("Addresses", 1)
 		col("Cert-Expiry", 1)
-		sort.Slice(l.Items, func(i, j int) bool { return l.Items[i].Namespace+l.Items[i].Name < l.Items[j].Namespace+l.Items[j].Name })
+		sort.Slice(l.Items, func(i, j int) bool {
+			return l.Items[i].Namespace+l.Items[i].Name < l.Items[j].Namespace+l.Items[j].Name
+		})
 		for i := range l.Items {
 			m := &l.Items[i]
 			expiry := "<none>"
@@ -212,7 +216,9 @@ func (o *Options) table(list client.ObjectList, wide bool) (*metav1.Table, int) 
 		for _, c := range []string{"Labels", "OS", "Arch", "Addresses"} {
 			col(c, 1)
 		}
-		sort.Slice(l.Items, func(i, j int) bool { return l.Items[i].Namespace+l.Items[i].Name < l.Items[j].Namespace+l.Items[j].Name })
+		sort.Slice(l.Items, func(i, j int) bool {
+			return l.Items[i].Namespace+l.Items[i].Name < l.Items[j].Namespace+l.Items[j].Name
+		})
 		for i := range l.Items {
 			h := &l.Items[i]
 			claimed := "<none>"

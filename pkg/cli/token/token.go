@@ -303,4 +303,3 @@ func (o *RevokeOptions) Run(ctx context.Context) error {
 	fmt.Fprintf(o.Out, "token %s revoked\n", o.ID)
 	return nil
 }
-
