@@ -16,6 +16,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/rest"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/bootstrap/kubeadm/reconcilers/kubeadmconfig"
 	kubeadmsetup "sigs.k8s.io/cluster-api/bootstrap/kubeadm/setup"
@@ -94,6 +95,7 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 	scheme := hubcontrollers.NewScheme()
 	utilruntime.Must(apiextensionsv1.AddToScheme(scheme))
 	utilruntime.Must(bootstrapv1.AddToScheme(scheme))
+	utilruntime.Must(controlplanev1.AddToScheme(scheme))
 	var extraCRDs []*apiextensionsv1.CustomResourceDefinition
 	if opts.KubeadmBootstrap {
 		if extraCRDs, err = kubeadmCRDs(capiDir); err != nil {
@@ -179,13 +181,28 @@ func (e *Env) start(ctx context.Context, managers []ctrl.Manager) {
 	}
 }
 
-// kubeadmCRDs loads the kubeadm bootstrap CRDs from the Cluster API module
-// and adds the contract label that kustomize adds in real installs.
+// kubeadmCRDs loads the kubeadm bootstrap and control-plane CRDs from the
+// Cluster API module and adds the contract label that kustomize adds in
+// real installs.
 func kubeadmCRDs(capiDir string) ([]*apiextensionsv1.CustomResourceDefinition, error) {
-	dir := filepath.Join(capiDir, "bootstrap", "kubeadm", "config", "crd", "bases")
+	var out []*apiextensionsv1.CustomResourceDefinition
+	for _, dir := range []string{
+		filepath.Join(capiDir, "bootstrap", "kubeadm", "config", "crd", "bases"),
+		filepath.Join(capiDir, "controlplane", "kubeadm", "config", "crd", "bases"),
+	} {
+		crds, err := loadCRDs(dir)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, crds...)
+	}
+	return out, nil
+}
+
+func loadCRDs(dir string) ([]*apiextensionsv1.CustomResourceDefinition, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, fmt.Errorf("reading kubeadm CRDs: %w", err)
+		return nil, fmt.Errorf("reading CRDs: %w", err)
 	}
 	var out []*apiextensionsv1.CustomResourceDefinition
 	for _, e := range entries {

@@ -38,7 +38,9 @@ var (
 
 func TestMain(m *testing.M) {
 	var err error
-	env, err = testenv.Start(context.Background(), testenv.Options{APIServerOnly: true})
+	// The real Cluster API core and kubeadm bootstrap reconcilers and
+	// fleet's hub run, so what the plugin writes is shown to be accepted.
+	env, err = testenv.Start(context.Background(), testenv.Options{KubeadmBootstrap: true, HubConcurrency: 2})
 	if err != nil {
 		if errors.Is(err, testenv.ErrNoAssets) && os.Getenv("CI") != "true" {
 			fmt.Fprintf(os.Stderr, "SKIP: %v\n", err)

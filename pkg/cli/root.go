@@ -5,7 +5,10 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
+	"github.com/edgefleet/fleet/pkg/cli/create"
+	fleetdelete "github.com/edgefleet/fleet/pkg/cli/delete"
 	"github.com/edgefleet/fleet/pkg/cli/get"
+	"github.com/edgefleet/fleet/pkg/cli/scale"
 	"github.com/edgefleet/fleet/pkg/cli/token"
 	"github.com/edgefleet/fleet/pkg/cli/version"
 )
@@ -25,8 +28,11 @@ func NewRootCmd(streams genericiooptions.IOStreams) *cobra.Command {
 	flags.AddFlags(root.PersistentFlags())
 	root.AddGroup(&cobra.Group{ID: "fleet", Title: "Fleet commands:"})
 	for _, c := range []*cobra.Command{
-		token.NewCmd(flags, streams),
+		create.NewCmd(flags, streams),
+		scale.NewCmd(flags, streams),
+		fleetdelete.NewCmd(flags, streams),
 		get.NewCmd(flags, streams),
+		token.NewCmd(flags, streams),
 		version.NewCmd(flags, streams),
 	} {
 		c.GroupID = "fleet"

@@ -10,6 +10,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/rest"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/internal/version"
@@ -20,6 +21,7 @@ import (
 func Scheme() *runtime.Scheme {
 	s := hubcontrollers.NewScheme()
 	utilruntime.Must(bootstrapv1.AddToScheme(s))
+	utilruntime.Must(controlplanev1.AddToScheme(s))
 	return s
 }
 

@@ -1,0 +1,160 @@
+package cli_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+)
+
+func eventually(t *testing.T, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = cond(); err == nil {
+			return
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Fatalf("%s: %v", what, err)
+}
+
+func machines(ns, cluster string) (*clusterv1.MachineList, error) {
+	l := &clusterv1.MachineList{}
+	err := env.Client.List(context.Background(), l, client.InNamespace(ns), client.MatchingLabels{clusterv1.ClusterNameLabel: cluster})
+	return l, err
+}
+
+func TestCreateClusterDryRun(t *testing.T) {
+	out, _, err := fleet(t, "create", "cluster", "dry", "--kubernetes-version", "v1.36.3", "--worker-machines", "2",
+		"--host-selector", "site=s1", "--dry-run=client", "-o", "yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, line := range strings.Split(out, "\n") {
+		if k, ok := strings.CutPrefix(line, "kind: "); ok {
+			kinds = append(kinds, k)
+		}
+	}
+	want := "Cluster EdgeCluster EdgeMachineTemplate KubeadmControlPlane EdgeMachineTemplate KubeadmConfigTemplate MachineDeployment"
+	if strings.Join(kinds, " ") != want {
+		t.Errorf("kinds %v, want %s", kinds, want)
+	}
+	for _, s := range []string{"value: '{{ ds.meta_data.provider_id }}'", "name: '{{ ds.meta_data.local_hostname }}'",
+		"host: dry.hosts.fleet.internal", "site: s1", "replicas: 2", "version: v1.36.3"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("dry run lacks %q", s)
+		}
+	}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: "hosts", Name: "dry"}, &clusterv1.Cluster{}); !apierrors.IsNotFound(err) {
+		t.Errorf("--dry-run=client wrote the Cluster: %v", err)
+	}
+}
+
+func TestCreateScaleDeleteCluster(t *testing.T) {
+	ctx := context.Background()
+	ns := "edge-" + fmt.Sprint(time.Now().UnixNano()%100000)
+	if _, _, err := fleet(t, "create", "cluster", "bad", "-n", ns, "--kubernetes-version", "v1.36.3", "--control-plane-machines", "2"); err == nil ||
+		!strings.Contains(err.Error(), "odd number") {
+		t.Fatalf("even control plane: %v", err)
+	}
+	if _, _, err := fleet(t, "create", "cluster", "bad", "--kubernetes-version", "1.36"); err == nil || !strings.Contains(err.Error(), "vMAJOR.MINOR.PATCH") {
+		t.Fatalf("bad version: %v", err)
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	args := []string{"create", "cluster", "shop", "-n", ns, "--kubernetes-version", "v1.36.3", "--control-plane=machines",
+		"--worker-machines", "2", "--host-selector", "site=shop"}
+	out, stderr, err := fleet(t, args...)
+	if err != nil {
+		t.Fatalf("create: %v\n%s", err, stderr)
+	}
+	if !strings.Contains(out, "machinedeployment/shop-md-0 applied") || !strings.Contains(stderr, "only 0 Available host(s)") {
+		t.Errorf("create output:\n%s\nstderr:\n%s", out, stderr)
+	}
+	// Re-running is harmless.
+	if _, stderr, err := fleet(t, args...); err != nil {
+		t.Fatalf("re-run: %v\n%s", err, stderr)
+	}
+	// Cluster API accepts what was written: the MachineDeployment makes its
+	// Machines, with EdgeMachines from the template.
+	eventually(t, "CAPI created 1 control-plane and 2 worker Machines", func() error {
+		l, err := machines(ns, "shop")
+		if err != nil {
+			return err
+		}
+		if len(l.Items) != 3 {
+			return fmt.Errorf("%d machines", len(l.Items))
+		}
+		return nil
+	})
+	ems := &infrav1.EdgeMachineList{}
+	must(env.Client.List(ctx, ems, client.InNamespace(ns)))
+	for _, em := range ems.Items {
+		if em.Spec.HostSelector == nil || em.Spec.HostSelector.MatchLabels["site"] != "shop" {
+			t.Errorf("EdgeMachine %s selector %v", em.Name, em.Spec.HostSelector)
+		}
+	}
+
+	if _, _, err := fleet(t, "scale", "cluster", "shop", "-n", ns, "--worker-machines", "3"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "4 machines after scaling workers to 3", func() error {
+		l, err := machines(ns, "shop")
+		if err != nil || len(l.Items) != 4 {
+			return fmt.Errorf("%v machines (%v)", len(l.Items), err)
+		}
+		return nil
+	})
+	if _, _, err := fleet(t, "scale", "cluster", "shop", "-n", ns, "--control-plane-machines", "2"); err == nil || !strings.Contains(err.Error(), "odd number") {
+		t.Errorf("even control plane: %v", err)
+	}
+	if _, _, err := fleet(t, "scale", "cluster", "shop", "-n", ns, "--control-plane-machines", "3"); err == nil || !strings.Contains(err.Error(), "--control-plane=machines") {
+		t.Errorf("scaling a machines control plane: %v", err)
+	}
+	if _, _, err := fleet(t, "scale", "cluster", "nope", "-n", ns, "--worker-machines", "1"); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Errorf("unknown cluster: %v", err)
+	}
+
+	// A KubeadmControlPlane cluster scales its control plane through the
+	// scale subresource.
+	if _, stderr, err := fleet(t, "create", "cluster", "kcp", "-n", ns, "--kubernetes-version", "v1.36.3"); err != nil {
+		t.Fatalf("create kcp: %v\n%s", err, stderr)
+	}
+	if _, _, err := fleet(t, "scale", "cluster", "kcp", "-n", ns, "--control-plane-machines", "3"); err != nil {
+		t.Fatal(err)
+	}
+	kcp := &controlplanev1.KubeadmControlPlane{}
+	must(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "kcp-control-plane"}, kcp))
+	if kcp.Spec.Replicas == nil || *kcp.Spec.Replicas != 3 {
+		t.Errorf("KCP replicas %v", kcp.Spec.Replicas)
+	}
+
+	out, _, err = fleet(t, "delete", "cluster", "shop", "-n", ns, "--wait", "--timeout", "2m")
+	if err != nil {
+		t.Fatalf("delete --wait: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "cluster shop is gone") {
+		t.Errorf("delete output:\n%s", out)
+	}
+	if l, _ := machines(ns, "shop"); len(l.Items) != 0 {
+		t.Errorf("%d machines left", len(l.Items))
+	}
+}

@@ -1,0 +1,165 @@
+package create
+
+import (
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+)
+
+// Spec is what a user asks for.
+type Spec struct {
+	Name, Namespace      string
+	KubernetesVersion    string
+	ControlPlane         string // "kubeadm" (KubeadmControlPlane) or "machines"
+	ControlPlaneMachines int32
+	WorkerMachines       int32
+	ControlPlaneSelector map[string]string
+	WorkerSelector       map[string]string
+	Endpoint             infrav1.APIEndpoint
+	PodCIDR, ServiceCIDR string
+}
+
+// nodeRegistration wires the kubelet to what the agent reports: the node
+// name is the host's name, and the providerID the one fleet gives the host,
+// so Cluster API finds the Node.
+func nodeRegistration() bootstrapv1.NodeRegistrationOptions {
+	return bootstrapv1.NodeRegistrationOptions{
+		Name:             "{{ ds.meta_data.local_hostname }}",
+		KubeletExtraArgs: []bootstrapv1.Arg{{Name: "provider-id", Value: ptr.To("{{ ds.meta_data.provider_id }}")}},
+	}
+}
+
+// Objects returns every object of the cluster, in creation order.
+func Objects(s Spec) []client.Object {
+	labels := map[string]string{clusterv1.ClusterNameLabel: s.Name}
+	meta := func(name string) metav1.ObjectMeta {
+		return metav1.ObjectMeta{Name: name, Namespace: s.Namespace, Labels: labels}
+	}
+	infraGroup := infrav1.GroupVersion.Group
+	cpName, mdName := s.Name+"-control-plane", s.Name+"-md-0"
+
+	cluster := &clusterv1.Cluster{
+		TypeMeta:   metav1.TypeMeta{APIVersion: clusterv1.GroupVersion.String(), Kind: "Cluster"},
+		ObjectMeta: meta(s.Name),
+		Spec: clusterv1.ClusterSpec{
+			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infraGroup, Kind: "EdgeCluster", Name: s.Name},
+		},
+	}
+	if s.PodCIDR != "" {
+		cluster.Spec.ClusterNetwork.Pods.CIDRBlocks = []string{s.PodCIDR}
+	}
+	if s.ServiceCIDR != "" {
+		cluster.Spec.ClusterNetwork.Services.CIDRBlocks = []string{s.ServiceCIDR}
+	}
+	if s.ControlPlane == "kubeadm" {
+		cluster.Spec.ControlPlaneRef = clusterv1.ContractVersionedObjectReference{
+			APIGroup: controlplanev1.GroupVersion.Group, Kind: "KubeadmControlPlane", Name: cpName}
+	}
+	objs := []client.Object{
+		cluster,
+		&infrav1.EdgeCluster{
+			TypeMeta:   metav1.TypeMeta{APIVersion: infrav1.GroupVersion.String(), Kind: "EdgeCluster"},
+			ObjectMeta: meta(s.Name),
+			Spec:       infrav1.EdgeClusterSpec{ControlPlaneEndpoint: s.Endpoint},
+		},
+		machineTemplate(meta(cpName), s.ControlPlaneSelector),
+	}
+	switch s.ControlPlane {
+	case "kubeadm":
+		objs = append(objs, &controlplanev1.KubeadmControlPlane{
+			TypeMeta:   metav1.TypeMeta{APIVersion: controlplanev1.GroupVersion.String(), Kind: "KubeadmControlPlane"},
+			ObjectMeta: meta(cpName),
+			Spec: controlplanev1.KubeadmControlPlaneSpec{
+				Replicas: ptr.To(s.ControlPlaneMachines),
+				Version:  s.KubernetesVersion,
+				MachineTemplate: controlplanev1.KubeadmControlPlaneMachineTemplate{Spec: controlplanev1.KubeadmControlPlaneMachineTemplateSpec{
+					InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infraGroup, Kind: "EdgeMachineTemplate", Name: cpName}}},
+				KubeadmConfigSpec: bootstrapv1.KubeadmConfigSpec{
+					InitConfiguration: bootstrapv1.InitConfiguration{NodeRegistration: nodeRegistration()},
+					JoinConfiguration: bootstrapv1.JoinConfiguration{NodeRegistration: nodeRegistration()},
+				},
+			},
+		})
+	case "machines":
+		cpLabels := map[string]string{clusterv1.ClusterNameLabel: s.Name, clusterv1.MachineControlPlaneLabel: ""}
+		for i := int32(0); i < s.ControlPlaneMachines; i++ {
+			name := fmt.Sprintf("%s-%d", cpName, i)
+			cfg := bootstrapv1.KubeadmConfigSpec{InitConfiguration: bootstrapv1.InitConfiguration{NodeRegistration: nodeRegistration()}}
+			if i > 0 {
+				// Further control-plane machines join as control plane.
+				cfg = bootstrapv1.KubeadmConfigSpec{JoinConfiguration: bootstrapv1.JoinConfiguration{
+					NodeRegistration: nodeRegistration(), ControlPlane: &bootstrapv1.JoinControlPlane{}}}
+			}
+			objs = append(objs,
+				&bootstrapv1.KubeadmConfig{TypeMeta: metav1.TypeMeta{APIVersion: bootstrapv1.GroupVersion.String(), Kind: "KubeadmConfig"},
+					ObjectMeta: meta(name), Spec: cfg},
+				&infrav1.EdgeMachine{TypeMeta: metav1.TypeMeta{APIVersion: infrav1.GroupVersion.String(), Kind: "EdgeMachine"},
+					ObjectMeta: meta(name), Spec: infrav1.EdgeMachineSpec{HostSelector: selector(s.ControlPlaneSelector)}},
+				&clusterv1.Machine{
+					TypeMeta:   metav1.TypeMeta{APIVersion: clusterv1.GroupVersion.String(), Kind: "Machine"},
+					ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.Namespace, Labels: cpLabels},
+					Spec: clusterv1.MachineSpec{ClusterName: s.Name, Version: s.KubernetesVersion,
+						Bootstrap: clusterv1.Bootstrap{ConfigRef: clusterv1.ContractVersionedObjectReference{
+							APIGroup: bootstrapv1.GroupVersion.Group, Kind: "KubeadmConfig", Name: name}},
+						InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infraGroup, Kind: "EdgeMachine", Name: name},
+						Deletion:          clusterv1.MachineDeletionSpec{NodeDeletionTimeoutSeconds: ptr.To[int32](10)},
+					},
+				})
+		}
+	}
+	mdSelector := map[string]string{clusterv1.ClusterNameLabel: s.Name, "cluster.x-k8s.io/deployment-name": mdName}
+	objs = append(objs,
+		machineTemplate(meta(mdName), s.WorkerSelector),
+		&bootstrapv1.KubeadmConfigTemplate{
+			TypeMeta:   metav1.TypeMeta{APIVersion: bootstrapv1.GroupVersion.String(), Kind: "KubeadmConfigTemplate"},
+			ObjectMeta: meta(mdName),
+			Spec: bootstrapv1.KubeadmConfigTemplateSpec{Template: bootstrapv1.KubeadmConfigTemplateResource{Spec: bootstrapv1.KubeadmConfigSpec{
+				JoinConfiguration: bootstrapv1.JoinConfiguration{NodeRegistration: nodeRegistration()}}}},
+		},
+		&clusterv1.MachineDeployment{
+			TypeMeta:   metav1.TypeMeta{APIVersion: clusterv1.GroupVersion.String(), Kind: "MachineDeployment"},
+			ObjectMeta: meta(mdName),
+			Spec: clusterv1.MachineDeploymentSpec{
+				ClusterName: s.Name,
+				Replicas:    ptr.To(s.WorkerMachines),
+				Selector:    metav1.LabelSelector{MatchLabels: mdSelector},
+				Rollout: clusterv1.MachineDeploymentRolloutSpec{Strategy: clusterv1.MachineDeploymentRolloutStrategy{
+					Type: clusterv1.RollingUpdateMachineDeploymentStrategyType,
+					RollingUpdate: clusterv1.MachineDeploymentRolloutStrategyRollingUpdate{
+						MaxSurge: ptr.To(intstr.FromInt32(0)), MaxUnavailable: ptr.To(intstr.FromInt32(1))}}},
+				Template: clusterv1.MachineTemplateSpec{
+					ObjectMeta: clusterv1.ObjectMeta{Labels: mdSelector},
+					Spec: clusterv1.MachineSpec{ClusterName: s.Name, Version: s.KubernetesVersion,
+						Bootstrap: clusterv1.Bootstrap{ConfigRef: clusterv1.ContractVersionedObjectReference{
+							APIGroup: bootstrapv1.GroupVersion.Group, Kind: "KubeadmConfigTemplate", Name: mdName}},
+						InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infraGroup, Kind: "EdgeMachineTemplate", Name: mdName},
+						Deletion:          clusterv1.MachineDeletionSpec{NodeDeletionTimeoutSeconds: ptr.To[int32](10)},
+					},
+				},
+			},
+		})
+	return objs
+}
+
+func selector(m map[string]string) *metav1.LabelSelector {
+	if len(m) == 0 {
+		return nil
+	}
+	return &metav1.LabelSelector{MatchLabels: m}
+}
+
+func machineTemplate(meta metav1.ObjectMeta, sel map[string]string) *infrav1.EdgeMachineTemplate {
+	return &infrav1.EdgeMachineTemplate{
+		TypeMeta:   metav1.TypeMeta{APIVersion: infrav1.GroupVersion.String(), Kind: "EdgeMachineTemplate"},
+		ObjectMeta: meta,
+		Spec:       infrav1.EdgeMachineTemplateSpec{Template: infrav1.EdgeMachineTemplateResource{Spec: infrav1.EdgeMachineSpec{HostSelector: selector(sel)}}},
+	}
+}

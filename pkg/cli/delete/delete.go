@@ -1,0 +1,115 @@
+package delete
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/edgefleet/fleet/pkg/cli/kube"
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+)
+
+// Options is `kubectl fleet delete cluster`.
+type Options struct {
+	flags *genericclioptions.ConfigFlags
+	genericiooptions.IOStreams
+	Name    string
+	Wait    bool
+	Timeout time.Duration
+}
+
+// NewCmd returns `kubectl fleet delete`.
+func NewCmd(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
+	o := &Options{flags: flags, IOStreams: streams}
+	cluster := &cobra.Command{
+		Use:   "cluster NAME [--wait]",
+		Short: "Delete a cluster; its hosts are reset and return to the pool",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Name = args[0]
+			return o.Run(cmd.Context())
+		},
+	}
+	cluster.Flags().BoolVar(&o.Wait, "wait", false, "Wait until the cluster is gone and its hosts are Available again, showing progress.")
+	cluster.Flags().DurationVar(&o.Timeout, "timeout", 30*time.Minute, "How long --wait waits.")
+	cmd := &cobra.Command{Use: "delete", Short: "Delete a cluster"}
+	cmd.AddCommand(cluster)
+	return cmd
+}
+
+// Run deletes the Cluster (Cluster API deletes the rest) and waits.
+func (o *Options) Run(ctx context.Context) error {
+	conn, err := kube.Connect(o.flags)
+	if err != nil {
+		return err
+	}
+	c := conn.Client
+	ns := conn.Namespace
+	cluster := &clusterv1.Cluster{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: o.Name}, cluster); err != nil {
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("cluster %q not found in namespace %s (see `kubectl fleet get clusters`)", o.Name, ns)
+		}
+		return conn.Explain(err)
+	}
+	// Remember the hosts now: their claims are gone once the machines are.
+	ems := &infrav1.EdgeMachineList{}
+	if err := c.List(ctx, ems, client.InNamespace(ns), client.MatchingLabels{clusterv1.ClusterNameLabel: o.Name}); err != nil {
+		return conn.Explain(err)
+	}
+	var hosts []string
+	for _, em := range ems.Items {
+		if em.Status.HostRef != "" {
+			hosts = append(hosts, em.Status.HostRef)
+		}
+	}
+	sort.Strings(hosts)
+	if err := c.Delete(ctx, cluster); err != nil && !apierrors.IsNotFound(err) {
+		return conn.Explain(err)
+	}
+	fmt.Fprintf(o.Out, "cluster/%s deleted\n", o.Name)
+	if !o.Wait {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	last := ""
+	for {
+		gone := apierrors.IsNotFound(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: o.Name}, &clusterv1.Cluster{}))
+		machines := &clusterv1.MachineList{}
+		_ = c.List(ctx, machines, client.InNamespace(ns), client.MatchingLabels{clusterv1.ClusterNameLabel: o.Name})
+		var waiting []string
+		for _, h := range hosts {
+			host := &infrav1.EdgeHost{}
+			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: h}, host); err == nil && host.Status.Phase != infrav1.HostAvailable {
+				waiting = append(waiting, h+"="+string(host.Status.Phase))
+			}
+		}
+		line := fmt.Sprintf("machines left: %d; hosts not yet Available: %d", len(machines.Items), len(waiting))
+		if len(waiting) > 0 {
+			line += " (" + strings.Join(waiting, ", ") + ")"
+		}
+		if line != last {
+			fmt.Fprintln(o.Out, line)
+			last = line
+		}
+		if gone && len(machines.Items) == 0 && len(waiting) == 0 {
+			fmt.Fprintf(o.Out, "cluster %s is gone; %d host(s) back in the pool\n", o.Name, len(hosts))
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("timed out: %s", line)
+		case <-time.After(2 * time.Second):
+		}
+	}
+}

@@ -1,0 +1,2 @@
+// Package delete is `kubectl fleet delete cluster`.
+package delete

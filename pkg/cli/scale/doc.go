@@ -1,0 +1,2 @@
+// Package scale is `kubectl fleet scale cluster`.
+package scale
