@@ -8,6 +8,7 @@ import (
 	"github.com/edgefleet/fleet/pkg/cli/create"
 	fleetdelete "github.com/edgefleet/fleet/pkg/cli/delete"
 	"github.com/edgefleet/fleet/pkg/cli/get"
+	"github.com/edgefleet/fleet/pkg/cli/host"
 	"github.com/edgefleet/fleet/pkg/cli/scale"
 	"github.com/edgefleet/fleet/pkg/cli/token"
 	"github.com/edgefleet/fleet/pkg/cli/version"
@@ -32,6 +33,7 @@ func NewRootCmd(streams genericiooptions.IOStreams) *cobra.Command {
 		scale.NewCmd(flags, streams),
 		fleetdelete.NewCmd(flags, streams),
 		get.NewCmd(flags, streams),
+		host.NewCmd(flags, streams),
 		token.NewCmd(flags, streams),
 		version.NewCmd(flags, streams),
 	} {

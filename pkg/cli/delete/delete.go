@@ -14,6 +14,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/edgefleet/fleet/pkg/cli/completion"
 	"github.com/edgefleet/fleet/pkg/cli/kube"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 )
@@ -31,9 +32,10 @@ type Options struct {
 func NewCmd(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
 	o := &Options{flags: flags, IOStreams: streams}
 	cluster := &cobra.Command{
-		Use:   "cluster NAME [--wait]",
-		Short: "Delete a cluster; its hosts are reset and return to the pool",
-		Args:  cobra.ExactArgs(1),
+		Use:               "cluster NAME [--wait]",
+		Short:             "Delete a cluster; its hosts are reset and return to the pool",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completion.Clusters(flags),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Name = args[0]
 			return o.Run(cmd.Context())

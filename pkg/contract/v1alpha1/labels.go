@@ -101,3 +101,7 @@ const (
 // which its last claim was released. The host is Deprovisioning until its
 // agent reports having observed that generation (and a clean host).
 const ReleasedAtGenerationAnnotation = "fleet.edgefleet.io/released-at-generation"
+
+// CordonedLabel on an EdgeHost, set to "true", keeps it from being claimed
+// by new machines; a machine that holds it keeps it.
+const CordonedLabel = "fleet.edgefleet.io/cordoned"

@@ -227,3 +227,10 @@ func TestApprovalGatesClaims(t *testing.T) {
 		}
 	}
 }
+
+func TestCordonGatesClaims(t *testing.T) {
+	h := host("h", map[string]string{infrav1.CordonedLabel: "true"})
+	if IsClaimable(&h) {
+		t.Error("a cordoned host is claimable")
+	}
+}

@@ -47,11 +47,12 @@ func ReleasedAtGeneration(h *infrav1.EdgeHost) int64 {
 }
 
 // IsClaimable reports whether a host may be given to a new machine: free,
-// clean, not going away, and not waiting for an operator's approval.
+// clean, not going away, not cordoned, and not waiting for an operator's
+// approval.
 func IsClaimable(h *infrav1.EdgeHost) bool {
 	approval, gated := h.Labels[infrav1.ApprovalLabel]
 	return h.DeletionTimestamp.IsZero() && h.Spec.ClaimRef == nil && Phase(h) == infrav1.HostAvailable &&
-		(!gated || approval == infrav1.ApprovalApproved)
+		(!gated || approval == infrav1.ApprovalApproved) && h.Labels[infrav1.CordonedLabel] != "true"
 }
 
 // IsReleased reports whether nothing holds the host and the agent has left

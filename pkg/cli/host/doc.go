@@ -1,0 +1,2 @@
+// Package host is `kubectl fleet host approve|cordon|uncordon`.
+package host
