@@ -40,9 +40,13 @@ generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code, CRDs and RBAC from the 
 fmt: ## Format the Go code.
 	gofmt -s -w $$(git ls-files '*.go')
 
+GENERATED := pkg/contract/v1alpha1/zz_generated.deepcopy.go manifests/crd manifests/rbac/role.yaml
+
 .PHONY: verify
-verify: generate ## Fail if generated files are stale, code is not gofmt'ed or go vet complains.
-	@git diff --exit-code -- pkg/contract manifests || { echo "generated files are stale: run 'make generate' and commit the result"; exit 1; }
+verify: $(CONTROLLER_GEN) ## Fail if generated files are stale, code is not gofmt'ed or go vet complains.
+	@rm -rf $(BIN)/.verify && mkdir -p $(BIN)/.verify && cp -r --parents $(GENERATED) $(BIN)/.verify/
+	@$(MAKE) --no-print-directory generate >/dev/null
+	@for f in $(GENERATED); do diff -r $(BIN)/.verify/$$f $$f >/dev/null || { echo "generated files are stale ($$f): run 'make generate' and commit the result"; exit 1; }; done
 	@out=$$(gofmt -s -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "not gofmt'ed (run 'make fmt'):"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	cd hack/tools/k8s && $(GO) vet ./...
