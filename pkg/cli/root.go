@@ -7,6 +7,7 @@ import (
 
 	"github.com/edgefleet/fleet/pkg/cli/create"
 	fleetdelete "github.com/edgefleet/fleet/pkg/cli/delete"
+	"github.com/edgefleet/fleet/pkg/cli/describe"
 	"github.com/edgefleet/fleet/pkg/cli/get"
 	"github.com/edgefleet/fleet/pkg/cli/host"
 	"github.com/edgefleet/fleet/pkg/cli/scale"
@@ -32,6 +33,7 @@ func NewRootCmd(streams genericiooptions.IOStreams) *cobra.Command {
 		create.NewCmd(flags, streams),
 		scale.NewCmd(flags, streams),
 		fleetdelete.NewCmd(flags, streams),
+		describe.NewCmd(flags, streams),
 		get.NewCmd(flags, streams),
 		host.NewCmd(flags, streams),
 		token.NewCmd(flags, streams),

@@ -1,0 +1,314 @@
+package describe
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/edgefleet/fleet/pkg/cli/completion"
+	"github.com/edgefleet/fleet/pkg/cli/kube"
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+)
+
+// CertWarning is how close a certificate expiry must be to be flagged.
+const CertWarning = 30 * 24 * time.Hour
+
+// Options is `kubectl fleet describe cluster`.
+type Options struct {
+	flags *genericclioptions.ConfigFlags
+	genericiooptions.IOStreams
+	Name           string
+	Output         string
+	ShowConditions bool
+	// Now is the clock (tests fix it).
+	Now func() time.Time
+}
+
+// NewCmd returns `kubectl fleet describe`.
+func NewCmd(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
+	o := &Options{flags: flags, IOStreams: streams, Now: time.Now}
+	cluster := &cobra.Command{
+		Use:               "cluster NAME",
+		Short:             "Show a cluster as a tree, with each machine's edge host, agent and node",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completion.Clusters(flags),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Name = args[0]
+			if o.Output != "" && o.Output != "json" && o.Output != "yaml" {
+				return fmt.Errorf("-o %q: want json or yaml", o.Output)
+			}
+			conn, err := kube.Connect(o.flags)
+			if err != nil {
+				return err
+			}
+			tree, err := Build(cmd.Context(), conn.Client, conn.Namespace, o.Name, o.Now())
+			if err != nil {
+				return conn.Explain(err)
+			}
+			return o.Print(tree)
+		},
+	}
+	cluster.Flags().StringVarP(&o.Output, "output", "o", "", "json or yaml: the same tree as data.")
+	cluster.Flags().BoolVar(&o.ShowConditions, "show-conditions", false, "Show every condition of every object.")
+	cmd := &cobra.Command{Use: "describe", Short: "Describe a cluster"}
+	cmd.AddCommand(cluster)
+	return cmd
+}
+
+// Node is one object in the tree.
+type Node struct {
+	Kind       string             `json:"kind"`
+	Name       string             `json:"name"`
+	Ready      string             `json:"ready"`
+	Phase      string             `json:"phase,omitempty"`
+	Replicas   string             `json:"replicas,omitempty"`
+	Message    string             `json:"message,omitempty"`
+	Machine    *MachineInfo       `json:"machine,omitempty"`
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	Children   []*Node            `json:"children,omitempty"`
+}
+
+// MachineInfo is what fleet adds about a machine.
+type MachineInfo struct {
+	Host           string   `json:"host,omitempty"`
+	AgentConnected string   `json:"agentConnected,omitempty"`
+	LastSeen       string   `json:"lastSeen,omitempty"`
+	ProviderID     string   `json:"providerID,omitempty"`
+	Node           string   `json:"node,omitempty"`
+	Addresses      []string `json:"addresses,omitempty"`
+	CertExpiry     string   `json:"certificatesExpiry,omitempty"`
+	CertWarning    bool     `json:"certificatesExpiryWarning,omitempty"`
+}
+
+func ready(conds []metav1.Condition) (string, string) {
+	for _, c := range conds {
+		if c.Type == clusterv1.ReadyCondition || c.Type == clusterv1.AvailableCondition {
+			msg := ""
+			if c.Status != metav1.ConditionTrue {
+				msg = c.Message
+			}
+			return string(c.Status), msg
+		}
+	}
+	return "Unknown", ""
+}
+
+// Build reads the cluster with a fixed number of requests — the Cluster,
+// its EdgeCluster and control plane, and one list each of
+// MachineDeployments, Machines, EdgeMachines and EdgeHosts — and assembles
+// the tree.
+func Build(ctx context.Context, c client.Client, ns, name string, now time.Time) (*Node, error) {
+	cluster := &clusterv1.Cluster{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, cluster); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("cluster %q not found in namespace %s (see `kubectl fleet get clusters`)", name, ns)
+		}
+		return nil, err
+	}
+	byCluster := client.MatchingLabels{clusterv1.ClusterNameLabel: name}
+	mds := &clusterv1.MachineDeploymentList{}
+	machines := &clusterv1.MachineList{}
+	ems := &infrav1.EdgeMachineList{}
+	hosts := &infrav1.EdgeHostList{}
+	for _, l := range []client.ObjectList{mds, machines, ems} {
+		if err := c.List(ctx, l, client.InNamespace(ns), byCluster); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.List(ctx, hosts, client.InNamespace(ns)); err != nil {
+		return nil, err
+	}
+	emByName := map[string]*infrav1.EdgeMachine{}
+	for i := range ems.Items {
+		emByName[ems.Items[i].Name] = &ems.Items[i]
+	}
+	hostByName := map[string]*infrav1.EdgeHost{}
+	for i := range hosts.Items {
+		hostByName[hosts.Items[i].Name] = &hosts.Items[i]
+	}
+
+	r, msg := ready(cluster.Status.Conditions)
+	root := &Node{Kind: "Cluster", Name: name, Ready: r, Phase: cluster.Status.Phase, Message: msg, Conditions: cluster.Status.Conditions}
+	ec := &infrav1.EdgeCluster{}
+	if ref := cluster.Spec.InfrastructureRef; ref.Name != "" {
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: ref.Name}, ec); err == nil {
+			r, msg := ready(ec.Status.Conditions)
+			n := &Node{Kind: "EdgeCluster", Name: ec.Name, Ready: r, Message: msg, Conditions: ec.Status.Conditions}
+			if ec.Spec.ControlPlaneEndpoint.IsValid() {
+				n.Phase = fmt.Sprintf("endpoint %s:%d", ec.Spec.ControlPlaneEndpoint.Host, ec.Spec.ControlPlaneEndpoint.Port)
+			}
+			root.Children = append(root.Children, n)
+		}
+	}
+	machineNode := func(m *clusterv1.Machine) *Node {
+		r, msg := ready(m.Status.Conditions)
+		info := &MachineInfo{ProviderID: m.Spec.ProviderID}
+		if m.Status.NodeRef.IsDefined() {
+			info.Node = m.Status.NodeRef.Name
+		}
+		for _, a := range m.Status.Addresses {
+			if a.Type == clusterv1.MachineInternalIP || a.Type == clusterv1.MachineExternalIP {
+				info.Addresses = append(info.Addresses, a.Address)
+			}
+		}
+		expiry := m.Status.CertificatesExpiryDate
+		if em := emByName[m.Spec.InfrastructureRef.Name]; em != nil {
+			info.Host = em.Status.HostRef
+			if expiry.IsZero() && em.Status.CertificatesExpiryDate != nil {
+				expiry = *em.Status.CertificatesExpiryDate
+			}
+			if r != string(metav1.ConditionTrue) {
+				if _, emMsg := ready(em.Status.Conditions); emMsg != "" {
+					msg = emMsg
+				}
+			}
+		}
+		if !expiry.IsZero() {
+			info.CertExpiry = expiry.UTC().Format("2006-01-02")
+			info.CertWarning = expiry.Sub(now) < CertWarning
+		}
+		if h := hostByName[info.Host]; h != nil {
+			info.AgentConnected = "Unknown"
+			for _, c := range h.Status.Conditions {
+				if c.Type == infrav1.AgentConnectedCondition {
+					info.AgentConnected = string(c.Status)
+				}
+			}
+			if h.Status.LastSeenTime != nil {
+				info.LastSeen = duration.HumanDuration(now.Sub(h.Status.LastSeenTime.Time)) + " ago"
+			}
+		}
+		return &Node{Kind: "Machine", Name: m.Name, Ready: r, Phase: m.Status.Phase, Message: msg, Machine: info, Conditions: m.Status.Conditions}
+	}
+	sort.Slice(machines.Items, func(i, j int) bool { return machines.Items[i].Name < machines.Items[j].Name })
+
+	cp := &Node{Kind: "ControlPlane", Name: "machines", Ready: "-"}
+	if ref := cluster.Spec.ControlPlaneRef; ref.Kind == "KubeadmControlPlane" {
+		kcp := &controlplanev1.KubeadmControlPlane{}
+		cp = &Node{Kind: "KubeadmControlPlane", Name: ref.Name, Ready: "Unknown"}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: ref.Name}, kcp); err == nil {
+			cp.Ready, cp.Message = ready(kcp.Status.Conditions)
+			cp.Conditions = kcp.Status.Conditions
+			cp.Replicas = fmt.Sprintf("%d/%d", ptrInt(kcp.Status.ReadyReplicas), ptrInt(kcp.Spec.Replicas))
+		}
+	}
+	mdNodes := map[string]*Node{}
+	sort.Slice(mds.Items, func(i, j int) bool { return mds.Items[i].Name < mds.Items[j].Name })
+	var mdList []*Node
+	for i := range mds.Items {
+		md := &mds.Items[i]
+		r, msg := ready(md.Status.Conditions)
+		n := &Node{Kind: "MachineDeployment", Name: md.Name, Ready: r, Message: msg, Conditions: md.Status.Conditions,
+			Replicas: fmt.Sprintf("%d/%d", ptrInt(md.Status.ReadyReplicas), ptrInt(md.Spec.Replicas))}
+		mdNodes[md.Name] = n
+		mdList = append(mdList, n)
+	}
+	for i := range machines.Items {
+		m := &machines.Items[i]
+		n := machineNode(m)
+		if _, isCP := m.Labels[clusterv1.MachineControlPlaneLabel]; isCP {
+			cp.Children = append(cp.Children, n)
+			continue
+		}
+		if md := mdNodes[m.Labels[clusterv1.MachineDeploymentNameLabel]]; md != nil {
+			md.Children = append(md.Children, n)
+			continue
+		}
+		root.Children = append(root.Children, n)
+	}
+	root.Children = append(root.Children, cp)
+	root.Children = append(root.Children, mdList...)
+	return root, nil
+}
+
+func ptrInt(p *int32) int32 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+// Print writes the tree as text, JSON or YAML.
+func (o *Options) Print(tree *Node) error {
+	switch o.Output {
+	case "json":
+		b, err := json.MarshalIndent(tree, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintln(o.Out, string(b))
+		return err
+	case "yaml":
+		b, err := yaml.Marshal(tree)
+		if err != nil {
+			return err
+		}
+		_, err = o.Out.Write(b)
+		return err
+	}
+	return WriteTree(o.Out, tree, o.ShowConditions)
+}
+
+// WriteTree writes the tree as an aligned table with clusterctl's prefixes.
+func WriteTree(out io.Writer, tree *Node, showConditions bool) error {
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "NAME\tREADY\tPHASE\tHOST\tAGENT\tLAST-SEEN\tPROVIDERID\tNODE\tADDRESSES\tCERT-EXPIRY\tMESSAGE")
+	var walk func(n *Node, prefix, childPrefix string)
+	walk = func(n *Node, prefix, childPrefix string) {
+		phase := n.Phase
+		if n.Replicas != "" {
+			phase = strings.TrimSpace(n.Replicas + " ready " + phase)
+		}
+		cols := []string{prefix + n.Kind + "/" + n.Name, n.Ready, dash(phase)}
+		if mi := n.Machine; mi != nil {
+			expiry := dash(mi.CertExpiry)
+			if mi.CertWarning {
+				expiry += " (<30d!)"
+			}
+			cols = append(cols, dash(mi.Host), dash(mi.AgentConnected), dash(mi.LastSeen), dash(mi.ProviderID), dash(mi.Node),
+				dash(strings.Join(mi.Addresses, ",")), expiry)
+		} else {
+			cols = append(cols, "", "", "", "", "", "", "")
+		}
+		cols = append(cols, n.Message)
+		fmt.Fprintln(w, strings.Join(cols, "\t"))
+		if showConditions {
+			for _, c := range n.Conditions {
+				fmt.Fprintf(w, "%s    %s=%s\t\t%s\t\t\t\t\t\t\t\t%s\n", childPrefix, c.Type, c.Status, c.Reason, c.Message)
+			}
+		}
+		for i, child := range n.Children {
+			last := i == len(n.Children)-1
+			p, cp := childPrefix+"├─", childPrefix+"│ "
+			if last {
+				p, cp = childPrefix+"└─", childPrefix+"  "
+			}
+			walk(child, p, cp)
+		}
+	}
+	walk(tree, "", "")
+	return w.Flush()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
