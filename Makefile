@@ -58,18 +58,36 @@ build: ## Build fleet-hub, fleet-agent and kubectl-fleet into bin/.
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/fleet-hub ./cmd/fleet-agent ./cmd/kubectl-fleet
 
 .PHONY: k8s
-k8s: $(K8S_BIN)/kube-apiserver $(K8S_BIN)/etcd ## Build kube-apiserver and etcd for the tests into bin/k8s (minutes the first time).
+k8s: $(K8S_BIN)/kube-apiserver $(K8S_BIN)/etcd $(K8S_BIN)/kubectl ## Build kube-apiserver, etcd and kubectl for the tests into bin/k8s (minutes the first time).
 
-$(K8S_BIN)/kube-apiserver $(K8S_BIN)/etcd: hack/tools/k8s/go.mod hack/tools/k8s/go.sum
+$(K8S_BIN)/kube-apiserver $(K8S_BIN)/etcd $(K8S_BIN)/kubectl: hack/tools/k8s/go.mod hack/tools/k8s/go.sum
 	@mkdir -p $(K8S_BIN)
 	@echo ">> building kube-apiserver $(K8S_VERSION) and etcd from Go modules into $(K8S_BIN) (about 6-10 minutes on 2 cores the first time)"
-	cd hack/tools/k8s && $(GO) build -ldflags "$(K8S_LDFLAGS)" -o $(K8S_BIN)/ ./cmd/etcd ./cmd/kube-apiserver
-	@touch $(K8S_BIN)/kube-apiserver $(K8S_BIN)/etcd
+	cd hack/tools/k8s && $(GO) build -ldflags "$(K8S_LDFLAGS)" -o $(K8S_BIN)/ ./cmd/etcd ./cmd/kube-apiserver ./cmd/kubectl
+	@touch $(K8S_BIN)/kube-apiserver $(K8S_BIN)/etcd $(K8S_BIN)/kubectl
 
 $(CONTROLLER_GEN):
 	@mkdir -p $(BIN)
 	GOBIN=$(BIN) $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
 	mv $(BIN)/controller-gen $(CONTROLLER_GEN)
+
+KREW_VERSION   ?= v0.1.0
+KREW_DIST      ?= $(CURDIR)/dist/krew
+KREW_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64 windows/arm64
+
+.PHONY: krew
+krew: ## Build kubectl-fleet archives (KREW_PLATFORMS) and render $(KREW_DIST)/fleet.yaml from krew.yaml.
+	@rm -rf $(KREW_DIST) && mkdir -p $(KREW_DIST)
+	@for p in $(KREW_PLATFORMS); do \
+	  os=$${p%/*}; arch=$${p#*/}; ext=; [ "$$os" = windows ] && ext=.exe; \
+	  d=$(KREW_DIST)/build/$$os-$$arch; mkdir -p $$d; \
+	  echo ">> kubectl-fleet $$os/$$arch"; \
+	  GOOS=$$os GOARCH=$$arch CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-X github.com/edgefleet/fleet/internal/version.Version=$(KREW_VERSION)" -o $$d/kubectl-fleet$$ext ./cmd/kubectl-fleet || exit 1; \
+	  cp LICENSE hack/kubectl_complete-fleet $$d/; \
+	  tar -C $$d -czf $(KREW_DIST)/kubectl-fleet_$${os}_$${arch}.tar.gz . || exit 1; \
+	done
+	$(GO) run hack/krew/render.go -version $(KREW_VERSION) -dir $(KREW_DIST) > $(KREW_DIST)/fleet.yaml
+	@echo ">> $(KREW_DIST)/fleet.yaml"
 
 ##@ Test
 
