@@ -99,6 +99,12 @@ test: k8s ## Run every test against a real kube-apiserver, etcd and the real Clu
 test-race: k8s ## Run every test with the race detector.
 	$(GO) test -race $(TEST_FLAGS) ./...
 
+BENCH ?= .
+
+.PHONY: bench
+bench: k8s ## Run the benchmarks (BENCH=regexp) against a real API server; figures go into docs/PERFORMANCE.md.
+	$(GO) test ./bench/... -run '^$$' -bench '$(BENCH)' -benchtime 10x -count 1
+
 FUZZTIME ?= 10m
 
 .PHONY: fuzz
