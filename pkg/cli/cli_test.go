@@ -243,3 +243,12 @@ func TestErrorsAndVersion(t *testing.T) {
 		t.Errorf("no hub: %v", err)
 	}
 }
+
+// version reports the hub's version when the hub is reachable.
+func TestVersionWithHub(t *testing.T) {
+	startGateway(t)
+	out, _, err := fleet(t, "version")
+	if err != nil || !strings.Contains(out, "kubectl-fleet: ") || !strings.Contains(out, "fleet-hub: dev") {
+		t.Errorf("version: %v\n%s", err, out)
+	}
+}

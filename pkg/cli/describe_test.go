@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -198,4 +199,17 @@ func setStatus(obj client.Object, mutate func()) error {
 		mutate()
 		return env.Client.Status().Update(context.Background(), obj)
 	})
+}
+
+func TestDescribeShowConditionsAndYAML(t *testing.T) {
+	ns := "describe-conditions"
+	fleetOf(t, ns, 1)
+	out, _, err := fleet(t, "describe", "cluster", "store", "-n", ns, "--show-conditions")
+	if err != nil || !strings.Contains(out, "Available=False") || !strings.Contains(out, "1 of 3 machines is not ready") {
+		t.Errorf("--show-conditions: %v\n%s", err, out)
+	}
+	out, _, err = fleet(t, "describe", "cluster", "store", "-n", ns, "-o", "yaml")
+	if err != nil || !strings.Contains(out, "kind: Cluster") || !strings.Contains(out, "host: host-01") {
+		t.Errorf("-o yaml: %v\n%s", err, out)
+	}
 }
