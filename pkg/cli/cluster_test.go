@@ -3,6 +3,7 @@ package cli_test
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -111,6 +112,21 @@ func TestCreateScaleDeleteCluster(t *testing.T) {
 		if em.Spec.HostSelector == nil || em.Spec.HostSelector.MatchLabels["site"] != "shop" {
 			t.Errorf("EdgeMachine %s selector %v", em.Name, em.Spec.HostSelector)
 		}
+	}
+
+	// get shows what CAPI made of it.
+	out, _, err = fleet(t, "get", "clusters", "-n", ns)
+	if err != nil || !regexp.MustCompile(`(?m)^NAME\s+PHASE\s+ENDPOINT\s+INFRASTRUCTURE\s+CONTROL-PLANE\s+AVAILABLE\s+AGE\n(shop)\s+\S+\s+shop\.`+ns+`\.fleet\.internal:6443`).MatchString(out) {
+		t.Errorf("get clusters: %v\n%s", err, out)
+	}
+	out, _, err = fleet(t, "get", "machines", "-n", ns)
+	if err != nil || strings.Count(out, "\nshop-") != 3 || !strings.Contains(out, "PROVIDERID") {
+		t.Errorf("get machines: %v\n%s", err, out)
+	}
+	// --wait shows progress and gives up at its timeout with where it stood.
+	out, _, err = fleet(t, append(args, "--wait", "--timeout", "3s")...)
+	if err == nil || !strings.Contains(err.Error(), "timed out waiting for cluster shop") || !strings.Contains(out, "machines: 0/3 Running") {
+		t.Errorf("--wait: %v\n%s", err, out)
 	}
 
 	if _, _, err := fleet(t, "scale", "cluster", "shop", "-n", ns, "--worker-machines", "3"); err != nil {
