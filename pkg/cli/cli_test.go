@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
@@ -22,6 +23,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/edgefleet/fleet/internal/testenv"
@@ -37,6 +39,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	ctrl.SetLogger(zap.New(zap.Level(zapcore.ErrorLevel)))
 	var err error
 	// The real Cluster API core and kubeadm bootstrap reconcilers and
 	// fleet's hub run, so what the plugin writes is shown to be accepted.
@@ -190,13 +193,17 @@ func TestGetHosts(t *testing.T) {
 		if err := env.Client.Create(ctx, h); err != nil {
 			t.Fatal(err)
 		}
-		h.Status.Phase = infrav1.HostAvailable
-		h.Status.Facts.AgentVersion = "v0.1.0"
-		h.Status.Facts.OS = "Debian 12"
 		seen := metav1.NewTime(time.Now().Add(-2 * time.Minute))
-		h.Status.LastSeenTime = &seen
-		h.Status.Conditions = []metav1.Condition{{Type: infrav1.AgentConnectedCondition, Status: "True", Reason: "Connected", LastTransitionTime: seen}}
-		if err := env.Client.Status().Update(ctx, h); err != nil {
+		// The hub's EdgeHost reconciler runs here too: retry on conflict,
+		// and add to its conditions rather than replace them.
+		if err := setStatus(h, func() {
+			h.Status.Phase = infrav1.HostAvailable
+			h.Status.Facts.AgentVersion = "v0.1.0"
+			h.Status.Facts.OS = "Debian 12"
+			h.Status.LastSeenTime = &seen
+			h.Status.Conditions = append(h.Status.Conditions, metav1.Condition{Type: infrav1.AgentConnectedCondition,
+				Status: "True", Reason: "Connected", LastTransitionTime: seen})
+		}); err != nil {
 			t.Fatal(err)
 		}
 	}
