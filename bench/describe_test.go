@@ -47,7 +47,10 @@ type counter struct {
 	n  *atomic.Int64
 }
 
-func (c counter) RoundTrip(r *http.Request) (*http.Response, error) { c.n.Add(1); return c.rt.RoundTrip(r) }
+func (c counter) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return c.rt.RoundTrip(r)
+}
 
 // fleet writes a cluster with n worker machines, each with its EdgeMachine
 // and EdgeHost.
