@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net/http"
 	"os"
@@ -27,6 +28,11 @@ import (
 var env *testenv.Env
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if f := flag.Lookup("test.bench"); f == nil || f.Value.String() == "" {
+		// `make test` runs no benchmarks: do not start an API server for them.
+		os.Exit(m.Run())
+	}
 	var err error
 	env, err = testenv.Start(context.Background(), testenv.Options{APIServerOnly: true})
 	if err != nil {
