@@ -25,6 +25,7 @@ import (
 	"github.com/edgefleet/fleet/pkg/agent"
 	"github.com/edgefleet/fleet/pkg/agent/cloudconfig"
 	"github.com/edgefleet/fleet/pkg/agent/provision"
+	"github.com/edgefleet/fleet/pkg/agent/sdnotify"
 )
 
 func main() {
@@ -123,5 +124,13 @@ func runAgent(ctx context.Context, cfg agent.Config, log logr.Logger) error {
 		opts.ResetCommands = append(opts.ResetCommands, cloudconfig.Command{Shell: c})
 	}
 	a := agent.New(cfg, provision.New(opts), log)
-	return a.Run(ctx, func() { log.Info("Local initialisation done") })
+	var notify sdnotify.Notifier
+	a.OnStatus = notify.Status
+	go notify.Watchdog(ctx, a.LastLoop)
+	defer notify.Stopping()
+	return a.Run(ctx, func() {
+		log.Info("Local initialisation done")
+		notify.Status("starting: connecting to " + cfg.Hub)
+		notify.Ready()
+	})
 }

@@ -38,6 +38,13 @@ type Agent struct {
 	provCancel context.CancelFunc
 	provClaim  types.UID
 
+	// OnStatus, when set, hears a one-line status on every connection
+	// change and provisioning step (systemd's STATUS=).
+	OnStatus func(string)
+	// lastLoop is when the sync loop last went round (UnixNano), for the
+	// watchdog.
+	lastLoop atomic.Int64
+
 	// Counters for tests and metrics.
 	enrollments atomic.Int64
 	sessions    atomic.Int64
@@ -54,6 +61,15 @@ func New(cfg Config, prov Provisioner, log logr.Logger) *Agent {
 		log:     log,
 		desired: make(chan *wire.DesiredState, 1),
 		status:  newStatusManager(),
+	}
+}
+
+// LastLoop is when the sync loop last went round.
+func (a *Agent) LastLoop() time.Time { return time.Unix(0, a.lastLoop.Load()) }
+
+func (a *Agent) announce(text string) {
+	if a.OnStatus != nil {
+		a.OnStatus(text)
 	}
 }
 
@@ -123,12 +139,20 @@ func (a *Agent) Run(ctx context.Context, ready func()) error {
 
 	resync := time.NewTicker(a.cfg.ResyncInterval)
 	defer resync.Stop()
+	// The loop goes round at least every second, so its liveness can be
+	// judged (the watchdog pings only while it does).
+	heartbeat := time.NewTicker(time.Second)
+	defer heartbeat.Stop()
+	a.lastLoop.Store(time.Now().UnixNano())
 	for {
 		select {
 		case <-ctx.Done():
 			wg.Wait()
 			return nil
+		case <-heartbeat.C:
+			a.lastLoop.Store(time.Now().UnixNano())
 		case <-resync.C:
+			a.lastLoop.Store(time.Now().UnixNano())
 			// Facts may have changed; the full status is re-sent either way.
 			a.refreshStatus()
 			a.status.resend()
@@ -202,6 +226,7 @@ func (a *Agent) provision(ctx context.Context, as *wire.Assignment) {
 		cancel()
 	}()
 	res, err := a.prov.Provision(pctx, as, func(step string) {
+		a.announce("provisioning " + as.MachineName + ": " + step)
 		_ = a.update(func(ap *Applied) {
 			if ap.Workload != nil {
 				ap.Workload.Step = step

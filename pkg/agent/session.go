@@ -48,6 +48,7 @@ func (a *Agent) sessionSource(ctx context.Context) {
 		delay := backoff(attempt, a.cfg.MaxBackoff)
 		attempt++
 		a.log.Info("Disconnected from hub, retrying", "reason", errString(err), "retryIn", delay.Round(time.Millisecond).String())
+		a.announce(fmt.Sprintf("disconnected (%s), retrying in %s", truncate(errString(err), 120), delay.Round(time.Second)))
 		select {
 		case <-ctx.Done():
 			return
@@ -138,6 +139,7 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 	a.sessions.Add(1)
 	a.connected.Store(true)
 	a.log.Info("Connected to hub", "hub", a.cfg.Hub, "EdgeHost", id.Namespace+"/"+id.Host)
+	a.announce("connected to " + a.cfg.Hub + " as " + id.Namespace + "/" + id.Host)
 	a.status.attach(func(st *wire.Status) error { return s.send(st) })
 
 	sessCtx, cancel := context.WithCancel(ctx)

@@ -1,0 +1,44 @@
+package sdnotify
+
+import (
+	"context"
+	"time"
+
+	"github.com/coreos/go-systemd/v22/daemon"
+)
+
+// Notifier sends sd_notify messages; without NOTIFY_SOCKET (not under
+// systemd) every call is a no-op.
+type Notifier struct{}
+
+// Ready says local initialisation is done.
+func (Notifier) Ready() { _, _ = daemon.SdNotify(false, daemon.SdNotifyReady) }
+
+// Status sets the one-line status `systemctl status` shows.
+func (Notifier) Status(text string) { _, _ = daemon.SdNotify(false, "STATUS="+text) }
+
+// Stopping says the agent is shutting down.
+func (Notifier) Stopping() { _, _ = daemon.SdNotify(false, daemon.SdNotifyStopping) }
+
+// Watchdog pings systemd's watchdog at half its interval, but only while
+// lastLoop (when the sync loop last went round) is more recent than one
+// interval: a stuck loop stops the pings, and systemd restarts the agent.
+// It returns at once when the unit has no WatchdogSec.
+func (Notifier) Watchdog(ctx context.Context, lastLoop func() time.Time) {
+	interval, err := daemon.SdWatchdogEnabled(false)
+	if err != nil || interval == 0 {
+		return
+	}
+	t := time.NewTicker(interval / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if time.Since(lastLoop()) < interval {
+				_, _ = daemon.SdNotify(false, daemon.SdNotifyWatchdog)
+			}
+		}
+	}
+}
