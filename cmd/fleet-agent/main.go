@@ -33,7 +33,16 @@ func main() {
 		fmt.Println(version.Version)
 		return
 	}
-	if err := run(os.Args[1:]); err != nil {
+	var err error
+	switch {
+	case len(os.Args) > 1 && os.Args[1] == "install":
+		err = install(os.Args[2:])
+	case len(os.Args) > 1 && os.Args[1] == "uninstall":
+		err = uninstall(os.Args[2:])
+	default:
+		err = run(os.Args[1:])
+	}
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "fleet-agent: %v\n", err)
 		os.Exit(1)
 	}
@@ -43,7 +52,9 @@ func run(args []string) error {
 	fs := flag.NewFlagSet("fleet-agent", flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "fleet-agent joins this machine to a fleet hub and keeps it provisioned.\n\n"+
-			"Usage:\n  fleet-agent [flags]           run the agent\n  fleet-agent enroll [flags]    enroll and exit (for image bakers and first boot)\n  fleet-agent version\n\n"+
+			"Usage:\n  fleet-agent [flags]             run the agent\n  fleet-agent enroll [flags]      enroll and exit (first boot)\n"+
+			"  fleet-agent install --root DIR --hub URL --ca-cert-hash sha256:… [--token-file F]   put the agent into an image\n"+
+			"  fleet-agent uninstall --root DIR [--purge]\n  fleet-agent version\n\n"+
 			"Settings come from --config (default %s); flags win.\n\nFlags:\n", agent.DefaultConfigFile)
 		fs.PrintDefaults()
 	}
