@@ -89,6 +89,29 @@ krew: ## Build kubectl-fleet archives (KREW_PLATFORMS) and render $(KREW_DIST)/f
 	$(GO) run hack/krew/render.go -version $(KREW_VERSION) -dir $(KREW_DIST) > $(KREW_DIST)/fleet.yaml
 	@echo ">> $(KREW_DIST)/fleet.yaml"
 
+PKG_VERSION ?= 0.1.0
+PKG_ARCHS   ?= amd64 arm64
+PKG_DIST    ?= $(CURDIR)/dist/packages
+NFPM        := $(BIN)/nfpm
+
+$(NFPM): hack/tools/nfpm/go.mod
+	cd hack/tools/nfpm && GOBIN=$(BIN) $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm
+
+.PHONY: packages
+packages: $(NFPM) ## Build fleet-agent .deb and .rpm packages for PKG_ARCHS (amd64 arm64) into $(PKG_DIST).
+	@rm -rf $(PKG_DIST) && mkdir -p $(PKG_DIST)
+	@for arch in $(PKG_ARCHS); do \
+	  echo ">> fleet-agent linux/$$arch"; \
+	  mkdir -p $(PKG_DIST)/build/$$arch; \
+	  GOOS=linux GOARCH=$$arch CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-X github.com/edgefleet/fleet/internal/version.Version=v$(PKG_VERSION)" -o $(PKG_DIST)/build/$$arch/fleet-agent ./cmd/fleet-agent || exit 1; \
+	  sed -e "s|\$${ARCH}|$$arch|g" -e "s|\$${VERSION}|$(PKG_VERSION)|g" -e "s|\$${BIN}|$(PKG_DIST)/build/$$arch/fleet-agent|g" \
+	    packaging/nfpm.yaml > $(PKG_DIST)/build/$$arch/nfpm.yaml; \
+	  for fmt in deb rpm; do \
+	    $(NFPM) package --config $(PKG_DIST)/build/$$arch/nfpm.yaml --packager $$fmt --target $(PKG_DIST)/ || exit 1; \
+	  done; \
+	done
+	@ls -1 $(PKG_DIST)/*.deb $(PKG_DIST)/*.rpm
+
 ##@ Test
 
 .PHONY: test
