@@ -226,7 +226,7 @@ func (o *Options) warnAboutHosts(ctx context.Context) {
 		}
 		seen := map[string]int{}
 		for _, h := range hosts.Items {
-			seen[labelString(h.Labels)]++
+			seen[kube.LabelString(h.Labels)]++
 		}
 		var kinds []string
 		for l, n := range seen {
@@ -234,23 +234,10 @@ func (o *Options) warnAboutHosts(ctx context.Context) {
 		}
 		sort.Strings(kinds)
 		fmt.Fprintf(o.ErrOut, "warning: %d %s machine(s) wanted but only %d Available host(s) in namespace %s match {%s}; the rest will wait for hosts. Hosts there: %s\n",
-			want, role, free, o.spec.Namespace, labelString(sel), strings.Join(kinds, ", "))
+			want, role, free, o.spec.Namespace, kube.LabelString(sel), strings.Join(kinds, ", "))
 	}
 	check("control-plane", o.spec.ControlPlaneSelector, o.spec.ControlPlaneMachines)
 	check("worker", o.spec.WorkerSelector, o.spec.WorkerMachines)
-}
-
-func labelString(m map[string]string) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, 0, len(keys))
-	for _, k := range keys {
-		parts = append(parts, k+"="+m[k])
-	}
-	return strings.Join(parts, ",")
 }
 
 // WaitForMachines waits until want Machines of the cluster are Running,

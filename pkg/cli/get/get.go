@@ -231,7 +231,7 @@ func (o *Options) table(list client.ObjectList, wide bool) (*metav1.Table, int) 
 			}
 			add(h, h.Name, orNone(string(h.Status.Phase)), claimed, cond(h.Status.Conditions, infrav1.AgentConnectedCondition), seen,
 				orNone(h.Status.Facts.AgentVersion), o.age(h.CreationTimestamp),
-				labels(h.Labels), orNone(h.Status.Facts.OS), orNone(h.Status.Facts.Arch), addresses(h.Status.Addresses))
+				kube.LabelString(h.Labels), orNone(h.Status.Facts.OS), orNone(h.Status.Facts.Arch), addresses(h.Status.Addresses))
 		}
 		return t, len(l.Items)
 	}
@@ -265,20 +265,4 @@ func addresses(a infrav1.MachineAddresses) string {
 		return "<none>"
 	}
 	return strings.Join(out, ",")
-}
-
-func labels(m map[string]string) string {
-	if len(m) == 0 {
-		return "<none>"
-	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, 0, len(keys))
-	for _, k := range keys {
-		parts = append(parts, k+"="+m[k])
-	}
-	return strings.Join(parts, ",")
 }

@@ -3,6 +3,8 @@ package kube
 import (
 	"errors"
 	"fmt"
+	"sort"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -68,4 +70,22 @@ func (c *Connection) Explain(err error) error {
 			c.Context, c.Config.Host, err)
 	}
 	return err
+}
+
+// LabelString renders labels as kubectl does: k=v,… sorted by key, or
+// <none>.
+func LabelString(m map[string]string) string {
+	if len(m) == 0 {
+		return "<none>"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, k+"="+m[k])
+	}
+	return strings.Join(parts, ",")
 }

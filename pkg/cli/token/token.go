@@ -225,7 +225,7 @@ func (o *ListOptions) Run(ctx context.Context) error {
 			approval = "manual"
 		}
 		table.Rows = append(table.Rows, metav1.TableRow{Cells: []any{
-			t.ID, expires, fmt.Sprintf("%d/%s", t.Usages, limit), t.HostNamespace, labelString(t.HostLabels), approval, state,
+			t.ID, expires, fmt.Sprintf("%d/%s", t.Usages, limit), t.HostNamespace, kube.LabelString(t.HostLabels), approval, state,
 			duration.HumanDuration(now.Sub(list.Items[i].CreationTimestamp.Time)),
 		}})
 	}
@@ -234,22 +234,6 @@ func (o *ListOptions) Run(ctx context.Context) error {
 		return nil
 	}
 	return printers.NewTablePrinter(printers.PrintOptions{}).PrintObj(table, o.Out)
-}
-
-func labelString(m map[string]string) string {
-	if len(m) == 0 {
-		return "<none>"
-	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var parts []string
-	for _, k := range keys {
-		parts = append(parts, k+"="+m[k])
-	}
-	return strings.Join(parts, ",")
 }
 
 // RevokeOptions is `kubectl fleet token revoke ID`.
