@@ -405,41 +405,36 @@ func createCluster(t *testing.T, ns string) (*clusterv1.Cluster, []byte) {
 }
 
 // createCPMachine makes a control-plane Machine bootstrapped by a
-// KubeadmConfig with the given commands before kubeadm.
+// KubeadmConfig (init) with the given commands before kubeadm.
 func createCPMachine(t *testing.T, c client.Client, ns, name string, pre []string) {
 	t.Helper()
-	ctx := context.Background()
-	must(t, c.Create(ctx, &bootstrapv1.KubeadmConfig{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
-		Labels: map[string]string{clusterv1.ClusterNameLabel: clusterName}},
-		Spec: bootstrapv1.KubeadmConfigSpec{InitConfiguration: bootstrapv1.InitConfiguration{NodeRegistration: joinSpec()},
-			PreKubeadmCommands: pre}}))
-	must(t, c.Create(ctx, &infrav1.EdgeMachine{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: infrav1.EdgeMachineSpec{HostSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": "cp"}}}}))
-	must(t, c.Create(ctx, &clusterv1.Machine{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{
-			clusterv1.ClusterNameLabel: clusterName, clusterv1.MachineControlPlaneLabel: ""}},
-		Spec: clusterv1.MachineSpec{ClusterName: clusterName, Version: "v1.36.3",
-			Bootstrap: clusterv1.Bootstrap{ConfigRef: clusterv1.ContractVersionedObjectReference{
-				APIGroup: bootstrapv1.GroupVersion.Group, Kind: "KubeadmConfig", Name: name}},
-			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "EdgeMachine", Name: name},
-			Deletion:          clusterv1.MachineDeletionSpec{NodeDeletionTimeoutSeconds: ptr.To[int32](10)},
-		},
-	}))
+	createMachine(t, c, ns, name, "cp", bootstrapv1.KubeadmConfigSpec{
+		InitConfiguration: bootstrapv1.InitConfiguration{NodeRegistration: joinSpec()}, PreKubeadmCommands: pre})
 }
 
 // createWorkerMachine makes a worker Machine bootstrapped by a
 // KubeadmConfig (join) with the given commands before kubeadm.
 func createWorkerMachine(t *testing.T, c client.Client, ns, name string, pre []string) {
 	t.Helper()
+	createMachine(t, c, ns, name, "worker", bootstrapv1.KubeadmConfigSpec{
+		JoinConfiguration: bootstrapv1.JoinConfiguration{NodeRegistration: joinSpec()}, PreKubeadmCommands: pre})
+}
+
+// createMachine writes a Machine, its KubeadmConfig and its EdgeMachine
+// (which picks hosts labelled role=<role>).
+func createMachine(t *testing.T, c client.Client, ns, name, role string, spec bootstrapv1.KubeadmConfigSpec) {
+	t.Helper()
 	ctx := context.Background()
-	must(t, c.Create(ctx, &bootstrapv1.KubeadmConfig{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
-		Labels: map[string]string{clusterv1.ClusterNameLabel: clusterName}},
-		Spec: bootstrapv1.KubeadmConfigSpec{JoinConfiguration: bootstrapv1.JoinConfiguration{NodeRegistration: joinSpec()},
-			PreKubeadmCommands: pre}}))
+	labels := map[string]string{clusterv1.ClusterNameLabel: clusterName}
+	must(t, c.Create(ctx, &bootstrapv1.KubeadmConfig{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels}, Spec: spec}))
 	must(t, c.Create(ctx, &infrav1.EdgeMachine{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: infrav1.EdgeMachineSpec{HostSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": "worker"}}}}))
+		Spec: infrav1.EdgeMachineSpec{HostSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": role}}}}))
+	machineLabels := map[string]string{clusterv1.ClusterNameLabel: clusterName}
+	if role == "cp" {
+		machineLabels[clusterv1.MachineControlPlaneLabel] = ""
+	}
 	must(t, c.Create(ctx, &clusterv1.Machine{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{clusterv1.ClusterNameLabel: clusterName}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: machineLabels},
 		Spec: clusterv1.MachineSpec{ClusterName: clusterName, Version: "v1.36.3",
 			Bootstrap: clusterv1.Bootstrap{ConfigRef: clusterv1.ContractVersionedObjectReference{
 				APIGroup: bootstrapv1.GroupVersion.Group, Kind: "KubeadmConfig", Name: name}},

@@ -23,9 +23,9 @@ func EnsureCA(ctx context.Context, c client.Client, reader client.Reader, namesp
 	s := &corev1.Secret{}
 	err := reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, s)
 	if apierrors.IsNotFound(err) {
-		ca, err := pki.NewCA("fleet-hub-ca", CAValidity)
-		if err != nil {
-			return nil, err
+		ca, caErr := pki.NewCA("fleet-hub-ca", CAValidity)
+		if caErr != nil {
+			return nil, caErr
 		}
 		s = &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name,
@@ -33,11 +33,16 @@ func EnsureCA(ctx context.Context, c client.Client, reader client.Reader, namesp
 			Type: corev1.SecretTypeTLS,
 			Data: map[string][]byte{corev1.TLSCertKey: ca.CertPEM, corev1.TLSPrivateKeyKey: ca.KeyPEM},
 		}
-		if err := c.Create(ctx, s); err == nil {
+		createErr := c.Create(ctx, s)
+		if createErr == nil {
 			return ca, nil
-		} else if !apierrors.IsAlreadyExists(err) {
-			return nil, fmt.Errorf("storing hub CA in Secret %s/%s: %w", namespace, name, err)
 		}
+		if !apierrors.IsAlreadyExists(createErr) {
+			return nil, fmt.Errorf("storing hub CA in Secret %s/%s: %w", namespace, name, createErr)
+		}
+		// Another replica won the race: use its CA (this err is the one
+		// checked below, not a shadow).
+		s = &corev1.Secret{}
 		err = reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, s)
 	}
 	if err != nil {
