@@ -31,16 +31,17 @@ help: ## Show this help.
 ##@ Development
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code, CRDs and RBAC from the Go types and markers.
+generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code, CRDs and RBAC from the Go types and markers; bundle Cluster API's CRDs.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./pkg/contract/...
 	$(CONTROLLER_GEN) crd paths=./pkg/contract/... output:crd:dir=manifests/crd
 	$(CONTROLLER_GEN) rbac:roleName=fleet-hub-manager paths=./pkg/hub/... output:rbac:dir=manifests/rbac
+	$(GO) run ./hack/capicrds -o internal/clusterapi/crds.yaml.gz
 
 .PHONY: fmt
 fmt: ## Format the Go code.
 	gofmt -s -w $$(git ls-files '*.go')
 
-GENERATED := pkg/contract/v1alpha1/zz_generated.deepcopy.go manifests/crd manifests/rbac/role.yaml
+GENERATED := pkg/contract/v1alpha1/zz_generated.deepcopy.go manifests/crd manifests/rbac/role.yaml internal/clusterapi/crds.yaml.gz
 
 .PHONY: verify
 verify: $(CONTROLLER_GEN) ## Fail if generated files are stale, code is not gofmt'ed or go vet complains.

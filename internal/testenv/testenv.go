@@ -5,37 +5,23 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/rest"
-	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
-	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	"sigs.k8s.io/cluster-api/bootstrap/kubeadm/reconcilers/kubeadmconfig"
-	kubeadmsetup "sigs.k8s.io/cluster-api/bootstrap/kubeadm/setup"
-	"sigs.k8s.io/cluster-api/controllers/clustercache"
-	capicluster "sigs.k8s.io/cluster-api/core/reconcilers/cluster"
-	capimachine "sigs.k8s.io/cluster-api/core/reconcilers/machine"
-	capimd "sigs.k8s.io/cluster-api/core/reconcilers/machinedeployment"
-	capims "sigs.k8s.io/cluster-api/core/reconcilers/machineset"
-	capisetup "sigs.k8s.io/cluster-api/core/setup"
-	"sigs.k8s.io/cluster-api/util/index"
 	"sigs.k8s.io/cluster-api/util/kubeconfig"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/yaml"
 
+	"github.com/edgefleet/fleet/internal/clusterapi"
+	fleetcrd "github.com/edgefleet/fleet/manifests/crd"
 	hubcontrollers "github.com/edgefleet/fleet/pkg/hub/controllers"
 )
 
@@ -87,33 +73,27 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 			return nil, fmt.Errorf("%w (looked in %s)", ErrNoAssets, assets)
 		}
 	}
-	capiDir, err := moduleDir(root, "sigs.k8s.io/cluster-api")
+
+	scheme := clusterapi.NewScheme()
+	groups := []string{clusterapi.CoreGroup}
+	if opts.KubeadmBootstrap {
+		groups = append(groups, clusterapi.BootstrapGroup, clusterapi.ControlPlaneGroup)
+	}
+	crds, err := clusterapi.CRDs(groups...)
 	if err != nil {
 		return nil, err
 	}
-
-	scheme := hubcontrollers.NewScheme()
-	utilruntime.Must(apiextensionsv1.AddToScheme(scheme))
-	utilruntime.Must(bootstrapv1.AddToScheme(scheme))
-	utilruntime.Must(controlplanev1.AddToScheme(scheme))
-	var extraCRDs []*apiextensionsv1.CustomResourceDefinition
-	if opts.KubeadmBootstrap {
-		if extraCRDs, err = kubeadmCRDs(capiDir); err != nil {
-			return nil, err
-		}
+	fleetCRDs, err := fleetcrd.CRDs()
+	if err != nil {
+		return nil, err
 	}
 
 	e := &Env{
 		Scheme: scheme,
 		env: &envtest.Environment{
 			BinaryAssetsDirectory: assets,
-			ErrorIfCRDPathMissing: true,
-			CRDDirectoryPaths: []string{
-				filepath.Join(capiDir, "core", "config", "crd", "bases"),
-				filepath.Join(root, "manifests", "crd"),
-			},
-			CRDs:   extraCRDs,
-			Scheme: scheme,
+			CRDs:                  append(crds, fleetCRDs...),
+			Scheme:                scheme,
 		},
 		done: make(chan error, 3),
 	}
@@ -131,7 +111,17 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 	if opts.APIServerOnly {
 		return e, nil
 	}
-	capiMgr, err := newCAPIManager(ctx, cfg, scheme)
+	capiOpts := clusterapi.Options{
+		Name: "capi-test-manager",
+		// Tests tear the whole API server down next; no need to wait the
+		// default 30 s for in-flight reconciles against it.
+		GracefulShutdownTimeout: 5 * time.Second,
+		// Reconnect quickly; production waits 30 s between attempts.
+		ConnectionRetryInterval: 2 * time.Second,
+		SkipNameValidation:      true,
+		Logger:                  log.Log.WithName("capi"),
+	}
+	capiMgr, err := clusterapi.NewCoreManager(ctx, cfg, scheme, capiOpts)
 	if err != nil {
 		e.cancel()
 		_ = e.env.Stop()
@@ -139,7 +129,8 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 	}
 	managers := []ctrl.Manager{capiMgr}
 	if opts.KubeadmBootstrap {
-		m, err := newKubeadmBootstrapManager(ctx, cfg, scheme)
+		capiOpts.Name, capiOpts.Logger = "cabpk-test-manager", log.Log.WithName("cabpk")
+		m, err := clusterapi.NewKubeadmBootstrapManager(ctx, cfg, scheme, capiOpts)
 		if err != nil {
 			e.cancel()
 			_ = e.env.Stop()
@@ -179,145 +170,6 @@ func (e *Env) start(ctx context.Context, managers []ctrl.Manager) {
 	for _, m := range managers {
 		go func() { e.done <- m.Start(ctx) }()
 	}
-}
-
-// kubeadmCRDs loads the kubeadm bootstrap and control-plane CRDs from the
-// Cluster API module and adds the contract label that kustomize adds in
-// real installs.
-func kubeadmCRDs(capiDir string) ([]*apiextensionsv1.CustomResourceDefinition, error) {
-	var out []*apiextensionsv1.CustomResourceDefinition
-	for _, dir := range []string{
-		filepath.Join(capiDir, "bootstrap", "kubeadm", "config", "crd", "bases"),
-		filepath.Join(capiDir, "controlplane", "kubeadm", "config", "crd", "bases"),
-	} {
-		crds, err := loadCRDs(dir)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, crds...)
-	}
-	return out, nil
-}
-
-func loadCRDs(dir string) ([]*apiextensionsv1.CustomResourceDefinition, error) {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("reading CRDs: %w", err)
-	}
-	var out []*apiextensionsv1.CustomResourceDefinition
-	for _, e := range entries {
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			return nil, err
-		}
-		crd := &apiextensionsv1.CustomResourceDefinition{}
-		if err := yaml.Unmarshal(b, crd); err != nil {
-			return nil, fmt.Errorf("parsing %s: %w", e.Name(), err)
-		}
-		if crd.Labels == nil {
-			crd.Labels = map[string]string{}
-		}
-		crd.Labels["cluster.x-k8s.io/v1beta2"] = "v1beta2"
-		out = append(out, crd)
-	}
-	return out, nil
-}
-
-// newKubeadmBootstrapManager runs the real CABPK reconciler the way its own
-// binary does: its own cache and client options, secret-caching client and
-// ClusterCache (core's would strip the Secret data CABPK needs).
-func newKubeadmBootstrapManager(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme) (ctrl.Manager, error) {
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                  scheme,
-		Metrics:                 metricsserver.Options{BindAddress: "0"},
-		Cache:                   kubeadmsetup.ManagerCacheOptions(scheme, "cabpk-test-manager", "", 10*time.Minute),
-		GracefulShutdownTimeout: ptrDuration(5 * time.Second),
-		Client:                  kubeadmsetup.ManagerClientOptions(),
-		Logger:                  log.Log.WithName("cabpk"),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("creating kubeadm bootstrap manager: %w", err)
-	}
-	secretCachingClient, err := kubeadmsetup.CreateSecretCachingClient(mgr)
-	if err != nil {
-		return nil, fmt.Errorf("creating secret caching client: %w", err)
-	}
-	cc, err := clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
-		SecretClient: secretCachingClient,
-		Cache:        kubeadmsetup.ClusterCacheCacheOptions(),
-		Client:       kubeadmsetup.ClusterCacheClientOptions("cabpk-test-manager", 20, 30),
-	}, controller.Options{MaxConcurrentReconciles: 4, SkipNameValidation: ptrTrue()})
-	if err != nil {
-		return nil, fmt.Errorf("setting up CABPK ClusterCache: %w", err)
-	}
-	if s, ok := cc.(interface{ SetConnectionCreationRetryInterval(time.Duration) }); ok {
-		s.SetConnectionCreationRetryInterval(2 * time.Second)
-	}
-	if err := (&kubeadmconfig.Reconciler{
-		Client:              mgr.GetClient(),
-		SecretCachingClient: secretCachingClient,
-		APIReader:           mgr.GetAPIReader(),
-		ClusterCache:        cc,
-		TokenTTL:            kubeadmconfig.DefaultTokenTTL,
-	}).SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: 4, SkipNameValidation: ptrTrue()}); err != nil {
-		return nil, fmt.Errorf("setting up KubeadmConfig reconciler: %w", err)
-	}
-	return mgr, nil
-}
-
-// newCAPIManager wires the real Cluster API core reconcilers the way
-// capi-controller-manager does, with core's own cache and client options.
-func newCAPIManager(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme) (ctrl.Manager, error) {
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:  scheme,
-		Metrics: metricsserver.Options{BindAddress: "0"},
-		Cache:   capisetup.ManagerCacheOptions(scheme, "capi-test-manager", "", 10*time.Minute),
-		// Tests tear the whole API server down next; no need to wait the
-		// default 30 s for in-flight reconciles against it.
-		GracefulShutdownTimeout: ptrDuration(5 * time.Second),
-		Client:                  capisetup.ManagerClientOptions(),
-		Logger:                  log.Log.WithName("capi"),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("creating Cluster API manager: %w", err)
-	}
-	if err := index.AddDefaultIndexes(ctx, mgr); err != nil {
-		return nil, fmt.Errorf("adding Cluster API indexes: %w", err)
-	}
-	secretCachingClient, err := capisetup.CreateSecretCachingClient(mgr)
-	if err != nil {
-		return nil, fmt.Errorf("creating secret caching client: %w", err)
-	}
-	cc, err := clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
-		SecretClient: secretCachingClient,
-		Cache:        capisetup.ClusterCacheCacheOptions(),
-		Client:       capisetup.ClusterCacheClientOptions("capi-test-manager", 20, 30),
-	}, controller.Options{MaxConcurrentReconciles: 10, SkipNameValidation: ptrTrue()})
-	if err != nil {
-		return nil, fmt.Errorf("setting up ClusterCache: %w", err)
-	}
-	// Reconnect quickly in tests; production waits 30 s between attempts.
-	if s, ok := cc.(interface{ SetConnectionCreationRetryInterval(time.Duration) }); ok {
-		s.SetConnectionCreationRetryInterval(2 * time.Second)
-	}
-	copts := controller.Options{MaxConcurrentReconciles: 4, SkipNameValidation: ptrTrue()}
-	if err := (&capicluster.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc,
-		RemoteConnectionGracePeriod: 50 * time.Second}).SetupWithManager(ctx, mgr, copts); err != nil {
-		return nil, fmt.Errorf("setting up Cluster reconciler: %w", err)
-	}
-	if err := (&capimachine.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc,
-		RemoteConditionsGracePeriod: 5 * time.Minute}).SetupWithManager(ctx, mgr, copts); err != nil {
-		return nil, fmt.Errorf("setting up Machine reconciler: %w", err)
-	}
-	if err := (&capims.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc}).
-		SetupWithManager(ctx, mgr, copts); err != nil {
-		return nil, fmt.Errorf("setting up MachineSet reconciler: %w", err)
-	}
-	if err := (&capimd.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()}).
-		SetupWithManager(ctx, mgr, copts); err != nil {
-		return nil, fmt.Errorf("setting up MachineDeployment reconciler: %w", err)
-	}
-	return mgr, nil
 }
 
 // Stop shuts the managers down, then the API server and etcd.
@@ -360,11 +212,6 @@ func (e *Env) CreateNamespace(ctx context.Context, prefix string) (string, error
 
 func ptrDuration(d time.Duration) *time.Duration { return &d }
 
-func ptrTrue() *bool {
-	t := true
-	return &t
-}
-
 // repoRoot finds the directory of the fleet module's go.mod.
 func repoRoot() (string, error) {
 	dir, err := os.Getwd()
@@ -382,20 +229,4 @@ func repoRoot() (string, error) {
 		}
 		dir = parent
 	}
-}
-
-// moduleDir returns where the go command keeps a dependency's source, for
-// the CRDs Cluster API ships in its module.
-func moduleDir(root, module string) (string, error) {
-	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", module)
-	cmd.Dir = root
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("locating module %s: %w", module, err)
-	}
-	dir := strings.TrimSpace(string(out))
-	if dir == "" {
-		return "", fmt.Errorf("module %s is not downloaded; run `go mod download`", module)
-	}
-	return dir, nil
 }

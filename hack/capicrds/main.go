@@ -1,0 +1,78 @@
+// Command capicrds bundles the CustomResourceDefinitions that Cluster API
+// ships in its Go module (core, kubeadm bootstrap, kubeadm control plane)
+// into one gzipped multi-document YAML file, so that the embedded hub can
+// install them without a Go toolchain or module cache at run time.
+//
+//	go run ./hack/capicrds -o internal/clusterapi/crds.yaml.gz
+//
+// The output is deterministic (sorted inputs, no gzip timestamp), so `make
+// verify` can tell when it is stale.
+package main
+
+import (
+	"bytes"
+	"compress/gzip"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// dirs are the CRD folders inside the sigs.k8s.io/cluster-api module.
+var dirs = []string{
+	"core/config/crd/bases",
+	"bootstrap/kubeadm/config/crd/bases",
+	"controlplane/kubeadm/config/crd/bases",
+}
+
+func main() {
+	out := flag.String("o", "internal/clusterapi/crds.yaml.gz", "Output file.")
+	flag.Parse()
+	if err := run(*out); err != nil {
+		fmt.Fprintf(os.Stderr, "capicrds: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(out string) error {
+	b, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}} {{.Version}}", "sigs.k8s.io/cluster-api").Output()
+	if err != nil {
+		return fmt.Errorf("locating the sigs.k8s.io/cluster-api module: %w", err)
+	}
+	dir, version, _ := strings.Cut(strings.TrimSpace(string(b)), " ")
+	var yaml bytes.Buffer
+	fmt.Fprintf(&yaml, "# Cluster API %s CRDs, bundled by hack/capicrds. DO NOT EDIT.\n", version)
+	for _, d := range dirs {
+		files, err := filepath.Glob(filepath.Join(dir, d, "*.yaml"))
+		if err != nil {
+			return err
+		}
+		if len(files) == 0 {
+			return fmt.Errorf("no CRDs in %s", filepath.Join(dir, d))
+		}
+		sort.Strings(files)
+		for _, f := range files {
+			c, err := os.ReadFile(f)
+			if err != nil {
+				return err
+			}
+			yaml.WriteString("---\n")
+			yaml.Write(bytes.TrimPrefix(c, []byte("---\n")))
+		}
+	}
+	var gz bytes.Buffer
+	w, err := gzip.NewWriterLevel(&gz, gzip.BestCompression)
+	if err != nil {
+		return err
+	}
+	if _, err := w.Write(yaml.Bytes()); err != nil {
+		return err
+	}
+	if err := w.Close(); err != nil {
+		return err
+	}
+	return os.WriteFile(out, gz.Bytes(), 0o644)
+}

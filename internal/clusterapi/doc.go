@@ -1,0 +1,10 @@
+// Package clusterapi runs upstream Cluster API in-process: the real core
+// reconcilers (Cluster, Machine, MachineSet, MachineDeployment) and the
+// real kubeadm bootstrap reconciler, each in its own controller-runtime
+// manager wired the way their own binaries wire them, plus the CRDs they
+// need (bundled from the Cluster API module by hack/capicrds).
+//
+// The test environment (internal/testenv) and the embedded hub
+// (`fleet-hub dev`) both use it, so the demo runs exactly what the tests
+// prove.
+package clusterapi

@@ -1,0 +1,158 @@
+package clusterapi
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/cluster-api/bootstrap/kubeadm/reconcilers/kubeadmconfig"
+	kubeadmsetup "sigs.k8s.io/cluster-api/bootstrap/kubeadm/setup"
+	"sigs.k8s.io/cluster-api/controllers/clustercache"
+	capicluster "sigs.k8s.io/cluster-api/core/reconcilers/cluster"
+	capimachine "sigs.k8s.io/cluster-api/core/reconcilers/machine"
+	capimd "sigs.k8s.io/cluster-api/core/reconcilers/machinedeployment"
+	capims "sigs.k8s.io/cluster-api/core/reconcilers/machineset"
+	capisetup "sigs.k8s.io/cluster-api/core/setup"
+	"sigs.k8s.io/cluster-api/util/index"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+)
+
+// Options tune the managers.
+type Options struct {
+	// Name identifies the manager's clients to the API server.
+	Name string
+	// Concurrency is the number of workers per reconciler (default 4).
+	Concurrency int
+	// ConnectionRetryInterval is how long ClusterCache waits before it
+	// dials a workload cluster again after a failure; Cluster API's
+	// binaries wait 30 s (the default), tests and the demo less.
+	ConnectionRetryInterval time.Duration
+	// GracefulShutdownTimeout bounds the wait for in-flight reconciles.
+	GracefulShutdownTimeout time.Duration
+	// SkipNameValidation allows several managers with the same controller
+	// names in one process (tests).
+	SkipNameValidation bool
+	// Logger of the manager.
+	Logger logr.Logger
+}
+
+func (o Options) controller(n int) controller.Options {
+	c := controller.Options{MaxConcurrentReconciles: n}
+	if o.SkipNameValidation {
+		t := true
+		c.SkipNameValidation = &t
+	}
+	return c
+}
+
+func (o Options) concurrency() int {
+	if o.Concurrency > 0 {
+		return o.Concurrency
+	}
+	return 4
+}
+
+func (o Options) setRetry(cc clustercache.ClusterCache) {
+	if o.ConnectionRetryInterval <= 0 {
+		return
+	}
+	if s, ok := cc.(interface{ SetConnectionCreationRetryInterval(time.Duration) }); ok {
+		s.SetConnectionCreationRetryInterval(o.ConnectionRetryInterval)
+	}
+}
+
+// NewCoreManager wires the real Cluster API core reconcilers the way
+// capi-controller-manager does, with core's own cache and client options.
+func NewCoreManager(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, o Options) (ctrl.Manager, error) {
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: "0"},
+		Cache:                   capisetup.ManagerCacheOptions(scheme, o.Name, "", 10*time.Minute),
+		GracefulShutdownTimeout: &o.GracefulShutdownTimeout,
+		Client:                  capisetup.ManagerClientOptions(),
+		Logger:                  o.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating Cluster API manager: %w", err)
+	}
+	if err := index.AddDefaultIndexes(ctx, mgr); err != nil {
+		return nil, fmt.Errorf("adding Cluster API indexes: %w", err)
+	}
+	secretCachingClient, err := capisetup.CreateSecretCachingClient(mgr)
+	if err != nil {
+		return nil, fmt.Errorf("creating secret caching client: %w", err)
+	}
+	cc, err := clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
+		SecretClient: secretCachingClient,
+		Cache:        capisetup.ClusterCacheCacheOptions(),
+		Client:       capisetup.ClusterCacheClientOptions(o.Name, 20, 30),
+	}, o.controller(10))
+	if err != nil {
+		return nil, fmt.Errorf("setting up ClusterCache: %w", err)
+	}
+	o.setRetry(cc)
+	copts := o.controller(o.concurrency())
+	if err := (&capicluster.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc,
+		RemoteConnectionGracePeriod: 50 * time.Second}).SetupWithManager(ctx, mgr, copts); err != nil {
+		return nil, fmt.Errorf("setting up Cluster reconciler: %w", err)
+	}
+	if err := (&capimachine.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc,
+		RemoteConditionsGracePeriod: 5 * time.Minute}).SetupWithManager(ctx, mgr, copts); err != nil {
+		return nil, fmt.Errorf("setting up Machine reconciler: %w", err)
+	}
+	if err := (&capims.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc}).
+		SetupWithManager(ctx, mgr, copts); err != nil {
+		return nil, fmt.Errorf("setting up MachineSet reconciler: %w", err)
+	}
+	if err := (&capimd.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()}).
+		SetupWithManager(ctx, mgr, copts); err != nil {
+		return nil, fmt.Errorf("setting up MachineDeployment reconciler: %w", err)
+	}
+	return mgr, nil
+}
+
+// NewKubeadmBootstrapManager runs the real kubeadm bootstrap reconciler
+// (CABPK) the way its own binary does: its own cache and client options,
+// secret-caching client and ClusterCache (core's would strip the Secret
+// data CABPK needs).
+func NewKubeadmBootstrapManager(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, o Options) (ctrl.Manager, error) {
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: "0"},
+		Cache:                   kubeadmsetup.ManagerCacheOptions(scheme, o.Name, "", 10*time.Minute),
+		GracefulShutdownTimeout: &o.GracefulShutdownTimeout,
+		Client:                  kubeadmsetup.ManagerClientOptions(),
+		Logger:                  o.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating kubeadm bootstrap manager: %w", err)
+	}
+	secretCachingClient, err := kubeadmsetup.CreateSecretCachingClient(mgr)
+	if err != nil {
+		return nil, fmt.Errorf("creating secret caching client: %w", err)
+	}
+	cc, err := clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
+		SecretClient: secretCachingClient,
+		Cache:        kubeadmsetup.ClusterCacheCacheOptions(),
+		Client:       kubeadmsetup.ClusterCacheClientOptions(o.Name, 20, 30),
+	}, o.controller(o.concurrency()))
+	if err != nil {
+		return nil, fmt.Errorf("setting up kubeadm bootstrap ClusterCache: %w", err)
+	}
+	o.setRetry(cc)
+	if err := (&kubeadmconfig.Reconciler{
+		Client:              mgr.GetClient(),
+		SecretCachingClient: secretCachingClient,
+		APIReader:           mgr.GetAPIReader(),
+		ClusterCache:        cc,
+		TokenTTL:            kubeadmconfig.DefaultTokenTTL,
+	}).SetupWithManager(ctx, mgr, o.controller(o.concurrency())); err != nil {
+		return nil, fmt.Errorf("setting up KubeadmConfig reconciler: %w", err)
+	}
+	return mgr, nil
+}
