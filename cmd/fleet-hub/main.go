@@ -100,6 +100,13 @@ func (o *options) bind(fs *flag.FlagSet) {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "dev" {
+		if err := dev(os.Args[2:]); err != nil {
+			fmt.Fprintf(os.Stderr, "fleet-hub dev: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	var o options
 	fs := newFlagSet(&o)
 	_ = fs.Parse(os.Args[1:])
@@ -126,7 +133,9 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs := flag.NewFlagSet("fleet-hub", flag.ExitOnError)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "fleet-hub runs fleet's Cluster API infrastructure provider for edge machines.\n\n"+
-			"It uses the kubeconfig of --kubeconfig, $KUBECONFIG, the in-cluster service account, or ~/.kube/config, in that order.\n\nFlags:\n")
+			"It uses the kubeconfig of --kubeconfig, $KUBECONFIG, the in-cluster service account, or ~/.kube/config, in that order.\n\n"+
+			"  fleet-hub [flags]       run against a management cluster\n"+
+			"  fleet-hub dev --help    run a local management cluster in this process (try-out and demo)\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	// controller-runtime registers --kubeconfig on the global flag set.

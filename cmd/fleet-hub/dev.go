@@ -1,0 +1,72 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/edgefleet/fleet/pkg/hub/embedded"
+)
+
+// dev runs `fleet-hub dev`: a whole management cluster in this process.
+func dev(args []string) error {
+	o := embedded.Options{Progress: os.Stdout}
+	fs := flag.NewFlagSet("fleet-hub dev", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "fleet-hub dev runs a local management cluster in one process: etcd and kube-apiserver\n"+
+			"(from --bin-dir, built by `make k8s`), the Cluster API core and kubeadm bootstrap reconcilers,\n"+
+			"and the fleet hub with its agent gateway. The fleet is kept in --data-dir between runs;\n"+
+			"Ctrl-C stops everything.\n\nUsage:\n  fleet-hub dev [flags]\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&o.DataDir, "data-dir", ".fleet", "Where the fleet is kept (etcd data, kubeconfig, hub.log).")
+	fs.BoolVar(&o.Reset, "reset", false, "Start from an empty fleet (deletes the data in --data-dir).")
+	fs.StringVar(&o.BinDir, "bin-dir", defaultBinDir(), "Directory with kube-apiserver and etcd.")
+	fs.StringVar(&o.GatewayAddr, "gateway-bind-address", "127.0.0.1:7443", "Address the agent gateway listens on.")
+	fs.StringVar(&o.AdvertiseURL, "gateway-advertise-url", "", "URL agents are told to dial (default https://<gateway-bind-address>).")
+	fs.StringVar(&o.HubNamespace, "hub-namespace", "fleet-system", "Namespace of the hub CA and enrollment tokens.")
+	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", "0", "Address of the hub's Prometheus metrics (plain HTTP); \"0\" turns them off.")
+	zopts := zap.Options{}
+	zopts.BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("dev takes no arguments, got %q", fs.Args())
+	}
+	logFile, err := embedded.LogFile(o.DataDir)
+	if err != nil {
+		return fmt.Errorf("opening the log: %w", err)
+	}
+	defer logFile.Close()
+	zopts.DestWriter = logFile
+	o.Logger = zap.New(zap.UseFlagOptions(&zopts))
+	ctrl.SetLogger(o.Logger)
+	klog.SetLogger(o.Logger)
+	fmt.Printf("logs: %s\n", logFile.Name())
+	return embedded.Run(ctrl.SetupSignalHandler(), o)
+}
+
+// defaultBinDir is $KUBEBUILDER_ASSETS, or bin/k8s next to this binary
+// (bin/fleet-hub in a checkout), or ./bin/k8s.
+func defaultBinDir() string {
+	if d := os.Getenv("KUBEBUILDER_ASSETS"); d != "" {
+		return d
+	}
+	if exe, err := os.Executable(); err == nil {
+		d := filepath.Join(filepath.Dir(exe), "k8s")
+		if _, err := os.Stat(filepath.Join(d, "kube-apiserver")); err == nil {
+			return d
+		}
+	}
+	return filepath.Join("bin", "k8s")
+}
