@@ -141,8 +141,18 @@ func register(ctx context.Context, name, providerID string) error {
 		return err
 	}
 	now := metav1.Now()
-	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
-		Message: "fleet node simulator", LastHeartbeatTime: now, LastTransitionTime: now}}
+	// What a healthy kubelet reports; Cluster API's NodeHealthy looks at
+	// all four.
+	cond := func(t corev1.NodeConditionType, s corev1.ConditionStatus, reason string) corev1.NodeCondition {
+		return corev1.NodeCondition{Type: t, Status: s, Reason: reason, Message: "fleet node simulator",
+			LastHeartbeatTime: now, LastTransitionTime: now}
+	}
+	n.Status.Conditions = []corev1.NodeCondition{
+		cond(corev1.NodeReady, corev1.ConditionTrue, "KubeletReady"),
+		cond(corev1.NodeMemoryPressure, corev1.ConditionFalse, "KubeletHasSufficientMemory"),
+		cond(corev1.NodeDiskPressure, corev1.ConditionFalse, "KubeletHasNoDiskPressure"),
+		cond(corev1.NodePIDPressure, corev1.ConditionFalse, "KubeletHasSufficientPID"),
+	}
 	n.Status.NodeInfo.KubeletVersion = "v1.36.3"
 	if _, err := cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("marking node %s Ready: %w", name, err)

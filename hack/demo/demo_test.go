@@ -1,0 +1,362 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/clientcmd"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/edgefleet/fleet/internal/clusterapi"
+	"github.com/edgefleet/fleet/internal/localkube"
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+)
+
+// The demo as a user runs it, driven through its input: the embedded hub
+// and the agents are separate processes; the cluster comes up on them;
+// the hub restarts under them and keeps the fleet; a stopped agent is
+// reported disconnected and comes back without re-enrolling; scale and
+// delete give hosts back; and after quit no process is left.
+func TestDemo(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("the demo needs root (sandboxed agents); CI runs as root")
+		}
+		t.Skip("the demo needs root")
+	}
+	repo, _ := filepath.Abs(filepath.Join("..", ".."))
+	k8s := os.Getenv("KUBEBUILDER_ASSETS")
+	if k8s == "" {
+		k8s = filepath.Join(repo, "bin", "k8s")
+	}
+	if _, err := os.Stat(filepath.Join(k8s, "kube-apiserver")); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("no kube-apiserver in %s", k8s)
+		}
+		t.Skipf("no kube-apiserver in %s: run make k8s", k8s)
+	}
+	bin := t.TempDir()
+	for out, pkg := range map[string]string{"fleet-hub": "./cmd/fleet-hub", "fleet-agent": "./cmd/fleet-agent",
+		"kubectl-fleet": "./cmd/kubectl-fleet", "fleet-nodesim": "./test/nodesim", "fleet-demo": "./hack/demo"} {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(bin, out), pkg)
+		cmd.Dir = repo
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("building %s: %v\n%s", pkg, err, b)
+		}
+	}
+	must(t, os.Symlink(k8s, filepath.Join(bin, "k8s")))
+	data := filepath.Join(t.TempDir(), ".fleet")
+
+	out := &syncBuffer{}
+	stdin, input := io.Pipe()
+	demo := exec.Command(filepath.Join(bin, "fleet-demo"), "--data-dir", data, "--bin-dir", bin,
+		"--gateway-bind-address", freeAddr(t), "--agents", "3")
+	demo.Stdin, demo.Stdout, demo.Stderr = stdin, out, out
+	must(t, demo.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- demo.Wait() }()
+	t.Cleanup(func() {
+		if demo.ProcessState == nil {
+			_ = demo.Process.Kill()
+		}
+		if t.Failed() {
+			t.Logf("--- demo output ---\n%s", tail(out.String(), 12000))
+			for _, l := range []string{"hub.log", "demo/logs/edge-1.log", "demo/logs/edge-3.log"} {
+				b, _ := os.ReadFile(filepath.Join(data, l))
+				t.Logf("--- %s ---\n%s", l, tail(string(b), 3000))
+			}
+		}
+		_ = localkube.Kill(mustPIDs(t, data), 5*time.Second)
+	})
+	say := func(line string) {
+		t.Helper()
+		if _, err := io.WriteString(input, line+"\n"); err != nil {
+			t.Fatalf("telling the demo %q: %v", line, err)
+		}
+	}
+
+	waitOutput(t, out, exited, "Commands here", 1, 10*time.Minute)
+	c := hubClient(t, data)
+	ctx := context.Background()
+	if err := machinesRunning(ctx, c, 3); err != nil {
+		t.Fatalf("after the demo came up: %v", err)
+	}
+	uids := hostUIDs(t, c)
+	if len(uids) != 3 {
+		t.Fatalf("%d hosts, want 3", len(uids))
+	}
+	for _, want := range []string{"kubectl fleet token create", "cluster demo is ready", "Machine/demo-control-plane-0", "KUBECONFIG=" + filepath.Join(data, "kubeconfig")} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the demo's output lacks %q", want)
+		}
+	}
+
+	// Restart the embedded hub under the running agents: the fleet is
+	// kept and the agents reconnect without re-enrolling.
+	say("restart-hub")
+	waitOutput(t, out, exited, "hub | fleet hub", 2, 5*time.Minute)
+	c = hubClient(t, data) // new API server certificates
+	eventually(t, "machines Running and every host connected after the hub restart", func() error {
+		if err := machinesRunning(ctx, c, 3); err != nil {
+			return err
+		}
+		return hostsConnected(ctx, c, 3)
+	})
+	if got := hostUIDs(t, c); !equalMaps(got, uids) {
+		t.Errorf("hosts changed across the hub restart: %v, were %v", got, uids)
+	}
+
+	// Stop an agent: the host is shown disconnected; start it: it is back,
+	// the same host.
+	say("stop edge-3")
+	eventually(t, "edge-3 shown disconnected by kubectl fleet get hosts", func() error {
+		return hostRow(t, bin, data, "edge-3", "False")
+	})
+	say("start edge-3")
+	eventually(t, "edge-3 connected again", func() error { return hostRow(t, bin, data, "edge-3", "True") })
+	if got := hostUIDs(t, c); !equalMaps(got, uids) {
+		t.Errorf("a restarted agent re-enrolled: hosts %v, were %v", got, uids)
+	}
+
+	// Scale down, then delete: hosts go back to the pool.
+	kubectlFleet(t, bin, data, "scale", "cluster", "demo", "--worker-machines", "1")
+	eventually(t, "one host back in the pool after scale-down", func() error {
+		if err := machinesRunning(ctx, c, 2); err != nil {
+			return err
+		}
+		return hostsAvailable(ctx, c, 1)
+	})
+	kubectlFleet(t, bin, data, "delete", "cluster", "demo", "--wait", "--timeout", "5m")
+	eventually(t, "every host Available after the cluster is deleted", func() error { return hostsAvailable(ctx, c, 3) })
+
+	say("quit")
+	// exec's Wait also waits for the copy of our input to the process.
+	_ = input.Close()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("the demo exited with %v", err)
+		}
+	case <-time.After(3 * time.Minute):
+		t.Fatal("the demo did not stop within 3 minutes of quit")
+	}
+	if pids := mustPIDs(t, data); len(pids) != 0 {
+		t.Errorf("processes left behind after quit: %v", describePIDs(pids))
+	}
+}
+
+func mustPIDs(t *testing.T, dir string) []int {
+	pids, err := localkube.Processes(dir)
+	if err != nil {
+		t.Errorf("listing processes: %v", err)
+	}
+	return pids
+}
+
+func describePIDs(pids []int) []string {
+	var out []string
+	for _, p := range pids {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
+		out = append(out, fmt.Sprintf("%d %s", p, bytes.ReplaceAll(b, []byte{0}, []byte{' '})))
+	}
+	return out
+}
+
+func hubClient(t *testing.T, data string) client.Client {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(data, "kubeconfig"))
+	must(t, err)
+	c, err := client.New(cfg, client.Options{Scheme: clusterapi.NewScheme()})
+	must(t, err)
+	return c
+}
+
+func kubectlFleet(t *testing.T, bin, data string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(bin, "kubectl-fleet"), args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(data, "kubeconfig"))
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl fleet %s: %v\n%s", strings.Join(args, " "), err, b)
+	}
+	return string(b)
+}
+
+// hostRow checks the CONNECTED column of a host in `kubectl fleet get
+// hosts`, as an operator reads it.
+func hostRow(t *testing.T, bin, data, host, connected string) error {
+	out := kubectlFleet(t, bin, data, "get", "hosts")
+	lines := strings.Split(out, "\n")
+	col := -1
+	for i, f := range strings.Fields(lines[0]) {
+		if f == "CONNECTED" {
+			col = i
+		}
+	}
+	if col < 0 {
+		t.Fatalf("no CONNECTED column in\n%s", out)
+	}
+	for _, l := range lines[1:] {
+		f := strings.Fields(l)
+		if len(f) > col && f[0] == host {
+			if f[col] != connected {
+				return fmt.Errorf("CONNECTED %s, want %s", f[col], connected)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("no row for %s in\n%s", host, out)
+}
+
+func hostUIDs(t *testing.T, c client.Client) map[string]types.UID {
+	t.Helper()
+	hosts := &infrav1.EdgeHostList{}
+	must(t, c.List(context.Background(), hosts))
+	m := map[string]types.UID{}
+	for _, h := range hosts.Items {
+		m[h.Name] = h.UID
+	}
+	return m
+}
+
+func equalMaps(a, b map[string]types.UID) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func machinesRunning(ctx context.Context, c client.Client, want int) error {
+	machines := &clusterv1.MachineList{}
+	if err := c.List(ctx, machines); err != nil {
+		return err
+	}
+	if len(machines.Items) != want {
+		return fmt.Errorf("%d machines, want %d", len(machines.Items), want)
+	}
+	for _, m := range machines.Items {
+		if m.Status.Phase != string(clusterv1.MachinePhaseRunning) || !m.Status.NodeRef.IsDefined() {
+			return fmt.Errorf("machine %s is %s (node %q)", m.Name, m.Status.Phase, m.Status.NodeRef.Name)
+		}
+	}
+	return nil
+}
+
+func hostsConnected(ctx context.Context, c client.Client, want int) error {
+	hosts := &infrav1.EdgeHostList{}
+	if err := c.List(ctx, hosts); err != nil {
+		return err
+	}
+	n := 0
+	for _, h := range hosts.Items {
+		if apimeta.IsStatusConditionTrue(h.Status.Conditions, infrav1.AgentConnectedCondition) {
+			n++
+		}
+	}
+	if n != want {
+		return fmt.Errorf("%d hosts connected, want %d", n, want)
+	}
+	return nil
+}
+
+func hostsAvailable(ctx context.Context, c client.Client, want int) error {
+	hosts := &infrav1.EdgeHostList{}
+	if err := c.List(ctx, hosts); err != nil {
+		return err
+	}
+	n := 0
+	var phases []string
+	for _, h := range hosts.Items {
+		phases = append(phases, h.Name+"="+string(h.Status.Phase))
+		if h.Status.Phase == infrav1.HostAvailable {
+			n++
+		}
+	}
+	if n != want {
+		return fmt.Errorf("%d Available, want %d (%s)", n, want, strings.Join(phases, ", "))
+	}
+	return nil
+}
+
+func waitOutput(t *testing.T, out *syncBuffer, exited <-chan error, s string, times int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.After(timeout)
+	for strings.Count(out.String(), s) < times {
+		select {
+		case err := <-exited:
+			t.Fatalf("the demo exited (%v) before printing %q", err, s)
+		case <-deadline:
+			t.Fatalf("the demo did not print %q (%d times) within %s", s, times, timeout)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func eventually(t *testing.T, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(4 * time.Minute)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = cond(); err == nil {
+			return
+		}
+		time.Sleep(time.Second)
+	}
+	t.Fatalf("%s: still not true after 4m: %v", what, err)
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

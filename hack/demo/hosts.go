@@ -1,0 +1,234 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/edgefleet/fleet/pkg/agent"
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/hub/gateway"
+)
+
+// siteLabel is on every demo host; roleLabel says what a host is for.
+const (
+	siteLabel = "site=demo"
+	roleLabel = "role"
+)
+
+// host is one edge machine: a sandbox root (its "/") and an agent.
+type host struct {
+	name, role  string
+	root        string
+	config      string
+	logPath     string
+	agentBinary string
+	p           *proc
+}
+
+func (h *host) stateDir() string  { return filepath.Join(h.root, "var/lib/fleet-agent") }
+func (h *host) tokenFile() string { return filepath.Join(h.root, "etc/fleet-agent/token") }
+
+func (h *host) enrolled() bool {
+	_, err := os.Stat(filepath.Join(h.stateDir(), "identity.json"))
+	return err == nil
+}
+
+func (h *host) start() error {
+	if h.p != nil {
+		select {
+		case <-h.p.done:
+		default:
+			return fmt.Errorf("the agent of %s is running", h.name)
+		}
+	}
+	log, err := os.OpenFile(h.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	p, err := startProc(h.agentBinary, []string{"--config", h.config}, log)
+	log.Close() // the child has its own descriptor
+	if err != nil {
+		return err
+	}
+	h.p = p
+	return nil
+}
+
+func (h *host) stop() error {
+	if h.p == nil {
+		return nil
+	}
+	return h.p.stop(30 * time.Second)
+}
+
+var tokenRE = regexp.MustCompile(`(?m)^token: (\S+)$`)
+
+// startHosts prepares each host's sandbox, enrolls the new ones with
+// tokens from `kubectl fleet token create` (dropped into the sandbox the
+// way first boot would), starts the agents and waits until all are
+// connected.
+func (d *demo) startHosts(ctx context.Context) error {
+	simKubeconfig, err := os.ReadFile(d.workload.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	logs := filepath.Join(d.dataDir, "demo", "logs")
+	if err := os.MkdirAll(logs, 0o700); err != nil {
+		return err
+	}
+	d.hosts = nil
+	for i := 1; i <= d.agents; i++ {
+		h := &host{name: fmt.Sprintf("edge-%d", i), role: "worker", agentBinary: filepath.Join(d.binDir, "fleet-agent")}
+		if i == 1 {
+			h.role = "control-plane"
+		}
+		h.root = filepath.Join(d.dataDir, "demo", "hosts", h.name)
+		h.config = filepath.Join(h.root, "etc/fleet-agent/config.yaml")
+		h.logPath = filepath.Join(logs, h.name+".log")
+		if err := d.prepareRoot(h, simKubeconfig); err != nil {
+			return fmt.Errorf("preparing %s: %w", h.name, err)
+		}
+		d.hosts = append(d.hosts, h)
+	}
+
+	// The hub publishes its URL and CA pin; every run rewrites the agents'
+	// configs from it (the pin is stable: the hub CA is kept in its data).
+	info := &corev1.ConfigMap{}
+	if err := d.client.Get(ctx, client.ObjectKey{Namespace: "fleet-system", Name: gateway.InfoConfigMap}, info); err != nil {
+		return fmt.Errorf("reading the hub's published URL and CA pin: %w", err)
+	}
+	var fresh []*host
+	for _, h := range d.hosts {
+		if err := d.writeAgentConfig(h, info.Data[gateway.InfoKeyURL], info.Data[gateway.InfoKeyCAPin]); err != nil {
+			return err
+		}
+		if !h.enrolled() {
+			fresh = append(fresh, h)
+		}
+	}
+	if len(fresh) > 0 {
+		d.step("creating enrollment tokens for %d new edge host(s)", len(fresh))
+		byRole := map[string][]*host{}
+		for _, h := range fresh {
+			byRole[h.role] = append(byRole[h.role], h)
+		}
+		for _, role := range []string{"control-plane", "worker"} {
+			hs := byRole[role]
+			if len(hs) == 0 {
+				continue
+			}
+			out, err := d.kubectlFleetOutput(ctx, true, "token", "create", "--usages", fmt.Sprint(len(hs)), "--ttl", "1h",
+				"--labels", siteLabel+","+roleLabel+"="+role, "--description", "fleet demo "+role+" hosts")
+			if err != nil {
+				return err
+			}
+			tok := tokenRE.FindStringSubmatch(out)
+			if tok == nil {
+				return fmt.Errorf("could not read the token from kubectl fleet token create:\n%s", out)
+			}
+			// Dropped in as an image's first boot would; the agent
+			// deletes nothing, the token is simply spent.
+			for _, h := range hs {
+				if err := os.WriteFile(h.tokenFile(), []byte(tok[1]+"\n"), 0o600); err != nil {
+					return err
+				}
+			}
+		}
+	}
+
+	d.step("starting %d fleet-agent processes (sandboxes in %s)", len(d.hosts), filepath.Join(d.dataDir, "demo", "hosts"))
+	for _, h := range d.hosts {
+		if err := h.start(); err != nil {
+			return err
+		}
+	}
+	err = waitFor(ctx, 3*time.Minute, "edge hosts connected", func(s string) { fmt.Fprintf(d.out, "    %s\n", s) }, func() (string, error) {
+		n, err := d.connectedHosts(ctx)
+		if err != nil {
+			return "", err
+		}
+		if n < len(d.hosts) {
+			return fmt.Sprintf("%d/%d edge hosts enrolled and connected", n, len(d.hosts)), errors.New("not all connected")
+		}
+		return "", nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w (agent logs: %s)", err, logs)
+	}
+	return d.kubectlFleet(ctx, "get", "hosts")
+}
+
+func (d *demo) connectedHosts(ctx context.Context) (int, error) {
+	hosts := &infrav1.EdgeHostList{}
+	sel, _ := labelsSelector(siteLabel)
+	if err := d.client.List(ctx, hosts, client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, h := range hosts.Items {
+		if apimeta.IsStatusConditionTrue(h.Status.Conditions, infrav1.AgentConnectedCondition) {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// prepareRoot makes the sandbox a minimal machine: identity files, the
+// node simulator installed as kubeadm, and the workload kubeconfig it
+// registers Nodes with (rewritten each run: the API server's certificates
+// are new each time).
+func (d *demo) prepareRoot(h *host, simKubeconfig []byte) error {
+	files := map[string]string{
+		"etc/hostname":             h.name + "\n",
+		"etc/os-release":           "PRETTY_NAME=\"fleet demo sandbox\"\nID=fleet-demo\n",
+		"etc/passwd":               "root:x:0:0:root:/root:/bin/sh\n",
+		"etc/group":                "root:x:0:\n",
+		"etc/fleet-sim/kubeconfig": string(simKubeconfig),
+	}
+	if _, err := os.Stat(filepath.Join(h.root, "etc/machine-id")); err != nil {
+		files["etc/machine-id"] = fmt.Sprintf("%032x", h.name)[:32] + "\n"
+	}
+	for p, c := range files {
+		if err := os.MkdirAll(filepath.Join(h.root, filepath.Dir(p)), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(h.root, p), []byte(c), 0o644); err != nil {
+			return err
+		}
+	}
+	sim, err := os.ReadFile(filepath.Join(d.binDir, "fleet-nodesim"))
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(h.root, "opt/fleet/bin"), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(h.root, "opt/fleet/bin/kubeadm"), sim, 0o755)
+}
+
+// writeAgentConfig writes the agent's config file, as an image would
+// carry it.
+func (d *demo) writeAgentConfig(h *host, hubURL, pin string) error {
+	cfg := agent.Config{
+		Hub: hubURL, CACertHash: pin, TokenFile: h.tokenFile(),
+		StateDir: h.stateDir(), RootDir: h.root, Sandbox: true,
+	}
+	b, err := yaml.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(h.config), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(h.config, b, 0o600)
+}

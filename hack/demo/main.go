@@ -1,0 +1,295 @@
+// Command demo runs fleet on one machine, with nothing but this
+// repository: `make demo` builds what is missing and runs it.
+//
+// It starts the embedded hub (`fleet-hub dev`), a second local API server
+// that plays the edge cluster's own API server, and several real
+// fleet-agent processes. Each agent provisions a sandbox root of its own
+// (a folder under --data-dir, entered with chroot), where the node
+// simulator stands in for kubeadm and the kubelet, which cannot run here.
+// Then it enrolls the agents with `kubectl fleet token create`, creates a
+// cluster with `kubectl fleet create cluster demo --wait`, describes it,
+// and keeps running, reading commands (stop/start an agent, restart the
+// hub) from its input until Ctrl-C or `quit`.
+//
+// Everything is kept in --data-dir: running it again brings the same
+// fleet back; --reset starts over. It needs root (the sandboxes use
+// chroot and mount namespaces).
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/edgefleet/fleet/internal/localkube"
+)
+
+func main() {
+	d := &demo{out: os.Stdout}
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "demo runs the embedded fleet hub, local edge agents and a cluster on them.\n\nUsage:\n  demo [flags]\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&d.dataDir, "data-dir", ".fleet", "Where the fleet is kept (the hub's data, the hosts' sandboxes, logs).")
+	fs.StringVar(&d.binDir, "bin-dir", "bin", "Directory with fleet-hub, fleet-agent, kubectl-fleet, fleet-nodesim and k8s/.")
+	fs.IntVar(&d.agents, "agents", 3, "Edge hosts to run (the first is the control plane, the rest workers).")
+	fs.StringVar(&d.gateway, "gateway-bind-address", "127.0.0.1:7443", "Address of the hub's agent gateway.")
+	fs.StringVar(&d.kubernetesVersion, "kubernetes-version", "v1.36.3", "Kubernetes version of the demo cluster.")
+	fs.BoolVar(&d.reset, "reset", false, "Start over: forget the fleet in --data-dir.")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
+		os.Exit(2)
+	}
+	if err := d.validate(); err != nil {
+		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := d.run(ctx, os.Stdin)
+	d.shutdown()
+	if err != nil && !errors.Is(err, context.Canceled) {
+		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func (d *demo) validate() error {
+	if os.Geteuid() != 0 {
+		return errors.New("the demo needs root: each edge host provisions a sandbox with chroot and mount namespaces (try: sudo make demo)")
+	}
+	if d.agents < 2 {
+		return fmt.Errorf("--agents must be at least 2 (one control plane and one worker), got %d", d.agents)
+	}
+	for _, b := range []string{"fleet-hub", "fleet-agent", "kubectl-fleet", "fleet-nodesim", "k8s/kube-apiserver", "k8s/etcd"} {
+		if _, err := os.Stat(filepath.Join(d.binDir, b)); err != nil {
+			return fmt.Errorf("%s is missing in %s: run `make demo`, which builds it", b, d.binDir)
+		}
+	}
+	var err error
+	if d.dataDir, err = filepath.Abs(d.dataDir); err != nil {
+		return err
+	}
+	d.binDir, err = filepath.Abs(d.binDir)
+	return err
+}
+
+// run brings everything up, then serves commands until ctx ends or the
+// input says quit.
+func (d *demo) run(ctx context.Context, in io.Reader) error {
+	if d.reset {
+		d.step("forgetting the fleet in %s (--reset)", d.dataDir)
+		if err := d.forget(); err != nil {
+			return err
+		}
+	}
+	if err := d.startHub(ctx); err != nil {
+		return err
+	}
+	if err := d.startWorkload(); err != nil {
+		return err
+	}
+	if err := d.startHosts(ctx); err != nil {
+		return err
+	}
+	if err := d.createCluster(ctx); err != nil {
+		return err
+	}
+	d.printNext()
+	return d.serve(ctx, in)
+}
+
+func (d *demo) step(format string, args ...any) {
+	fmt.Fprintf(d.out, "==> "+format+"\n", args...)
+}
+
+// serve reads commands until quit, the end of ctx, or a fatal error. At
+// the end of its input it keeps running until ctx ends, so the demo can
+// run with no terminal.
+func (d *demo) serve(ctx context.Context, in io.Reader) error {
+	lines := make(chan string)
+	go func() {
+		s := bufio.NewScanner(in)
+		for s.Scan() {
+			lines <- s.Text()
+		}
+		close(lines)
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-d.hubExited:
+			return fmt.Errorf("the hub stopped: %v (its log: %s)", err, filepath.Join(d.dataDir, "hub.log"))
+		case line, ok := <-lines:
+			if !ok {
+				lines = nil
+				continue
+			}
+			if quit := d.command(ctx, strings.Fields(line)); quit {
+				return nil
+			}
+		}
+	}
+}
+
+func (d *demo) command(ctx context.Context, args []string) (quit bool) {
+	if len(args) == 0 {
+		return false
+	}
+	hostArg := func() *host {
+		if len(args) != 2 {
+			fmt.Fprintf(d.out, "usage: %s <host>, one of %s\n", args[0], d.hostNames())
+			return nil
+		}
+		for _, h := range d.hosts {
+			if h.name == args[1] {
+				return h
+			}
+		}
+		fmt.Fprintf(d.out, "no host %q; the hosts are %s\n", args[1], d.hostNames())
+		return nil
+	}
+	var err error
+	switch args[0] {
+	case "quit", "exit":
+		return true
+	case "help":
+		d.printCommands()
+	case "hosts":
+		err = d.kubectlFleet(ctx, "get", "hosts")
+	case "describe":
+		err = d.kubectlFleet(ctx, "describe", "cluster", clusterName)
+	case "stop":
+		if h := hostArg(); h != nil {
+			d.step("stopping the agent of %s (SIGTERM); the hub marks it disconnected as soon as its connection closes", h.name)
+			err = h.stop()
+		}
+	case "start":
+		if h := hostArg(); h != nil {
+			d.step("starting the agent of %s again: same identity, no new enrollment", h.name)
+			err = h.start()
+		}
+	case "restart-hub":
+		d.step("restarting the embedded hub; the agents reconnect by themselves")
+		if err = d.stopHub(); err == nil {
+			err = d.startHub(ctx)
+		}
+	default:
+		fmt.Fprintf(d.out, "unknown command %q\n", args[0])
+		d.printCommands()
+	}
+	if err != nil {
+		fmt.Fprintf(d.out, "error: %v\n", err)
+	}
+	return false
+}
+
+func (d *demo) printNext() {
+	fmt.Fprintf(d.out, `
+fleet is running on this machine: the hub, %d edge agents and cluster %q.
+
+In another terminal:
+
+  export KUBECONFIG=%s PATH=%s:$PATH
+  kubectl fleet get hosts
+  kubectl fleet describe cluster %s
+  kubectl fleet scale cluster %s --worker-machines %d   # a host is reset and goes back to the pool
+  kubectl fleet get hosts
+  kubectl fleet delete cluster %s --wait               # every host is reset and Available again
+
+Logs: %s (hub), %s (agents)
+`, len(d.hosts), clusterName, d.kubeconfig(), d.binDir, clusterName, clusterName, d.agents-2,
+		clusterName, filepath.Join(d.dataDir, "hub.log"), filepath.Join(d.dataDir, "demo", "logs"))
+	d.printCommands()
+}
+
+func (d *demo) printCommands() {
+	fmt.Fprintf(d.out, `
+Commands here (type and press Enter):
+  stop <host>     stop a host's agent: the hub marks it disconnected within seconds
+  start <host>    start it again: it reconnects with the identity it has, no new enrollment
+  restart-hub     stop and start the embedded hub: the fleet is kept, the agents reconnect
+  hosts           kubectl fleet get hosts
+  describe        kubectl fleet describe cluster %s
+  quit            stop everything (Ctrl-C too); `+"`make demo`"+` again brings the same fleet back
+Hosts: %s
+`, clusterName, d.hostNames())
+}
+
+func (d *demo) hostNames() string {
+	var names []string
+	for _, h := range d.hosts {
+		names = append(names, h.name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// shutdown stops the agents, the hub and the workload API server, in that
+// order, and waits for each.
+func (d *demo) shutdown() {
+	if len(d.hosts) > 0 || d.hub != nil || d.workload != nil {
+		d.step("stopping the agents, the hub and the workload API server")
+	}
+	for _, h := range d.hosts {
+		if err := h.stop(); err != nil {
+			fmt.Fprintf(d.out, "stopping %s: %v\n", h.name, err)
+		}
+	}
+	if err := d.stopHub(); err != nil {
+		fmt.Fprintf(d.out, "stopping the hub: %v\n", err)
+	}
+	if d.workload != nil {
+		if err := d.workload.Stop(); err != nil {
+			fmt.Fprintf(d.out, "stopping the workload API server: %v\n", err)
+		}
+		d.workload = nil
+	}
+}
+
+// forget removes the data dir's content, refusing while something runs
+// on it.
+func (d *demo) forget() error {
+	if pids, err := localkube.Processes(d.dataDir); err != nil {
+		return err
+	} else if len(pids) > 0 {
+		return fmt.Errorf("processes still run on %s (pids %v): stop the other demo or hub first", d.dataDir, pids)
+	}
+	if err := os.RemoveAll(d.dataDir); err != nil {
+		return fmt.Errorf("removing %s: %w", d.dataDir, err)
+	}
+	return nil
+}
+
+func waitFor(ctx context.Context, timeout time.Duration, what string, progress func(string), cond func() (string, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	last := ""
+	for {
+		state, err := cond()
+		if err == nil {
+			return nil
+		}
+		if state != last && progress != nil {
+			progress(state)
+			last = state
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: not done after %s: %v", what, timeout, err)
+		case <-time.After(time.Second):
+		}
+	}
+}
