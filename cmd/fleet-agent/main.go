@@ -13,8 +13,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/url"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -24,6 +26,7 @@ import (
 	"github.com/edgefleet/fleet/internal/version"
 	"github.com/edgefleet/fleet/pkg/agent"
 	"github.com/edgefleet/fleet/pkg/agent/cloudconfig"
+	"github.com/edgefleet/fleet/pkg/agent/linkprobe"
 	"github.com/edgefleet/fleet/pkg/agent/provision"
 	"github.com/edgefleet/fleet/pkg/agent/sdnotify"
 )
@@ -70,6 +73,7 @@ func run(args []string) error {
 	stateDir := fs.String("state-dir", "", "Where identity and state are kept (default /var/lib/fleet-agent).")
 	rootDir := fs.String("root-dir", "", "Root of the machine the agent manages (default /; tests and the demo use a sandbox).")
 	resync := fs.Duration("resync-interval", 0, "How often the full status is re-sent without changes (default 1m).")
+	linkInterval := fs.Duration("link-interval", 0, "Window of the link-health report (eBPF retransmission/drop counts, round-trip to the hub; default 1m); negative turns it off.")
 	sandbox := fs.Bool("sandbox", false, "Run bootstrap commands chrooted into --root-dir (tests and the local demo; needs root).")
 	zopts := zap.Options{}
 	zopts.BindFlags(fs)
@@ -103,6 +107,9 @@ func run(args []string) error {
 	if set["resync-interval"] {
 		cfg.ResyncInterval = *resync
 	}
+	if set["link-interval"] {
+		cfg.LinkInterval = *linkInterval
+	}
 	if err := cfg.Complete(); err != nil {
 		return err
 	}
@@ -135,6 +142,19 @@ func runAgent(ctx context.Context, cfg agent.Config, log logr.Logger) error {
 		opts.ResetCommands = append(opts.ResetCommands, cloudconfig.Command{Shell: c})
 	}
 	a := agent.New(cfg, provision.New(opts), log)
+	if cfg.LinkInterval > 0 {
+		probe, err := linkprobe.Start(linkprobe.Options{HubPort: hubPort(cfg.Hub)})
+		if err != nil {
+			// Not fatal: an agent in a container or on an old kernel still
+			// does its job and reports the round-trip time.
+			log.Info("Link probe unavailable; reporting the round-trip time to the hub only", "reason", err.Error())
+			a.UseLinkProbe(nil, err.Error())
+		} else {
+			defer probe.Close()
+			log.Info("Link probe running", "tracepoints", probe.Attached())
+			a.UseLinkProbe(probe, "")
+		}
+	}
 	var notify sdnotify.Notifier
 	a.OnStatus = notify.Status
 	go notify.Watchdog(ctx, a.LastLoop)
@@ -144,4 +164,22 @@ func runAgent(ctx context.Context, cfg agent.Config, log logr.Logger) error {
 		notify.Status("starting: connecting to " + cfg.Hub)
 		notify.Ready()
 	})
+}
+
+// hubPort is the gateway port in the hub URL, to tell the agent's own
+// retransmissions from the site's.
+func hubPort(hub string) uint16 {
+	u, err := url.Parse(hub)
+	if err != nil {
+		return 0
+	}
+	p := u.Port()
+	if p == "" {
+		return 443
+	}
+	n, err := strconv.ParseUint(p, 10, 16)
+	if err != nil {
+		return 0
+	}
+	return uint16(n)
 }

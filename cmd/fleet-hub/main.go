@@ -21,6 +21,7 @@ import (
 	"github.com/edgefleet/fleet/internal/version"
 	hubcontrollers "github.com/edgefleet/fleet/pkg/hub/controllers"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
+	"github.com/edgefleet/fleet/pkg/hub/linkhealth"
 )
 
 func envOr(key, def string) string {
@@ -68,6 +69,8 @@ type options struct {
 	maxHandshakes      int
 	lastSeenInterval   time.Duration
 	disableGateway     bool
+	linkRetransmits    float64
+	linkRTT            time.Duration
 }
 
 func (o *options) bind(fs *flag.FlagSet) {
@@ -96,6 +99,9 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.IntVar(&o.maxHandshakes, "max-concurrent-handshakes", 256, "Session handshakes admitted at once; more are told to retry (503).")
 	fs.DurationVar(&o.lastSeenInterval, "last-seen-interval", 5*time.Minute, "How often a connected host's lastSeenTime is refreshed (its only idle API write).")
 	fs.BoolVar(&o.disableGateway, "disable-gateway", false, "Run only the reconcilers, without the agent gateway.")
+	def := linkhealth.DefaultThresholds()
+	fs.Float64Var(&o.linkRetransmits, "link-degraded-retransmits", def.RetransmitsToHubPerMinute, "TCP retransmissions per minute from an agent to the hub at which its EdgeHost is LinkDegraded.")
+	fs.DurationVar(&o.linkRTT, "link-degraded-rtt", def.RTT, "Round-trip time from an agent to the hub at which its EdgeHost is LinkDegraded.")
 	o.zap.BindFlags(fs)
 }
 
@@ -177,9 +183,11 @@ func run(ctx context.Context, cfg *rest.Config, o options) error {
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
 	}
+	thresholds := linkhealth.Thresholds{RetransmitsToHubPerMinute: o.linkRetransmits, RTT: o.linkRTT}
 	if err := hubcontrollers.Setup(ctx, mgr, hubcontrollers.Options{
 		Concurrency:      o.concurrency,
 		WatchFilterValue: o.watchFilter,
+		LinkThresholds:   thresholds,
 	}); err != nil {
 		return err
 	}
@@ -203,6 +211,7 @@ func run(ctx context.Context, cfg *rest.Config, o options) error {
 			LastSeenInterval:        o.lastSeenInterval,
 			ReplicaName:             hostname,
 			AdvertiseURL:            o.advertiseURL,
+			LinkThresholds:          thresholds,
 		})
 		if err != nil {
 			return err

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/hashicorp/yamux"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -44,6 +45,14 @@ type Agent struct {
 	// lastLoop is when the sync loop last went round (UnixNano), for the
 	// watchdog.
 	lastLoop atomic.Int64
+
+	// Link health: the probe (nil without one), why there is none, and
+	// the last window's report. mux is the current session, for pings.
+	linkProbe       LinkCounter
+	linkUnavailable string
+	linkEnabled     bool
+	link            atomic.Pointer[infrav1.LinkHealth]
+	mux             atomic.Pointer[yamux.Session]
 
 	// Counters for tests and metrics.
 	enrollments atomic.Int64
@@ -136,6 +145,10 @@ func (a *Agent) Run(ctx context.Context, ready func()) error {
 	wg.Add(2)
 	go func() { defer wg.Done(); a.worker(ctx) }()
 	go func() { defer wg.Done(); a.sessionSource(ctx) }()
+	if a.linkEnabled && a.cfg.LinkInterval > 0 {
+		wg.Add(1)
+		go func() { defer wg.Done(); a.linkSource(ctx) }()
+	}
 
 	resync := time.NewTicker(a.cfg.ResyncInterval)
 	defer resync.Stop()
@@ -315,6 +328,7 @@ func (a *Agent) refreshStatus() {
 		ProviderID:             cur.ProviderID,
 		NodeName:               cur.NodeName,
 		CertificatesExpiryDate: cur.CertificatesExpiryDate,
+		Link:                   a.link.Load(),
 	}
 	a.status.set(st)
 }

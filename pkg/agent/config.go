@@ -44,6 +44,9 @@ type Config struct {
 	// KeepAlive is the session ping interval; a link that stops answering
 	// is given up after about KeepAlive plus the write timeout.
 	KeepAlive time.Duration `json:"keepAlive,omitempty"`
+	// LinkInterval is the window over which link health (retransmissions,
+	// drops, round-trip time to the hub) is measured and reported.
+	LinkInterval time.Duration `json:"linkInterval,omitempty"`
 }
 
 // DefaultConfigFile is where the agent looks for its configuration.
@@ -83,6 +86,9 @@ func (c *Config) Complete() error {
 	}
 	if c.KeepAlive == 0 {
 		c.KeepAlive = 15 * time.Second
+	}
+	if c.LinkInterval == 0 {
+		c.LinkInterval = time.Minute
 	}
 	if c.Token == "" && c.TokenFile != "" {
 		b, err := os.ReadFile(c.TokenFile)

@@ -120,6 +120,8 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 		return err
 	}
 	defer mux.Close()
+	a.mux.Store(mux)
+	defer a.mux.Store(nil)
 	ctrl, err := mux.OpenStream()
 	if err != nil {
 		return fmt.Errorf("opening control stream: %w", err)

@@ -164,6 +164,59 @@ type EdgeHostStatus struct {
 	// kubelet certificates on the host.
 	// +optional
 	CertificatesExpiryDate *metav1.Time `json:"certificatesExpiryDate,omitempty"`
+
+	// link is the health of the site's network as the agent measured it
+	// over its last window. The hub stores it coarsely (when the
+	// LinkDegraded verdict changes, otherwise with lastSeenTime), so it
+	// costs no write per sample.
+	// +optional
+	Link *LinkHealth `json:"link,omitempty"`
+}
+
+// LinkProbeState says whether the agent's eBPF link probe runs.
+// +kubebuilder:validation:Enum=Running;Unavailable
+type LinkProbeState string
+
+const (
+	// LinkProbeRunning: retransmissions and drops are counted.
+	LinkProbeRunning LinkProbeState = "Running"
+	// LinkProbeUnavailable: the kernel or sandbox does not allow the probe;
+	// only the round-trip time to the hub is measured.
+	LinkProbeUnavailable LinkProbeState = "Unavailable"
+)
+
+// LinkHealth is what the agent measured of its network over one window.
+type LinkHealth struct {
+	// probe is the state of the eBPF probe.
+	// +required
+	Probe LinkProbeState `json:"probe"`
+	// message says why the probe is unavailable.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Message string `json:"message,omitempty"`
+	// windowSeconds is the length of the window the counts cover.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	WindowSeconds int32 `json:"windowSeconds"`
+	// tcpRetransmits is the number of TCP segments the host retransmitted
+	// in the window, on all its connections.
+	// +optional
+	TCPRetransmits int64 `json:"tcpRetransmits,omitempty"`
+	// tcpRetransmitsToHub is the part of tcpRetransmits sent to the hub's
+	// gateway port: the agent's own link.
+	// +optional
+	TCPRetransmitsToHub int64 `json:"tcpRetransmitsToHub,omitempty"`
+	// packetDrops is the number of IP packets the host's kernel dropped in
+	// the window.
+	// +optional
+	PacketDrops int64 `json:"packetDrops,omitempty"`
+	// hubRTTMilliseconds is the round-trip time of a ping to the hub over
+	// the agent's session, at the end of the window.
+	// +optional
+	HubRTTMilliseconds *int64 `json:"hubRTTMilliseconds,omitempty"`
+	// observedTime is the end of the window.
+	// +required
+	ObservedTime metav1.Time `json:"observedTime"`
 }
 
 // +kubebuilder:object:root=true
@@ -177,6 +230,7 @@ type EdgeHostStatus struct {
 // +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
 // +kubebuilder:printcolumn:name="Zone",type="string",JSONPath=".metadata.labels.topology\\.kubernetes\\.io/zone",priority=1
 // +kubebuilder:printcolumn:name="Agent",type="string",JSONPath=".status.facts.agentVersion",priority=1
+// +kubebuilder:printcolumn:name="Link-Degraded",type="string",JSONPath=".status.conditions[?(@.type=='LinkDegraded')].status",priority=1
 
 // EdgeHost is one enrolled edge machine: the inventory Cluster API draws from.
 type EdgeHost struct {

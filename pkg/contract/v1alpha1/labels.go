@@ -83,6 +83,17 @@ const (
 	// AgentConnectedCondition on an EdgeHost is True while its agent holds a
 	// session to the hub, judged by the hub's clock.
 	AgentConnectedCondition = "AgentConnected"
+
+	// LinkDegradedCondition on an EdgeHost is True while the link health
+	// its agent reports is over the hub's thresholds (retransmissions to
+	// the hub per minute, round-trip time), Unknown before any report.
+	LinkDegradedCondition = "LinkDegraded"
+	// LinkDegradedReason: over a threshold.
+	LinkDegradedReason = "LinkDegraded"
+	// LinkHealthyReason: under every threshold.
+	LinkHealthyReason = "LinkHealthy"
+	// LinkNotReportedReason: the agent has reported no link health yet.
+	LinkNotReportedReason = "LinkNotReported"
 )
 
 // Manual approval of enrolled hosts.

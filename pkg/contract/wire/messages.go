@@ -85,6 +85,8 @@ type Status struct {
 	NodeName string `json:"nodeName,omitempty"`
 	// CertificatesExpiryDate is the earliest kubeadm/kubelet certificate expiry.
 	CertificatesExpiryDate *metav1.Time `json:"certificatesExpiryDate,omitempty"`
+	// Link is the link health of the last window; nil until the first.
+	Link *infrav1.LinkHealth `json:"link,omitempty"`
 }
 
 // CertificateRequest asks for a new client certificate for the session's

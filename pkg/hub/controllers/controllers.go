@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/hub/linkhealth"
 	"github.com/edgefleet/fleet/pkg/hub/reconcilers/edgecluster"
 	"github.com/edgefleet/fleet/pkg/hub/reconcilers/edgehost"
 	"github.com/edgefleet/fleet/pkg/hub/reconcilers/edgemachine"
@@ -28,6 +29,9 @@ type Options struct {
 	// SkipNameValidation lets a second manager in the same process register
 	// controllers of the same name (tests that run several hubs).
 	SkipNameValidation bool
+	// LinkThresholds decide the EdgeHost LinkDegraded condition; zero uses
+	// linkhealth.DefaultThresholds.
+	LinkThresholds linkhealth.Thresholds
 }
 
 // NewScheme returns a scheme with every kind the hub reads or writes.
@@ -67,10 +71,14 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	}).SetupWithManager(ctx, mgr, copts); err != nil {
 		return fmt.Errorf("setting up EdgeCluster reconciler: %w", err)
 	}
+	if opts.LinkThresholds == (linkhealth.Thresholds{}) {
+		opts.LinkThresholds = linkhealth.DefaultThresholds()
+	}
 	if err := (&edgehost.Reconciler{
-		Client:    mgr.GetClient(),
-		APIReader: mgr.GetAPIReader(),
-		Recorder:  mgr.GetEventRecorder("edgehost-controller"),
+		Client:         mgr.GetClient(),
+		APIReader:      mgr.GetAPIReader(),
+		Recorder:       mgr.GetEventRecorder("edgehost-controller"),
+		LinkThresholds: opts.LinkThresholds,
 	}).SetupWithManager(ctx, mgr, copts); err != nil {
 		return fmt.Errorf("setting up EdgeHost reconciler: %w", err)
 	}

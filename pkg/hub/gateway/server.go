@@ -19,6 +19,7 @@ import (
 
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
+	"github.com/edgefleet/fleet/pkg/hub/linkhealth"
 	"github.com/edgefleet/fleet/pkg/pki"
 	"github.com/edgefleet/fleet/pkg/transport"
 )
@@ -55,6 +56,9 @@ type Options struct {
 	// published, with the CA pin, in the ConfigMap fleet-hub-info so that
 	// `kubectl fleet token create` can print a complete agent command.
 	AdvertiseURL string
+	// LinkThresholds decide when a link-health report is written at once
+	// (its LinkDegraded verdict changed) rather than with lastSeenTime.
+	LinkThresholds linkhealth.Thresholds
 }
 
 // Defaults fills unset options.
@@ -82,6 +86,9 @@ func (o *Options) Defaults() {
 	}
 	if o.ReplicaName == "" {
 		o.ReplicaName = "fleet-hub"
+	}
+	if o.LinkThresholds == (linkhealth.Thresholds{}) {
+		o.LinkThresholds = linkhealth.DefaultThresholds()
 	}
 }
 

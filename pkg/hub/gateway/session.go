@@ -16,6 +16,7 @@ import (
 
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
+	"github.com/edgefleet/fleet/pkg/hub/linkhealth"
 	"github.com/edgefleet/fleet/pkg/pki"
 	"github.com/edgefleet/fleet/pkg/transport"
 )
@@ -47,6 +48,42 @@ type session struct {
 	lastPushed *wire.DesiredState
 	// Touched only by the reader goroutine.
 	lastStatus *wire.Status
+
+	// Link health is written coarsely (see recordStatus): the last one
+	// written, and a newer one waiting for the next lastSeen refresh.
+	linkMu      sync.Mutex
+	writtenLink *infrav1.LinkHealth
+	pendingLink *infrav1.LinkHealth
+}
+
+// holdLink keeps a link report for the next lastSeen refresh, unless its
+// verdict differs from the written one: then it must be written now.
+func (ss *session) holdLink(l *infrav1.LinkHealth, th linkhealth.Thresholds) (held bool) {
+	ss.linkMu.Lock()
+	defer ss.linkMu.Unlock()
+	if ss.writtenLink == nil {
+		return false
+	}
+	a, b := linkhealth.Condition(ss.writtenLink, th), linkhealth.Condition(l, th)
+	if a.Status != b.Status || a.Reason != b.Reason {
+		return false
+	}
+	ss.pendingLink = l
+	return true
+}
+
+// wroteLink records what was written.
+func (ss *session) wroteLink(l *infrav1.LinkHealth) {
+	ss.linkMu.Lock()
+	defer ss.linkMu.Unlock()
+	ss.writtenLink, ss.pendingLink = l, nil
+}
+
+// takePendingLink returns the held report, if any, for a write.
+func (ss *session) takePendingLink() *infrav1.LinkHealth {
+	ss.linkMu.Lock()
+	defer ss.linkMu.Unlock()
+	return ss.pendingLink
 }
 
 func newSession(s *Server, id pki.Identity, mux *yamux.Session) *session {

@@ -31,6 +31,13 @@ func (s *Server) recordStatus(ctx context.Context, ss *session, st *wire.Status)
 	if ss.lastStatus != nil && equality.Semantic.DeepEqual(ss.lastStatus, st) {
 		return nil
 	}
+	// Link health changes with every window. A report that changes only
+	// it, and not its verdict, waits for the next lastSeen refresh: a busy
+	// link costs no more writes than an idle one.
+	if ss.lastStatus != nil && st.Link != nil && sameExceptLink(ss.lastStatus, st) && ss.holdLink(st.Link, s.opts.LinkThresholds) {
+		ss.lastStatus = st
+		return nil
+	}
 	host := &infrav1.EdgeHost{}
 	if err := s.client.Get(ctx, client.ObjectKey{Namespace: ss.id.Namespace, Name: ss.id.Name}, host); err != nil {
 		return err
@@ -56,6 +63,9 @@ func (s *Server) recordStatus(ctx context.Context, ss *session, st *wire.Status)
 	want.Status.ProviderID = st.ProviderID
 	want.Status.NodeName = st.NodeName
 	want.Status.CertificatesExpiryDate = st.CertificatesExpiryDate
+	if st.Link != nil {
+		want.Status.Link = st.Link
+	}
 	if !equality.Semantic.DeepEqual(host.Status, want.Status) {
 		// The uid precondition makes sure the write lands on this host, not
 		// on one re-created under the same name meanwhile.
@@ -69,7 +79,16 @@ func (s *Server) recordStatus(ctx context.Context, ss *session, st *wire.Status)
 		statusWrites.WithLabelValues("report").Inc()
 	}
 	ss.lastStatus = st
+	if st.Link != nil {
+		ss.wroteLink(st.Link)
+	}
 	return nil
+}
+
+func sameExceptLink(a, b *wire.Status) bool {
+	x, y := *a, *b
+	x.Link, y.Link = nil, nil
+	return equality.Semantic.DeepEqual(&x, &y)
 }
 
 // setConnectivity records AgentConnected and lastSeenTime. Conditions are a
@@ -111,10 +130,17 @@ func (s *Server) setConnectivity(ctx context.Context, ss *session, connected boo
 		meta.SetStatusCondition(&want.Status.Conditions, cond)
 		now := metav1.NewTime(time.Now().Truncate(time.Second))
 		want.Status.LastSeenTime = &now
+		link := ss.takePendingLink()
+		if link != nil && connected {
+			want.Status.Link = link
+		}
 		if err := s.client.Status().Patch(ctx, want, client.MergeFromWithOptions(host, client.MergeFromWithOptimisticLock{})); err != nil {
 			return err
 		}
 		statusWrites.WithLabelValues(cause).Inc()
+		if link != nil && connected {
+			ss.wroteLink(link)
+		}
 		return nil
 	})
 	if err != nil {

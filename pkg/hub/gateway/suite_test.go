@@ -196,6 +196,10 @@ type edge struct {
 	cancel   context.CancelFunc
 	done     chan error
 	hostname string
+	// link, when set, is the agent's link probe; noLink, when set, is why
+	// it has none.
+	link   agent.LinkCounter
+	noLink string
 }
 
 func newEdge(t *testing.T, hostname, hubURL, pin, token string) *edge {
@@ -227,6 +231,9 @@ func (e *edge) start() *edge {
 	e.cancel = cancel
 	e.done = make(chan error, 1)
 	e.agent = agent.New(e.cfg, e.rec, logr.Discard())
+	if e.link != nil || e.noLink != "" {
+		e.agent.UseLinkProbe(e.link, e.noLink)
+	}
 	go func() { e.done <- e.agent.Run(ctx, nil) }()
 	e.t.Cleanup(e.stop)
 	return e

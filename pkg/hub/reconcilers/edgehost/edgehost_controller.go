@@ -20,6 +20,7 @@ import (
 
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/hub/inventory"
+	"github.com/edgefleet/fleet/pkg/hub/linkhealth"
 )
 
 // +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=edgehosts;edgehosts/status;edgehosts/finalizers,verbs=get;list;watch;update;patch
@@ -38,6 +39,8 @@ type Reconciler struct {
 	// really gone before its claim is freed.
 	APIReader client.Reader
 	Recorder  events.EventRecorder
+	// LinkThresholds decide the LinkDegraded condition.
+	LinkThresholds linkhealth.Thresholds
 }
 
 // SetupWithManager registers the reconciler.
@@ -156,7 +159,22 @@ func (r *Reconciler) patch(ctx context.Context, host *infrav1.EdgeHost, h *patch
 		}
 		conditions.Set(host, cond)
 	}
+	r.setLinkDegraded(host)
 	return h.Patch(ctx, host,
-		patch.WithOwnedConditions{Conditions: []string{infrav1.ReadyCondition, infrav1.PausedCondition}},
+		patch.WithOwnedConditions{Conditions: []string{infrav1.ReadyCondition, infrav1.PausedCondition, infrav1.LinkDegradedCondition}},
 	)
+}
+
+// setLinkDegraded judges the link health the agent last reported, with an
+// event when the verdict changes.
+func (r *Reconciler) setLinkDegraded(host *infrav1.EdgeHost) {
+	cond := linkhealth.Condition(host.Status.Link, r.LinkThresholds)
+	was := conditions.Get(host, infrav1.LinkDegradedCondition)
+	switch {
+	case cond.Status == metav1.ConditionTrue && (was == nil || was.Status != metav1.ConditionTrue):
+		r.Recorder.Eventf(host, nil, corev1.EventTypeWarning, infrav1.LinkDegradedReason, "LinkHealth", "%s", cond.Message)
+	case cond.Status == metav1.ConditionFalse && was != nil && was.Status == metav1.ConditionTrue:
+		r.Recorder.Eventf(host, nil, corev1.EventTypeNormal, "LinkRecovered", "LinkHealth", "%s", cond.Message)
+	}
+	conditions.Set(host, cond)
 }

@@ -1,0 +1,160 @@
+package gateway_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/edgefleet/fleet/pkg/agent/linkprobe"
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/hub/enrollment"
+)
+
+// fakeProbe stands in for the kernel's counters, which this test cannot
+// drive to order (linkprobe's own tests drive the real ones).
+type fakeProbe struct {
+	mu sync.Mutex
+	c  linkprobe.Counters
+	// perRead is added at each Read: a steady rate.
+	perRead linkprobe.Counters
+}
+
+func (f *fakeProbe) Read() (linkprobe.Counters, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.c.Retransmits += f.perRead.Retransmits
+	f.c.RetransmitsToHub += f.perRead.RetransmitsToHub
+	f.c.Drops += f.perRead.Drops
+	return f.c, nil
+}
+
+func (f *fakeProbe) rate(c linkprobe.Counters) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.perRead = c
+}
+
+// Link health flows from the agent's probe to EdgeHost status and the
+// LinkDegraded condition; reports that change only the figures cost no
+// write, a changed verdict is written at once (with an event), and held
+// figures are written with the lastSeen refresh.
+func TestLinkHealth(t *testing.T) {
+	ns := newNamespace(t)
+	h := startHub(t, hubOptions{ns: ns, lastSeen: 6 * time.Second})
+	tok := newToken(t, ns, enrollment.Options{})
+	// Windows this short count as a second each (windowSeconds is whole
+	// seconds), so a healthy link here resends nothing to the hub.
+	probe := &fakeProbe{perRead: linkprobe.Counters{Retransmits: 3, Drops: 2}}
+	e := newEdge(t, "linky", h.url, h.srv.CA().Pin(), tok)
+	e.cfg.LinkInterval = 300 * time.Millisecond
+	e.link = probe
+	e.start()
+	// An agent where BPF is denied reports why and still measures the
+	// round trip.
+	denied := newEdge(t, "nobpf", h.url, h.srv.CA().Pin(), tok)
+	denied.cfg.LinkInterval = 300 * time.Millisecond
+	denied.noLink = "probe unavailable: checking capabilities: needs CAP_BPF and CAP_PERFMON"
+	denied.start()
+	eventually(t, "the denied agent reports probe unavailable", func() error {
+		host, err := getHost(ns, "nobpf")
+		if err != nil {
+			return err
+		}
+		l := host.Status.Link
+		if l == nil || l.Probe != infrav1.LinkProbeUnavailable || l.Message != denied.noLink || l.HubRTTMilliseconds == nil {
+			return fmt.Errorf("status.link %+v", l)
+		}
+		c := meta.FindStatusCondition(host.Status.Conditions, infrav1.LinkDegradedCondition)
+		if c == nil || c.Status != "False" || !strings.Contains(c.Message, "retransmissions not measured: probe unavailable") {
+			return fmt.Errorf("LinkDegraded %+v", c)
+		}
+		return nil
+	})
+
+	eventually(t, "link health reported and judged healthy", func() error {
+		host, err := getHost(ns, "linky")
+		if err != nil {
+			return err
+		}
+		l := host.Status.Link
+		if l == nil {
+			return errors.New("no status.link")
+		}
+		if l.Probe != infrav1.LinkProbeRunning || l.TCPRetransmits != 3 || l.TCPRetransmitsToHub != 0 || l.PacketDrops != 2 || l.HubRTTMilliseconds == nil {
+			return fmt.Errorf("status.link %+v", *l)
+		}
+		if c := meta.FindStatusCondition(host.Status.Conditions, infrav1.LinkDegradedCondition); c == nil || c.Status != "False" {
+			return fmt.Errorf("LinkDegraded %+v", c)
+		}
+		return nil
+	})
+
+	// Reports every 300 ms with the same verdict: no write, but for at
+	// most one lastSeen refresh (every 6 s) in the 3 s watched.
+	time.Sleep(time.Second)
+	before := h.writes.writes.Load()
+	time.Sleep(3 * time.Second)
+	if d := h.writes.writes.Load() - before; d > 1 {
+		t.Errorf("%d API writes for ~10 healthy link reports in 3 s, want at most 1 (a lastSeen refresh)", d)
+	}
+	// The held figures reach the API with the lastSeen refresh.
+	first, err := getHost(ns, "linky")
+	must(t, err)
+	eventually(t, "held link figures written with lastSeen", func() error {
+		host, err := getHost(ns, "linky")
+		if err != nil {
+			return err
+		}
+		if !host.Status.Link.ObservedTime.After(first.Status.Link.ObservedTime.Time) {
+			return fmt.Errorf("status.link still observed at %s", host.Status.Link.ObservedTime)
+		}
+		return nil
+	})
+
+	// 10 retransmissions to the hub per window is 600 a minute: degraded,
+	// written at once, with a Warning event.
+	probe.rate(linkprobe.Counters{Retransmits: 40, RetransmitsToHub: 10})
+	eventually(t, "LinkDegraded True", func() error {
+		host, err := getHost(ns, "linky")
+		if err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(host.Status.Conditions, infrav1.LinkDegradedCondition)
+		if c == nil || c.Status != "True" || c.Reason != infrav1.LinkDegradedReason {
+			return fmt.Errorf("LinkDegraded %+v", c)
+		}
+		return nil
+	})
+	eventually(t, "a LinkDegraded event", func() error {
+		events := &corev1.EventList{}
+		if err := env.Client.List(context.Background(), events, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, ev := range events.Items {
+			if ev.Reason == infrav1.LinkDegradedReason && ev.InvolvedObject.Name == "linky" && ev.Type == corev1.EventTypeWarning {
+				return nil
+			}
+		}
+		return errors.New("no event yet")
+	})
+	// And back.
+	probe.rate(linkprobe.Counters{})
+	eventually(t, "LinkDegraded False again", func() error {
+		host, err := getHost(ns, "linky")
+		if err != nil {
+			return err
+		}
+		if c := meta.FindStatusCondition(host.Status.Conditions, infrav1.LinkDegradedCondition); c == nil || c.Status != "False" {
+			return fmt.Errorf("LinkDegraded %+v", c)
+		}
+		return nil
+	})
+}
