@@ -29,6 +29,7 @@ import (
 	"github.com/edgefleet/fleet/pkg/agent/linkprobe"
 	"github.com/edgefleet/fleet/pkg/agent/provision"
 	"github.com/edgefleet/fleet/pkg/agent/sdnotify"
+	"github.com/edgefleet/fleet/pkg/agent/units"
 )
 
 func main() {
@@ -137,7 +138,11 @@ func runAgent(ctx context.Context, cfg agent.Config, log logr.Logger) error {
 	opts := provision.Options{Root: cfg.RootDir, StateDir: cfg.StateDir, Runner: provision.ShellRunner{Dir: cfg.RootDir}}
 	if cfg.Sandbox {
 		opts.Runner = provision.ChrootRunner{Root: cfg.RootDir, Path: "/opt/fleet/bin"}
+	} else {
+		// The host's own systemd restarts what the bootstrap reconfigured.
+		opts.Units = units.Restarter{}
 	}
+	opts.Log = func(msg string) { log.Info(msg) }
 	for _, c := range cfg.ResetCommands {
 		opts.ResetCommands = append(opts.ResetCommands, cloudconfig.Command{Shell: c})
 	}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/edgefleet/fleet/pkg/agent"
 	"github.com/edgefleet/fleet/pkg/agent/cloudconfig"
+	"github.com/edgefleet/fleet/pkg/agent/units"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
 )
 
@@ -44,6 +45,17 @@ type Options struct {
 	PKIDirs []string
 	// NTPRestart is run after NTP servers are configured.
 	NTPRestart cloudconfig.Command
+	// Units restarts the services whose configuration the bootstrap
+	// wrote (containerd, the kubelet) before its commands run; nil skips
+	// that (the demo's sandboxes have no systemd of their own).
+	Units UnitRestarter
+	// Log hears what the provisioner did beyond its steps.
+	Log func(msg string)
+}
+
+// UnitRestarter restarts what a bootstrap reconfigured: units.Restarter.
+type UnitRestarter interface {
+	Apply(ctx context.Context, p units.Plan) ([]string, error)
 }
 
 // Provisioner runs CABPK's cloud-config. It implements agent.Provisioner.
@@ -173,6 +185,9 @@ func (p *Provisioner) Provision(ctx context.Context, a *wire.Assignment, progres
 			return agent.Result{}, err
 		}
 	}
+	if err := p.restartUnits(ctx, cfg.WriteFiles, progress); err != nil {
+		return agent.Result{}, err
+	}
 	for i, c := range cfg.RunCmd {
 		step := fmt.Sprintf("runcmd %d/%d", i+1, len(cfg.RunCmd))
 		progress(step)
@@ -191,6 +206,42 @@ func (p *Provisioner) Provision(ctx context.Context, a *wire.Assignment, progres
 		NodeName:           nodeName(root, hostname),
 		CertificatesExpiry: earliestExpiry(root, p.opts.PKIDirs),
 	}, nil
+}
+
+// restartUnits makes the files just written take effect before the
+// bootstrap's commands (kubeadm) run. Without systemd's D-Bus API it says
+// so and goes on: the bootstrap's own commands may do it.
+func (p *Provisioner) restartUnits(ctx context.Context, files []cloudconfig.File, progress func(string)) error {
+	if p.opts.Units == nil {
+		return nil
+	}
+	var paths []string
+	for _, f := range files {
+		paths = append(paths, f.Path)
+	}
+	plan := units.PlanFor(paths)
+	if !plan.Reload && len(plan.Units) == 0 {
+		return nil
+	}
+	progress("restarting units")
+	report, err := p.opts.Units.Apply(ctx, plan)
+	for _, line := range report {
+		p.log(line)
+	}
+	if errors.Is(err, units.ErrNoDBus) {
+		p.log(err.Error())
+		return nil
+	}
+	if err != nil {
+		return &StepError{Step: "restarting units", Command: strings.Join(plan.Units, " "), Err: err}
+	}
+	return nil
+}
+
+func (p *Provisioner) log(msg string) {
+	if p.opts.Log != nil {
+		p.opts.Log(msg)
+	}
 }
 
 // write writes a file and, if the bootstrap creates it, records it for the

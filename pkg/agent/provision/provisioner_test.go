@@ -3,14 +3,17 @@ package provision
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/edgefleet/fleet/pkg/agent/cloudconfig"
+	"github.com/edgefleet/fleet/pkg/agent/units"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
 )
 
@@ -351,5 +354,63 @@ func TestRunnerProcessGroups(t *testing.T) {
 	out, err := r.Run(context.Background(), cloudconfig.Command{Shell: "echo before; sleep 30; echo after"})
 	if err == nil || !strings.Contains(err.Error(), "timed out") || !strings.Contains(string(out), "before") || strings.Contains(string(out), "after") {
 		t.Fatalf("timeout: %q %v", out, err)
+	}
+}
+
+// fakeUnits records the plans it is given, with the commands run before.
+type fakeUnits struct {
+	run    *fakeRunner
+	plans  []units.Plan
+	before []string
+	err    error
+}
+
+func (f *fakeUnits) Apply(_ context.Context, p units.Plan) ([]string, error) {
+	f.plans = append(f.plans, p)
+	f.before = append([]string(nil), f.run.ran...)
+	return []string{"containerd.service restarted"}, f.err
+}
+
+// A bootstrap that writes containerd's config gets containerd restarted
+// before kubeadm runs; without D-Bus it goes on, saying so; a failed
+// restart fails the step.
+func TestUnitsAreRestartedBeforeTheCommands(t *testing.T) {
+	data := []byte("#cloud-config\nwrite_files:\n- path: /etc/containerd/config.toml\n  content: version = 2\nruncmd:\n- kubeadm join --config /run/kubeadm/kubeadm-join-config.yaml\n")
+	for _, tc := range []struct {
+		name    string
+		err     error
+		wantErr string
+		wantLog string
+	}{
+		{"restarted", nil, "", "containerd.service restarted"},
+		{"no D-Bus", fmt.Errorf("%w (dial unix /run/dbus/system_bus_socket: no such file)", units.ErrNoDBus), "", "not reachable"},
+		{"failed", errors.New("restarting containerd.service: job failed"), "restarting units", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			run := &fakeRunner{}
+			u := &fakeUnits{run: run, err: tc.err}
+			var logs []string
+			p := New(Options{Root: sandbox(t), StateDir: t.TempDir(), Runner: run, Units: u, Log: func(m string) { logs = append(logs, m) }})
+			_, err := p.Provision(context.Background(), assign(data), func(string) {})
+			if len(u.plans) != 1 || !reflect.DeepEqual(u.plans[0].Units, []string{"containerd.service"}) || len(u.before) != 0 {
+				t.Fatalf("plans %+v, commands run before: %v", u.plans, u.before)
+			}
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(run.ran) != 1 {
+					t.Errorf("kubeadm did not run after the restart: %v", run.ran)
+				}
+				if !strings.Contains(strings.Join(logs, "\n"), tc.wantLog) {
+					t.Errorf("logs %q lack %q", logs, tc.wantLog)
+				}
+				return
+			}
+			var se *StepError
+			if !errors.As(err, &se) || se.Step != tc.wantErr || len(run.ran) != 0 {
+				t.Errorf("error %v, commands %v", err, run.ran)
+			}
+		})
 	}
 }
