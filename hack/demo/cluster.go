@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -14,14 +15,18 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 )
 
+func ptrDeref(p *int32) int32 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
 func labelsSelector(s string) (labels.Selector, error) { return labels.Parse(s) }
 
 // createCluster creates cluster demo with kubectl fleet (unless a former
 // run left it) and describes it.
 func (d *demo) createCluster(ctx context.Context) error {
-	if err := d.writeWorkloadKubeconfig(ctx); err != nil {
-		return err
-	}
 	err := d.client.Get(ctx, client.ObjectKey{Namespace: "default", Name: clusterName}, &clusterv1.Cluster{})
 	switch {
 	case err == nil:
@@ -39,6 +44,21 @@ func (d *demo) createCluster(ctx context.Context) error {
 	default:
 		return fmt.Errorf("reading cluster %s: %w", clusterName, err)
 	}
+	// Machines Running is what --wait waits for; Cluster API counts a
+	// MachineDeployment's replicas available a few seconds later. Describe
+	// once it has, so the picture is settled.
+	_ = waitFor(ctx, time.Minute, "workers available", nil, func() (string, error) {
+		mds := &clusterv1.MachineDeploymentList{}
+		if err := d.client.List(ctx, mds, client.InNamespace("default"), client.MatchingLabels{clusterv1.ClusterNameLabel: clusterName}); err != nil {
+			return "", err
+		}
+		for _, md := range mds.Items {
+			if md.Spec.Replicas != nil && ptrDeref(md.Status.AvailableReplicas) < *md.Spec.Replicas {
+				return "", fmt.Errorf("%s: %d available", md.Name, ptrDeref(md.Status.AvailableReplicas))
+			}
+		}
+		return "", nil
+	})
 	return d.kubectlFleet(ctx, "describe", "cluster", clusterName)
 }
 

@@ -95,10 +95,15 @@ func (d *demo) run(ctx context.Context, in io.Reader) error {
 			return err
 		}
 	}
+	// The workload API server first, and its kubeconfig Secret as soon as
+	// the hub is up: Cluster API then never dials a stale address.
+	if err := d.startWorkload(); err != nil {
+		return err
+	}
 	if err := d.startHub(ctx); err != nil {
 		return err
 	}
-	if err := d.startWorkload(); err != nil {
+	if err := d.writeWorkloadKubeconfig(ctx); err != nil {
 		return err
 	}
 	if err := d.startHosts(ctx); err != nil {
@@ -203,15 +208,14 @@ fleet is running on this machine: the hub, %d edge agents and cluster %q.
 
 In another terminal:
 
-  export KUBECONFIG=%s PATH=%s:$PATH
-  kubectl fleet get hosts
+  export KUBECONFIG=%s PATH=%s:%s:$PATH
+  kubectl fleet get hosts                    # LAST-SEEN is refreshed every 5 min while connected
   kubectl fleet describe cluster %s
-  kubectl fleet scale cluster %s --worker-machines %d   # a host is reset and goes back to the pool
-  kubectl fleet get hosts
-  kubectl fleet delete cluster %s --wait               # every host is reset and Available again
+  kubectl fleet scale cluster %s --worker-machines N   # fewer: hosts are reset and go back to the pool
+  kubectl fleet delete cluster %s --wait    # every host is reset and Available again
 
 Logs: %s (hub), %s (agents)
-`, len(d.hosts), clusterName, d.kubeconfig(), d.binDir, clusterName, clusterName, d.agents-2,
+`, len(d.hosts), clusterName, d.kubeconfig(), d.binDir, filepath.Join(d.binDir, "k8s"), clusterName, clusterName,
 		clusterName, filepath.Join(d.dataDir, "hub.log"), filepath.Join(d.dataDir, "demo", "logs"))
 	d.printCommands()
 }
