@@ -1,5 +1,5 @@
 #!/bin/sh
 set -e
-if [ -d /run/systemd/system ]; then
+if [ -z "${DPKG_ROOT:-}" ] && [ -d /run/systemd/system ]; then
 	systemctl daemon-reload || true
 fi

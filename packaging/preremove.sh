@@ -4,7 +4,7 @@
 set -e
 case "$1" in
 	remove|0|purge)
-		if [ -d /run/systemd/system ]; then
+		if [ -z "${DPKG_ROOT:-}" ] && [ -d /run/systemd/system ]; then
 			systemctl disable --now fleet-agent.service || true
 		fi
 		;;

@@ -40,6 +40,7 @@ func TestInstallIntoImageRoot(t *testing.T) {
 	}
 	unit, _ := os.ReadFile(filepath.Join(root, installUnit))
 	shipped, _ := os.ReadFile(filepath.Join("..", "..", "manifests", "agent", "fleet-agent.service"))
+	verifyInRoot(t, root, installUnit)
 	if string(unit) != string(shipped) {
 		t.Error("installed unit differs from manifests/agent/fleet-agent.service")
 	}

@@ -69,4 +69,63 @@ func TestPackages(t *testing.T) {
 	if conffiles, _ := os.ReadFile(filepath.Join(ctrl, "conffiles")); !strings.Contains(string(conffiles), "/etc/fleet-agent/config.yaml.example") {
 		t.Errorf("conffiles: %q", conffiles)
 	}
+
+	installIntoScratchRoot(t, debs[0])
+}
+
+// installIntoScratchRoot installs the .deb with dpkg into an empty root
+// (its own dpkg database; maintainer scripts run chrootless and leave the
+// host's systemd alone, see $DPKG_ROOT in packaging/), checks files and
+// modes and the unit, then removes and purges it.
+func installIntoScratchRoot(t *testing.T, deb string) {
+	dpkg, err := exec.LookPath("dpkg")
+	if err != nil {
+		t.Fatal("dpkg missing")
+	}
+	root := t.TempDir()
+	for _, d := range []string{"var/lib/dpkg/info", "var/lib/dpkg/updates"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, "var/lib/dpkg/status"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) {
+		t.Helper()
+		out, err := exec.Command(dpkg, append([]string{"--root=" + root, "--force-script-chrootless"}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("dpkg %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	run("-i", deb)
+	for path, mode := range map[string]os.FileMode{
+		"usr/bin/fleet-agent":                    0o755,
+		"lib/systemd/system/fleet-agent.service": 0o644,
+		"etc/fleet-agent":                        os.ModeDir | 0o700,
+		"etc/fleet-agent/config.yaml.example":    0o600,
+	} {
+		fi, err := os.Stat(filepath.Join(root, path))
+		if err != nil {
+			t.Errorf("after dpkg -i: %v", err)
+			continue
+		}
+		if fi.Mode()&(os.ModeDir|os.ModePerm) != mode {
+			t.Errorf("%s: mode %v, want %v", path, fi.Mode(), mode)
+		}
+	}
+	verifyInRoot(t, root, "lib/systemd/system/fleet-agent.service")
+	run("-r", "fleet-agent")
+	for _, gone := range []string{"usr/bin/fleet-agent", "lib/systemd/system/fleet-agent.service"} {
+		if _, err := os.Stat(filepath.Join(root, gone)); !os.IsNotExist(err) {
+			t.Errorf("%s left after dpkg -r", gone)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(root, "etc/fleet-agent/config.yaml.example")); err != nil {
+		t.Errorf("dpkg -r removed a conffile (only --purge should): %v", err)
+	}
+	run("--purge", "fleet-agent")
+	if _, err := os.Stat(filepath.Join(root, "etc/fleet-agent/config.yaml.example")); !os.IsNotExist(err) {
+		t.Errorf("config example left after --purge")
+	}
 }
