@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
@@ -138,8 +139,9 @@ func runAgent(ctx context.Context, cfg agent.Config, log logr.Logger) error {
 	opts := provision.Options{Root: cfg.RootDir, StateDir: cfg.StateDir, Runner: provision.ShellRunner{Dir: cfg.RootDir}}
 	if cfg.Sandbox {
 		opts.Runner = provision.ChrootRunner{Root: cfg.RootDir, Path: "/opt/fleet/bin"}
-	} else {
-		// The host's own systemd restarts what the bootstrap reconfigured.
+	} else if filepath.Clean(cfg.RootDir) == "/" {
+		// The host's own systemd restarts what the bootstrap reconfigured;
+		// files written into another root are not its business.
 		opts.Units = units.Restarter{}
 	}
 	opts.Log = func(msg string) { log.Info(msg) }

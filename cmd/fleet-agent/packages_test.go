@@ -70,7 +70,11 @@ func TestPackages(t *testing.T) {
 		t.Errorf("conffiles: %q", conffiles)
 	}
 
-	installIntoScratchRoot(t, debs[0])
+	if os.Geteuid() == 0 || os.Getenv("CI") == "true" {
+		installIntoScratchRoot(t, debs[0])
+	} else {
+		t.Log("not root: skipping the dpkg install into a scratch root")
+	}
 }
 
 // installIntoScratchRoot installs the .deb with dpkg into an empty root

@@ -85,6 +85,16 @@ func StopLeftovers(dir string, grace time.Duration) error {
 		return err
 	}
 	pids = append(pids, more...)
+	// Only etcd and kube-apiserver: never something else that merely names
+	// the directory.
+	var ours []int
+	for _, pid := range pids {
+		exe, err := os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "exe"))
+		if b := filepath.Base(exe); err == nil && (b == "etcd" || b == "kube-apiserver") {
+			ours = append(ours, pid)
+		}
+	}
+	pids = ours
 	if len(pids) == 0 {
 		return nil
 	}

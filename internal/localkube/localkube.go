@@ -64,6 +64,9 @@ func Start(o Options) (*Server, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", dir, err)
 	}
+	if err := private(dir); err != nil {
+		return nil, err
+	}
 	lock, err := acquire(filepath.Join(dir, "lock"))
 	if err != nil {
 		return nil, err
@@ -142,10 +145,29 @@ func (s *Server) release() {
 	}
 }
 
+// private refuses a data directory that is a symlink, someone else's, or
+// writable by others: it will hold an administrator's credentials.
+func private(dir string) error {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case fi.Mode()&os.ModeSymlink != 0 || !fi.IsDir():
+		return fmt.Errorf("%s is not a plain directory", dir)
+	case ok && int(st.Uid) != os.Geteuid():
+		return fmt.Errorf("%s belongs to uid %d, not to this user (%d): use a directory of your own", dir, st.Uid, os.Geteuid())
+	case fi.Mode().Perm()&0o022 != 0:
+		return fmt.Errorf("%s is writable by others (%v): it will hold administrator credentials; chmod go-w it or use another", dir, fi.Mode().Perm())
+	}
+	return nil
+}
+
 // acquire takes an exclusive lock on path, so that two processes never
 // run servers on one data directory.
 func acquire(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("opening lock %s: %w", path, err)
 	}
@@ -169,10 +191,23 @@ func writeKubeconfig(path, name string, cfg *rest.Config) error {
 	if err != nil {
 		return fmt.Errorf("encoding kubeconfig: %w", err)
 	}
-	// Write then rename, so a reader never sees half a file.
+	// Write a new file then rename, so a reader never sees half a file and
+	// the administrator's credentials never land in a file someone else
+	// made.
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
 		return fmt.Errorf("writing kubeconfig: %w", err)
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return fmt.Errorf("writing kubeconfig: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return err
 	}
 	return os.Rename(tmp, path)
 }

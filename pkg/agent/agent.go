@@ -53,6 +53,7 @@ type Agent struct {
 	linkEnabled     bool
 	link            atomic.Pointer[infrav1.LinkHealth]
 	mux             atomic.Pointer[yamux.Session]
+	refreshMu       sync.Mutex
 
 	// Counters for tests and metrics.
 	enrollments atomic.Int64
@@ -318,6 +319,10 @@ func (a *Agent) update(fn func(*Applied)) error {
 }
 
 func (a *Agent) refreshStatus() {
+	// Several sources refresh (the worker, the link source, the resync
+	// timer): one at a time, so an older snapshot is never set last.
+	a.refreshMu.Lock()
+	defer a.refreshMu.Unlock()
 	cur := a.Applied()
 	facts := Facts(a.cfg.RootDir)
 	st := &wire.Status{

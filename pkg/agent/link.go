@@ -65,7 +65,14 @@ func (a *Agent) linkSource(ctx context.Context) {
 					last = c
 				}
 			}
-			if rtt, err := a.pingHub(10 * time.Second); err == nil {
+			// A ping that gets no answer counts as the whole timeout: a link
+			// too slow to answer is not a healthy one. Not connected at all
+			// says nothing about the link (AgentConnected tells that).
+			const pingTimeout = 10 * time.Second
+			if rtt, err := a.pingHub(pingTimeout); !errors.Is(err, errNotConnected) {
+				if err != nil {
+					rtt = pingTimeout
+				}
 				ms := max(rtt.Milliseconds(), 0)
 				h.HubRTTMilliseconds = &ms
 			}

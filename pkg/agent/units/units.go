@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
 	"sort"
 	"strings"
 	"time"
@@ -47,11 +48,13 @@ func PlanFor(written []string) Plan {
 	var p Plan
 	set := map[string]bool{}
 	for _, w := range written {
+		w = path.Clean(w)
 		if strings.HasPrefix(w, "/etc/systemd/") || strings.HasPrefix(w, "/usr/lib/systemd/") {
 			p.Reload = true
 		}
 		for _, x := range watched {
-			if strings.HasPrefix(w, x.prefix) || w == strings.TrimSuffix(x.prefix, "/") {
+			// Folders match what is under them, files only themselves.
+			if strings.HasSuffix(x.prefix, "/") && strings.HasPrefix(w, x.prefix) || w == x.prefix {
 				set[x.unit] = true
 			}
 		}

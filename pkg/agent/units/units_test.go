@@ -29,6 +29,7 @@ func TestPlanFor(t *testing.T) {
 		{[]string{"/etc/systemd/system/kubelet.service.d/10-fleet.conf", "/etc/containerd/certs.d/x/hosts.toml"},
 			Plan{Reload: true, Units: []string{"containerd.service", "kubelet.service"}}},
 		{[]string{"/etc/default/kubelet"}, Plan{Units: []string{"kubelet.service"}}},
+		{[]string{"/etc/default/kubelet-extra", "/etc/containerd/../hosts"}, Plan{}},
 		{[]string{"/etc/systemd/timesyncd.conf.d/fleet-ntp.conf"}, Plan{Reload: true}},
 	} {
 		if got := PlanFor(tc.written); !reflect.DeepEqual(got, tc.want) {

@@ -29,8 +29,9 @@ type Options struct {
 	// SkipNameValidation lets a second manager in the same process register
 	// controllers of the same name (tests that run several hubs).
 	SkipNameValidation bool
-	// LinkThresholds decide the EdgeHost LinkDegraded condition; zero uses
-	// linkhealth.DefaultThresholds.
+	// LinkThresholds decide the EdgeHost LinkDegraded condition; a zero
+	// threshold is off (fleet-hub's flags default to
+	// linkhealth.DefaultThresholds).
 	LinkThresholds linkhealth.Thresholds
 }
 
@@ -70,9 +71,6 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		WatchFilterValue: opts.WatchFilterValue,
 	}).SetupWithManager(ctx, mgr, copts); err != nil {
 		return fmt.Errorf("setting up EdgeCluster reconciler: %w", err)
-	}
-	if opts.LinkThresholds == (linkhealth.Thresholds{}) {
-		opts.LinkThresholds = linkhealth.DefaultThresholds()
 	}
 	if err := (&edgehost.Reconciler{
 		Client:         mgr.GetClient(),

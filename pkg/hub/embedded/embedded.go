@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -26,6 +27,7 @@ import (
 	fleetcrd "github.com/edgefleet/fleet/manifests/crd"
 	hubcontrollers "github.com/edgefleet/fleet/pkg/hub/controllers"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
+	"github.com/edgefleet/fleet/pkg/hub/linkhealth"
 )
 
 // Options configure the embedded hub.
@@ -154,16 +156,17 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("creating fleet hub manager: %w", err)
 	}
-	if err := hubcontrollers.Setup(ctx, hubMgr, hubcontrollers.Options{Concurrency: 10}); err != nil {
+	if err := hubcontrollers.Setup(ctx, hubMgr, hubcontrollers.Options{Concurrency: 10, LinkThresholds: linkhealth.DefaultThresholds()}); err != nil {
 		return err
 	}
 	gw, err := gateway.Setup(ctx, hubMgr, gateway.Options{
-		Addr:         o.GatewayAddr,
-		HubNamespace: o.HubNamespace,
-		DNSNames:     []string{"localhost"},
-		IPs:          gatewayIPs(o.AdvertiseURL),
-		ReplicaName:  "fleet-hub-dev",
-		AdvertiseURL: o.AdvertiseURL,
+		Addr:           o.GatewayAddr,
+		HubNamespace:   o.HubNamespace,
+		DNSNames:       []string{"localhost"},
+		IPs:            gatewayIPs(o.AdvertiseURL),
+		ReplicaName:    "fleet-hub-dev",
+		AdvertiseURL:   o.AdvertiseURL,
+		LinkThresholds: linkhealth.DefaultThresholds(),
 	})
 	if err != nil {
 		return err
@@ -240,5 +243,5 @@ func LogFile(dataDir string) (*os.File, error) {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, err
 	}
-	return os.OpenFile(filepath.Join(dataDir, "hub.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	return os.OpenFile(filepath.Join(dataDir, "hub.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND|syscall.O_NOFOLLOW, 0o600)
 }

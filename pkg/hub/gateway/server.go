@@ -57,7 +57,8 @@ type Options struct {
 	// `kubectl fleet token create` can print a complete agent command.
 	AdvertiseURL string
 	// LinkThresholds decide when a link-health report is written at once
-	// (its LinkDegraded verdict changed) rather than with lastSeenTime.
+	// (its LinkDegraded verdict changed) rather than with lastSeenTime;
+	// they must be the EdgeHost reconciler's.
 	LinkThresholds linkhealth.Thresholds
 }
 
@@ -86,9 +87,6 @@ func (o *Options) Defaults() {
 	}
 	if o.ReplicaName == "" {
 		o.ReplicaName = "fleet-hub"
-	}
-	if o.LinkThresholds == (linkhealth.Thresholds{}) {
-		o.LinkThresholds = linkhealth.DefaultThresholds()
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -64,7 +65,8 @@ func (ss *session) holdLink(l *infrav1.LinkHealth, th linkhealth.Thresholds) (he
 	if ss.writtenLink == nil {
 		return false
 	}
-	a, b := linkhealth.Condition(ss.writtenLink, th), linkhealth.Condition(l, th)
+	a := linkhealth.Condition(ss.writtenLink, th, false)
+	b := linkhealth.Condition(l, th, a.Status == metav1.ConditionTrue)
 	if a.Status != b.Status || a.Reason != b.Reason {
 		return false
 	}
@@ -76,7 +78,11 @@ func (ss *session) holdLink(l *infrav1.LinkHealth, th linkhealth.Thresholds) (he
 func (ss *session) wroteLink(l *infrav1.LinkHealth) {
 	ss.linkMu.Lock()
 	defer ss.linkMu.Unlock()
-	ss.writtenLink, ss.pendingLink = l, nil
+	ss.writtenLink = l
+	// A newer report held meanwhile still waits for its write.
+	if ss.pendingLink == l {
+		ss.pendingLink = nil
+	}
 }
 
 // takePendingLink returns the held report, if any, for a write.

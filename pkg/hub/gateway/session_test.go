@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/edgefleet/fleet/pkg/agent/linkprobe"
 	"testing"
 	"time"
 
@@ -159,7 +160,11 @@ func TestNoWritesForIdleAgents(t *testing.T) {
 	h := startHub(t, hubOptions{ns: ns, lastSeen: lastSeenForIdleTest})
 	tok := newToken(t, ns, enrollment.Options{})
 	for i := range 4 {
-		newEdge(t, fmt.Sprintf("idle-%d", i), h.url, h.srv.CA().Pin(), tok).start()
+		// With link health on, as shipped: a report every 300 ms here.
+		e := newEdge(t, fmt.Sprintf("idle-%d", i), h.url, h.srv.CA().Pin(), tok)
+		e.cfg.LinkInterval = 300 * time.Millisecond
+		e.link = &fakeProbe{perRead: linkprobe.Counters{Retransmits: 2, Drops: 1}}
+		e.start()
 	}
 	eventually(t, "all connected and reported", func() error {
 		for i := range 4 {
@@ -173,6 +178,9 @@ func TestNoWritesForIdleAgents(t *testing.T) {
 			if s, err := connectedStatus(ns, host.Name); err != nil || s != "True" {
 				return fmt.Errorf("idle-%d AgentConnected %s %v", i, s, err)
 			}
+			if host.Status.Link == nil {
+				return fmt.Errorf("idle-%d has reported no link health yet", i)
+			}
 		}
 		return nil
 	})
@@ -181,6 +189,6 @@ func TestNoWritesForIdleAgents(t *testing.T) {
 	before := h.writes.writes.Load()
 	time.Sleep(3 * time.Second)
 	if d := h.writes.writes.Load() - before; d != 0 {
-		t.Errorf("the hub made %d API writes in 3 s of idle agents, want 0", d)
+		t.Errorf("the hub made %d API writes in 3 s of idle agents (~40 link reports), want 0", d)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -29,6 +31,7 @@ import (
 	hubcontrollers "github.com/edgefleet/fleet/pkg/hub/controllers"
 	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
+	"github.com/edgefleet/fleet/pkg/hub/linkhealth"
 )
 
 var env *testenv.Env
@@ -71,6 +74,21 @@ func eventually(t *testing.T, what string, cond func() error) {
 // client built from the hub's rest config.
 type writeCounter struct {
 	writes atomic.Int64
+	mu     sync.Mutex
+	paths  []string
+}
+
+// to counts the writes whose URL path contains s.
+func (c *writeCounter) to(s string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, p := range c.paths {
+		if strings.Contains(p, s) {
+			n++
+		}
+	}
+	return n
 }
 
 type countingTransport struct {
@@ -81,6 +99,9 @@ type countingTransport struct {
 func (t countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		t.c.writes.Add(1)
+		t.c.mu.Lock()
+		t.c.paths = append(t.c.paths, r.URL.Path)
+		t.c.mu.Unlock()
 	}
 	return t.rt.RoundTrip(r)
 }
@@ -120,13 +141,14 @@ func startHub(t *testing.T, o hubOptions) *hub {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
-	if err := hubcontrollers.Setup(ctx, mgr, hubcontrollers.Options{SkipNameValidation: true}); err != nil {
+	if err := hubcontrollers.Setup(ctx, mgr, hubcontrollers.Options{SkipNameValidation: true, LinkThresholds: linkhealth.DefaultThresholds()}); err != nil {
 		t.Fatal(err)
 	}
 	h.srv, err = gateway.Setup(ctx, mgr, gateway.Options{
 		Addr: o.addr, HubNamespace: o.ns, IPs: []net.IP{net.ParseIP("127.0.0.1")},
 		ClientCertValidity: o.certValid, MaxConcurrentHandshakes: o.handshakes,
 		LastSeenInterval: o.lastSeen, KeepAlive: 2 * time.Second, HelloTimeout: 2 * time.Second,
+		LinkThresholds: linkhealth.DefaultThresholds(),
 	})
 	if err != nil {
 		t.Fatal(err)

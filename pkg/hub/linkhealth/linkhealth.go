@@ -31,37 +31,46 @@ func DefaultThresholds() Thresholds {
 	return Thresholds{RetransmitsToHubPerMinute: 10, RTT: 1500 * time.Millisecond}
 }
 
-// Condition is the LinkDegraded condition for a report (nil: none yet).
-func Condition(l *infrav1.LinkHealth, t Thresholds) metav1.Condition {
+// recoverBelow is the share of a threshold a degraded link must fall
+// under to count as healthy again: without it, a link hovering at a
+// threshold would flip the verdict (and cost writes and events) every
+// window.
+const recoverBelow = 0.5
+
+// Condition is the LinkDegraded condition for a report (nil: none yet);
+// wasDegraded is the current verdict, for hysteresis. Messages name the
+// thresholds, never the figures (they are in status.link), so a verdict
+// that holds costs no write from one report to the next.
+func Condition(l *infrav1.LinkHealth, t Thresholds, wasDegraded bool) metav1.Condition {
 	c := metav1.Condition{Type: infrav1.LinkDegradedCondition}
 	if l == nil {
 		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, infrav1.LinkNotReportedReason, "The agent has not reported link health yet"
 		return c
 	}
-	// A healthy verdict's message names the thresholds, not the figures
-	// (they are in status.link): it stays the same from report to report,
-	// so the condition costs no write of its own.
+	scale := 1.0
+	if wasDegraded {
+		scale = recoverBelow
+	}
 	var over []string
-	healthy := "Under the thresholds"
 	if l.Probe == infrav1.LinkProbeRunning {
 		perMinute := float64(l.TCPRetransmitsToHub) * 60 / float64(max(l.WindowSeconds, 1))
-		if t.RetransmitsToHubPerMinute > 0 && perMinute >= t.RetransmitsToHubPerMinute {
-			over = append(over, fmt.Sprintf("%.1f retransmissions/min to the hub (threshold %g)", perMinute, t.RetransmitsToHubPerMinute))
+		if t.RetransmitsToHubPerMinute > 0 && perMinute >= t.RetransmitsToHubPerMinute*scale {
+			over = append(over, fmt.Sprintf("TCP retransmissions to the hub at or over %g/min", t.RetransmitsToHubPerMinute))
 		}
 	}
 	if l.HubRTTMilliseconds != nil {
 		rtt := time.Duration(*l.HubRTTMilliseconds) * time.Millisecond
-		if t.RTT > 0 && rtt >= t.RTT {
-			over = append(over, fmt.Sprintf("round-trip %s to the hub (threshold %s)", rtt, t.RTT))
+		if t.RTT > 0 && float64(rtt) >= float64(t.RTT)*scale {
+			over = append(over, fmt.Sprintf("round-trip to the hub at or over %s", t.RTT))
 		}
 	}
-	healthy += fmt.Sprintf(" (%g TCP retransmissions/min to the hub, round-trip %s)", t.RetransmitsToHubPerMinute, t.RTT)
+	if len(over) > 0 {
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, infrav1.LinkDegradedReason, strings.Join(over, "; ")+" (figures in status.link)"
+		return c
+	}
+	healthy := fmt.Sprintf("Under the thresholds (%g TCP retransmissions/min to the hub, round-trip %s)", t.RetransmitsToHubPerMinute, t.RTT)
 	if l.Probe != infrav1.LinkProbeRunning {
 		healthy += "; retransmissions not measured: " + l.Message
-	}
-	if len(over) > 0 {
-		c.Status, c.Reason, c.Message = metav1.ConditionTrue, infrav1.LinkDegradedReason, strings.Join(over, "; ")
-		return c
 	}
 	c.Status, c.Reason, c.Message = metav1.ConditionFalse, infrav1.LinkHealthyReason, healthy
 	return c
