@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/time/rate"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -69,6 +70,8 @@ type options struct {
 	maxHandshakes      int
 	lastSeenInterval   time.Duration
 	disableGateway     bool
+	enrollRate         float64
+	enrollBurst        int
 	linkRetransmits    float64
 	linkRTT            time.Duration
 }
@@ -99,6 +102,8 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.IntVar(&o.maxHandshakes, "max-concurrent-handshakes", 256, "Session handshakes admitted at once; more are told to retry (503).")
 	fs.DurationVar(&o.lastSeenInterval, "last-seen-interval", 5*time.Minute, "How often a connected host's lastSeenTime is refreshed (its only idle API write).")
 	fs.BoolVar(&o.disableGateway, "disable-gateway", false, "Run only the reconcilers, without the agent gateway.")
+	fs.Float64Var(&o.enrollRate, "enroll-rate", 20, "Enrollments admitted per second across all agents (each signs a certificate and creates an EdgeHost).")
+	fs.IntVar(&o.enrollBurst, "enroll-burst", 50, "Enrollments admitted at once above --enroll-rate.")
 	def := linkhealth.DefaultThresholds()
 	fs.Float64Var(&o.linkRetransmits, "link-degraded-retransmits", def.RetransmitsToHubPerMinute, "TCP retransmissions per minute from an agent to the hub at which its EdgeHost is LinkDegraded.")
 	fs.DurationVar(&o.linkRTT, "link-degraded-rtt", def.RTT, "Round-trip time from an agent to the hub at which its EdgeHost is LinkDegraded.")
@@ -212,6 +217,8 @@ func run(ctx context.Context, cfg *rest.Config, o options) error {
 			ReplicaName:             hostname,
 			AdvertiseURL:            o.advertiseURL,
 			LinkThresholds:          thresholds,
+			EnrollRate:              rate.Limit(o.enrollRate),
+			EnrollBurst:             o.enrollBurst,
 		})
 		if err != nil {
 			return err

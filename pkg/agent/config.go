@@ -1,8 +1,10 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"regexp"
@@ -47,6 +49,19 @@ type Config struct {
 	// LinkInterval is the window over which link health (retransmissions,
 	// drops, round-trip time to the hub) is measured and reported.
 	LinkInterval time.Duration `json:"linkInterval,omitempty"`
+	// LocalAddr is the address connections to the hub are made from (an
+	// IP, no port). Load tests spread thousands of agents over loopback
+	// addresses with it; it is not read from the config file.
+	LocalAddr string `json:"-"`
+}
+
+// dialContext dials from LocalAddr when it is set.
+func (c *Config) dialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	d := net.Dialer{Timeout: 15 * time.Second, KeepAlive: 30 * time.Second}
+	if c.LocalAddr != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(c.LocalAddr)}
+	}
+	return d.DialContext(ctx, network, addr)
 }
 
 // DefaultConfigFile is where the agent looks for its configuration.

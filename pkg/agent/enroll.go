@@ -38,9 +38,9 @@ func (e *EnrollError) Error() string {
 // connection cannot verify the hub (it has no CA yet); it verifies instead
 // that the served certificate chains to the CA it returned, and that CA's
 // key hash against the pin, as kubeadm discovery does.
-func fetchCA(ctx context.Context, hub, pin string) ([]byte, *x509.CertPool, error) {
+func fetchCA(ctx context.Context, cfg Config, hub, pin string) ([]byte, *x509.CertPool, error) {
 	var served []*x509.Certificate
-	tr := &http.Transport{TLSClientConfig: &tls.Config{
+	tr := &http.Transport{DialContext: cfg.dialContext, TLSClientConfig: &tls.Config{
 		MinVersion:         tls.VersionTLS12,
 		InsecureSkipVerify: true, //nolint:gosec // verified below against the pinned CA
 		VerifyConnection: func(cs tls.ConnectionState) error {
@@ -89,7 +89,7 @@ func (a *Agent) enroll(ctx context.Context) error {
 	if a.cfg.Token == "" {
 		return errors.New("not enrolled and no enrollment token configured (--token or tokenFile)")
 	}
-	caPEM, pool, err := fetchCA(ctx, a.cfg.Hub, a.cfg.CACertHash)
+	caPEM, pool, err := fetchCA(ctx, a.cfg, a.cfg.Hub, a.cfg.CACertHash)
 	if err != nil {
 		return err
 	}
@@ -104,7 +104,7 @@ func (a *Agent) enroll(ctx context.Context) error {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	tr := &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, ServerName: serverName(a.cfg.Hub)}}
+	tr := &http.Transport{DialContext: a.cfg.dialContext, TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, ServerName: serverName(a.cfg.Hub)}}
 	defer tr.CloseIdleConnections()
 	resp, err := (&http.Client{Transport: tr, Timeout: 30 * time.Second}).Do(req)
 	if err != nil {

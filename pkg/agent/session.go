@@ -93,6 +93,7 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 	}
 
 	dialer := websocket.Dialer{
+		NetDialContext:   a.cfg.dialContext,
 		HandshakeTimeout: 15 * time.Second,
 		TLSClientConfig: &tls.Config{
 			MinVersion:   tls.VersionTLS12,

@@ -1,0 +1,363 @@
+package load
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/edgefleet/fleet/pkg/agent"
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/hub/enrollment"
+	"github.com/edgefleet/fleet/pkg/hub/gateway"
+)
+
+// RaiseFileLimit lifts the soft limit on open files to the hard one:
+// every agent holds a socket, the hub one per agent.
+func RaiseFileLimit() (uint64, error) {
+	var l syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+		return 0, err
+	}
+	l.Cur = l.Max
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+		return 0, err
+	}
+	return l.Cur, nil
+}
+
+// Hub is a fleet-hub process.
+type Hub struct {
+	URL        string
+	Pin        string
+	Namespace  string
+	MetricsURL string
+
+	cmd  *exec.Cmd
+	done chan struct{}
+	log  *os.File
+	args []string
+	bin  string
+}
+
+// HubOptions describe the hub process.
+type HubOptions struct {
+	Binary    string
+	Dir       string // kubeconfig and log
+	Config    *rest.Config
+	Namespace string
+	Args      []string // extra flags
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// StartHub runs fleet-hub against the API server of o.Config and waits
+// until its gateway publishes its URL and pin.
+func StartHub(ctx context.Context, c client.Client, o HubOptions) (*Hub, error) {
+	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	kubeconfig := filepath.Join(o.Dir, "kubeconfig")
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["api"] = &clientcmdapi.Cluster{Server: o.Config.Host, CertificateAuthorityData: o.Config.CAData}
+	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: o.Config.CertData, ClientKeyData: o.Config.KeyData}
+	kc.Contexts["api"] = &clientcmdapi.Context{Cluster: "api", AuthInfo: "admin"}
+	kc.CurrentContext = "api"
+	if err := clientcmd.WriteToFile(*kc, kubeconfig); err != nil {
+		return nil, err
+	}
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: o.Namespace}}); client.IgnoreAlreadyExists(err) != nil {
+		return nil, err
+	}
+	gw, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	metrics, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	h := &Hub{Namespace: o.Namespace, URL: fmt.Sprintf("https://127.0.0.1:%d", gw), MetricsURL: fmt.Sprintf("http://127.0.0.1:%d/metrics", metrics), bin: o.Binary}
+	h.args = append([]string{"--kubeconfig", kubeconfig, "--leader-elect=false", "--hub-namespace", o.Namespace,
+		"--gateway-bind-address", fmt.Sprintf("127.0.0.1:%d", gw), "--gateway-ips", "127.0.0.1",
+		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", metrics), "--metrics-secure=false",
+		"--health-probe-bind-address", "0", "--zap-log-level", "error"}, o.Args...)
+	if h.log, err = os.OpenFile(filepath.Join(o.Dir, "hub.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err != nil {
+		return nil, err
+	}
+	if err := h.start(); err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		info := &corev1.ConfigMap{}
+		err := c.Get(ctx, client.ObjectKey{Namespace: o.Namespace, Name: gateway.InfoConfigMap}, info)
+		if err == nil && info.Data[gateway.InfoKeyCAPin] != "" {
+			h.Pin = info.Data[gateway.InfoKeyCAPin]
+			if conn, err := net.DialTimeout("tcp", strings.TrimPrefix(h.URL, "https://"), time.Second); err == nil {
+				conn.Close()
+				return h, nil
+			}
+		}
+		select {
+		case <-h.done:
+			return nil, fmt.Errorf("fleet-hub exited while starting (log %s)", h.log.Name())
+		default:
+		}
+		if time.Now().After(deadline) {
+			h.Kill()
+			return nil, fmt.Errorf("fleet-hub not ready after 2 minutes (log %s)", h.log.Name())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func (h *Hub) start() error {
+	h.cmd = exec.Command(h.bin, h.args...)
+	h.cmd.Stdout, h.cmd.Stderr = h.log, h.log
+	h.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := h.cmd.Start(); err != nil {
+		return fmt.Errorf("starting fleet-hub: %w", err)
+	}
+	h.done = make(chan struct{})
+	go func(cmd *exec.Cmd, done chan struct{}) { _ = cmd.Wait(); close(done) }(h.cmd, h.done)
+	return nil
+}
+
+// Restart starts the hub again after Kill, on the same ports.
+func (h *Hub) Restart() error { return h.start() }
+
+// Kill stops the hub with SIGKILL, as a crash would, and waits.
+func (h *Hub) Kill() {
+	if h.cmd == nil || h.cmd.Process == nil {
+		return
+	}
+	_ = h.cmd.Process.Kill()
+	<-h.done
+}
+
+// Stop kills the hub and closes its log.
+func (h *Hub) Stop() {
+	h.Kill()
+	_ = h.log.Close()
+}
+
+// PID of the running hub.
+func (h *Hub) PID() int { return h.cmd.Process.Pid }
+
+// RSS is the hub's resident memory in bytes.
+func (h *Hub) RSS() (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", h.PID()))
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, errors.New("no VmRSS")
+}
+
+// Metrics scrapes the hub's Prometheus metrics: name{labels} -> value.
+func (h *Hub) Metrics(ctx context.Context) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.MetricsURL, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	s := bufio.NewScanner(resp.Body)
+	s.Buffer(make([]byte, 1<<20), 1<<20)
+	for s.Scan() {
+		line := s.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			out[line[:i]] = v
+		}
+	}
+	return out, s.Err()
+}
+
+// Agents are many real agents in this process.
+type Agents struct {
+	mu     sync.Mutex
+	edges  []*edge
+	dir    string
+	hubURL string
+	pin    string
+	token  string
+}
+
+type edge struct {
+	cfg    agent.Config
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// AgentOptions describe a set of agents.
+type AgentOptions struct {
+	N   int
+	Dir string
+	// Sources is how many loopback source addresses (127.0.0.2 …) the
+	// agents are spread over; each gives ~28,000 ephemeral ports.
+	Sources int
+	// LinkInterval and ResyncInterval as the agent's (defaults: off, 1m).
+	LinkInterval time.Duration
+}
+
+// NewAgents prepares n agents (state dirs, a token good for all of them).
+func NewAgents(ctx context.Context, c client.Client, hub *Hub, o AgentOptions) (*Agents, error) {
+	tok, _, err := enrollment.Create(ctx, c, hub.Namespace, enrollment.Options{TTL: 24 * time.Hour, HostNamespace: hub.Namespace,
+		HostLabels: map[string]string{"fleet.bench/load": "true"}}, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	a := &Agents{dir: o.Dir, hubURL: hub.URL, pin: hub.Pin, token: tok}
+	sources := max(o.Sources, 1)
+	for i := range o.N {
+		root := filepath.Join(o.Dir, fmt.Sprintf("a%05d", i))
+		if err := os.MkdirAll(filepath.Join(root, "etc"), 0o755); err != nil {
+			return nil, err
+		}
+		name := fmt.Sprintf("load-%05d", i)
+		if err := os.WriteFile(filepath.Join(root, "etc", "hostname"), []byte(name+"\n"), 0o644); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(root, "etc", "machine-id"), []byte(fmt.Sprintf("%032x\n", i)), 0o644); err != nil {
+			return nil, err
+		}
+		cfg := agent.Config{Hub: hub.URL, Token: tok, CACertHash: hub.Pin, StateDir: filepath.Join(root, "state"), RootDir: root,
+			LocalAddr: fmt.Sprintf("127.0.0.%d", 2+i%sources), LinkInterval: o.LinkInterval}
+		if o.LinkInterval == 0 {
+			cfg.LinkInterval = -1
+		}
+		if err := cfg.Complete(); err != nil {
+			return nil, err
+		}
+		if err := cfg.Validate(); err != nil {
+			return nil, err
+		}
+		a.edges = append(a.edges, &edge{cfg: cfg})
+	}
+	return a, nil
+}
+
+// Start runs every agent, pacing the starts over spread.
+func (a *Agents) Start(spread time.Duration) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	step := spread / time.Duration(max(len(a.edges), 1))
+	for _, e := range a.edges {
+		ctx, cancel := context.WithCancel(context.Background())
+		e.cancel, e.done = cancel, make(chan struct{})
+		ag := agent.New(e.cfg, &agent.Recorder{}, logr.Discard())
+		go func(done chan struct{}) { defer close(done); _ = ag.Run(ctx, nil) }(e.done)
+		if step > 0 {
+			time.Sleep(step)
+		}
+	}
+}
+
+// Stop stops every agent and waits.
+func (a *Agents) Stop() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, e := range a.edges {
+		if e.cancel != nil {
+			e.cancel()
+		}
+	}
+	for _, e := range a.edges {
+		if e.done != nil {
+			<-e.done
+		}
+	}
+}
+
+// Connected counts the hosts whose AgentConnected is True.
+func Connected(ctx context.Context, c client.Client, ns string) (int, error) {
+	hosts := &infrav1.EdgeHostList{}
+	if err := c.List(ctx, hosts, client.InNamespace(ns)); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, h := range hosts.Items {
+		if apimeta.IsStatusConditionTrue(h.Status.Conditions, infrav1.AgentConnectedCondition) {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// Sessions reads the hub's gauge of open agent sessions.
+func (h *Hub) Sessions(ctx context.Context) (int, error) {
+	m, err := h.Metrics(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if v, ok := m["fleet_gateway_connected_agents"]; ok {
+		return int(v), nil
+	}
+	return 0, errors.New("no fleet_gateway_connected_agents metric")
+}
+
+// WaitSessions waits until the hub holds want sessions, calling progress
+// with the count every second; it returns how long it took.
+func (h *Hub) WaitSessions(ctx context.Context, want int, timeout time.Duration, progress func(int, time.Duration)) (time.Duration, error) {
+	start := time.Now()
+	for {
+		n, err := h.Sessions(ctx)
+		if err == nil && n >= want {
+			return time.Since(start), nil
+		}
+		if progress != nil {
+			progress(n, time.Since(start))
+		}
+		if time.Since(start) > timeout {
+			return time.Since(start), fmt.Errorf("%d of %d sessions after %s (last error %v)", n, want, timeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return time.Since(start), ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,83 @@
+package load
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/edgefleet/fleet/internal/testenv"
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// The load driver's smoke run, in make test so it cannot rot: 50 agents
+// over 5 loopback sources connect to a real fleet-hub process, survive a
+// hub crash and restart, and no agent enrolls twice.
+func TestSmoke(t *testing.T) {
+	ctx := context.Background()
+	env, err := testenv.Start(ctx, testenv.Options{APIServerOnly: true})
+	if err != nil {
+		if errors.Is(err, testenv.ErrNoAssets) && os.Getenv("CI") != "true" {
+			t.Skip(err)
+		}
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	if _, err := RaiseFileLimit(); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "fleet-hub")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/fleet-hub")
+	build.Dir = filepath.Join("..", "..")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building fleet-hub: %v\n%s", err, out)
+	}
+	hub, err := StartHub(ctx, env.Client, HubOptions{Binary: bin, Dir: filepath.Join(dir, "hub"), Config: env.Config, Namespace: "fleet-load"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(hub.Stop)
+	const n = 50
+	agents, err := NewAgents(ctx, env.Client, hub, AgentOptions{N: n, Dir: filepath.Join(dir, "agents"), Sources: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agents.Start(0)
+	t.Cleanup(agents.Stop)
+	if _, err := hub.WaitSessions(ctx, n, 2*time.Minute, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	hub.Kill()
+	if err := hub.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hub.WaitSessions(ctx, n, 2*time.Minute, nil); err != nil {
+		t.Fatalf("after a hub restart: %v", err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		c, err := Connected(ctx, env.Client, "fleet-load")
+		if err == nil && c == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d hosts AgentConnected after the restart (%v)", c, n, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	hosts := &infrav1.EdgeHostList{}
+	if err := env.Client.List(ctx, hosts, client.InNamespace("fleet-load")); err != nil {
+		t.Fatal(err)
+	}
+	if len(hosts.Items) != n {
+		t.Errorf("%d EdgeHosts for %d agents: some enrolled twice", len(hosts.Items), n)
+	}
+	fmt.Fprintf(os.Stderr, "smoke: %d agents connected, survived a hub restart\n", n)
+}
