@@ -134,11 +134,12 @@ test: k8s ## Run every test against a real kube-apiserver, etcd and the real Clu
 test-race: k8s ## Run every test with the race detector.
 	$(GO) test -race $(TEST_FLAGS) ./...
 
-BENCH ?= .
+BENCH_AGENTS ?= 1000
 
 .PHONY: bench
-bench: k8s ## Run the benchmarks (BENCH=regexp) against a real API server; figures go into docs/PERFORMANCE.md.
-	$(GO) test ./bench/... -run '^$$' -bench '$(BENCH)' -benchtime 10x -count 1
+bench: k8s ## Run the benchmarks against a real API server (BENCH_AGENTS=1000,2000 for the idle-hub one); figures go into docs/PERFORMANCE.md.
+	$(GO) test ./bench -run '^$$' -bench 'DescribeCluster' -benchtime 10x -count 1
+	$(GO) test ./bench -run '^$$' -bench 'IdleHub' -benchtime 1x -count 1 -timeout 60m -args -agents=$(BENCH_AGENTS)
 
 FUZZTIME ?= 10m
 

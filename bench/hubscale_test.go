@@ -4,6 +4,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,7 +17,10 @@ import (
 	"github.com/edgefleet/fleet/bench/load"
 )
 
-var agentCounts = flag.String("agents", "1000,2000", "Comma-separated agent counts for BenchmarkIdleHub.")
+var (
+	agentCounts = flag.String("agents", "1000,2000", "Comma-separated agent counts for BenchmarkIdleHub.")
+	profileDir  = flag.String("profiles", "", "Where BenchmarkIdleHub saves the hub's heap and goroutine profiles at steady state.")
+)
 
 // BenchmarkIdleHub measures a real fleet-hub process holding N idle
 // agents (real sessions over TLS websockets from this process): its
@@ -74,6 +79,9 @@ func idleHub(b *testing.B, bin, dir string, n int) {
 	}
 	time.Sleep(20 * time.Second) // the first status writes and reconciles settle
 	rss1, heap1 := hubMemory(b, hub)
+	if *profileDir != "" {
+		saveProfiles(b, hub, filepath.Join(*profileDir, fmt.Sprintf("agents-%d", n)))
+	}
 
 	// Reconnect storm: the hub crashes and comes back under N agents that
 	// hold identities.
@@ -112,4 +120,27 @@ func hubMemory(b *testing.B, hub *load.Hub) (rss, heap int64) {
 		b.Fatal(err)
 	}
 	return rss, int64(m["go_memstats_heap_inuse_bytes"])
+}
+
+// saveProfiles fetches the hub's heap and goroutine profiles, for `go tool
+// pprof`.
+func saveProfiles(b *testing.B, hub *load.Hub, dir string) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	for _, p := range []string{"heap?gc=1", "goroutine"} {
+		resp, err := http.Get(hub.PprofURL + "/" + p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			b.Fatal(err)
+		}
+		name := strings.SplitN(p, "?", 2)[0] + ".pb.gz"
+		if err := os.WriteFile(filepath.Join(dir, name), body, 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -70,6 +70,7 @@ type options struct {
 	maxHandshakes      int
 	lastSeenInterval   time.Duration
 	disableGateway     bool
+	pprofAddr          string
 	enrollRate         float64
 	enrollBurst        int
 	linkRetransmits    float64
@@ -80,6 +81,7 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443", "Address the Prometheus metrics endpoint binds to; \"0\" turns it off.")
 	fs.BoolVar(&o.secureMetrics, "metrics-secure", true, "Serve metrics over HTTPS with Kubernetes authentication and authorization.")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":9440", "Address of the /healthz and /readyz endpoints.")
+	fs.StringVar(&o.pprofAddr, "pprof-bind-address", "", "Address of Go's /debug/pprof endpoints (profiling; off when empty). Never expose it.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "Run the reconcilers on one replica at a time, chosen by a Lease.")
 	fs.StringVar(&o.leaderElectionID, "leader-election-id", "fleet-hub-leader.edgefleet.io", "Name of the leader-election Lease.")
 	fs.StringVar(&o.leaderElectionNS, "leader-election-namespace", "", "Namespace of the Lease; defaults to the namespace the hub runs in.")
@@ -176,6 +178,7 @@ func run(ctx context.Context, cfg *rest.Config, o options) error {
 		Scheme:                  hubcontrollers.NewScheme(),
 		Metrics:                 metricsOpts,
 		HealthProbeBindAddress:  o.probeAddr,
+		PprofBindAddress:        o.pprofAddr,
 		LeaderElection:          o.leaderElect,
 		LeaderElectionID:        o.leaderElectionID,
 		LeaderElectionNamespace: o.leaderElectionNS,

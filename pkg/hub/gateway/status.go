@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -39,7 +40,14 @@ func (s *Server) recordStatus(ctx context.Context, ss *session, st *wire.Status)
 		return nil
 	}
 	host := &infrav1.EdgeHost{}
-	if err := s.client.Get(ctx, client.ObjectKey{Namespace: ss.id.Namespace, Name: ss.id.Name}, host); err != nil {
+	key := client.ObjectKey{Namespace: ss.id.Namespace, Name: ss.id.Name}
+	err := s.client.Get(ctx, key, host)
+	if apierrors.IsNotFound(err) {
+		// The first report of a host enrolled a moment ago can beat the
+		// informer to it; ask the API server rather than drop the report.
+		err = s.apiReader.Get(ctx, key, host)
+	}
+	if err != nil {
 		return err
 	}
 	if string(host.UID) != ss.id.UID {
