@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -20,8 +21,13 @@ import (
 
 var upgrader = websocket.Upgrader{
 	HandshakeTimeout: 10 * time.Second,
-	ReadBufferSize:   4 << 10,
-	WriteBufferSize:  4 << 10,
+	// Zero sizes reuse the buffers the HTTP server already holds for the
+	// hijacked connection, and the pool lends a write buffer only while a
+	// frame is written: an idle session keeps no buffers of its own (a
+	// hub holds thousands).
+	ReadBufferSize:  0,
+	WriteBufferSize: 0,
+	WriteBufferPool: &sync.Pool{},
 	// Agents are not browsers and send no Origin. A request that carries
 	// one comes from a browser and is refused (cross-site websocket
 	// hijacking), on top of the client certificate.

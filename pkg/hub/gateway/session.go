@@ -216,10 +216,11 @@ func (ss *session) kickPush(seen time.Time) {
 // run serves the session until the agent goes away or the hub closes it.
 func (ss *session) run(ctx context.Context) {
 	var loops sync.WaitGroup
-	loops.Add(3)
+	loops.Add(2)
 	go func() { defer loops.Done(); ss.pusher() }()
-	go func() { defer loops.Done(); ss.lastSeenLoop() }()
 	go func() { defer loops.Done(); ss.refuseStreams() }()
+	stopLastSeen := ss.lastSeenTimer()
+	defer stopLastSeen()
 	go func() { loops.Wait(); close(ss.loopsDone) }()
 	defer ss.close()
 	for {
@@ -338,15 +339,32 @@ func sameIntent(last *wire.DesiredState, h *infrav1.EdgeHost) bool {
 	return last.Deprovision == wantsDeprovision(h) && (last.Assignment != nil) == (h.Spec.ClaimRef != nil)
 }
 
-func (ss *session) lastSeenLoop() {
-	t := time.NewTicker(ss.srv.opts.LastSeenInterval)
-	defer t.Stop()
-	for {
+// lastSeenTimer refreshes lastSeenTime every LastSeenInterval while the
+// session lasts; stop ends it.
+func (ss *session) lastSeenTimer() (stop func()) {
+	// A timer, not a goroutine per session: an idle hub holds thousands.
+	var mu sync.Mutex
+	stopped := false
+	var t *time.Timer
+	mu.Lock()
+	defer mu.Unlock()
+	t = time.AfterFunc(ss.srv.opts.LastSeenInterval, func() {
 		select {
 		case <-ss.done:
 			return
-		case <-t.C:
-			ss.srv.touchLastSeen(context.Background(), ss)
+		default:
 		}
+		ss.srv.touchLastSeen(context.Background(), ss)
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			t.Reset(ss.srv.opts.LastSeenInterval)
+		}
+	})
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		t.Stop()
 	}
 }
