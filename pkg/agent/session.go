@@ -6,8 +6,10 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -26,9 +28,14 @@ import (
 func (a *Agent) sessionSource(ctx context.Context) {
 	go a.status.run(ctx)
 	attempt := 0
+	var lastSession time.Time
 	for ctx.Err() == nil {
 		started := time.Now()
+		sessions := a.sessions.Load()
 		err := a.connectOnce(ctx)
+		if a.sessions.Load() > sessions {
+			lastSession = time.Now()
+		}
 		a.connected.Store(false)
 		a.status.attach(nil)
 		if ctx.Err() != nil {
@@ -45,8 +52,7 @@ func (a *Agent) sessionSource(ctx context.Context) {
 		if time.Since(started) > time.Minute {
 			attempt = 0 // the last session was healthy: start backing off afresh
 		}
-		delay := backoff(attempt, a.cfg.MaxBackoff)
-		attempt++
+		delay := a.retryDelay(err, &attempt, lastSession)
 		a.log.Info("Disconnected from hub, retrying", "reason", errString(err), "retryIn", delay.Round(time.Millisecond).String())
 		a.announce(fmt.Sprintf("disconnected (%s), retrying in %s", truncate(errString(err), 120), delay.Round(time.Second)))
 		select {
@@ -55,6 +61,46 @@ func (a *Agent) sessionSource(ctx context.Context) {
 		case <-time.After(delay):
 		}
 	}
+}
+
+// busyError: the hub turned the handshake or enrollment away for now
+// (503 with Retry-After), to spread a crowd of agents over time.
+type busyError struct {
+	after time.Duration
+}
+
+func (e *busyError) Error() string {
+	return fmt.Sprintf("hub busy, asked to retry in %s", e.after)
+}
+
+func retryAfter(h http.Header) time.Duration {
+	if s, err := strconv.Atoi(h.Get("Retry-After")); err == nil && s > 0 && s <= 300 {
+		return time.Duration(s) * time.Second
+	}
+	return 2 * time.Second
+}
+
+// retryDelay decides the wait before the next attempt. A busy hub's
+// Retry-After is honoured, spread by jitter, without growing the back-off
+// (being turned away is not failing). A hub that held a session minutes
+// ago is most likely restarting: its agents cap their back-off at 10 s so
+// a fleet is back soon after it is, instead of up to MaxBackoff later.
+func (a *Agent) retryDelay(err error, attempt *int, lastSession time.Time) time.Duration {
+	var busy *busyError
+	var enrollErr *EnrollError
+	if errors.As(err, &enrollErr) && enrollErr.Status == http.StatusServiceUnavailable {
+		busy = &busyError{after: 5 * time.Second}
+	}
+	if busy != nil || errors.As(err, &busy) {
+		return busy.after + time.Duration(rand.Int64N(int64(busy.after)))
+	}
+	ceiling := a.cfg.MaxBackoff
+	if !lastSession.IsZero() && time.Since(lastSession) < 5*time.Minute {
+		ceiling = min(ceiling, 10*time.Second)
+	}
+	d := backoff(*attempt, ceiling)
+	*attempt++
+	return d
 }
 
 func errString(err error) string {
@@ -109,6 +155,9 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 	if err != nil {
 		if resp != nil && resp.StatusCode == http.StatusForbidden {
 			return errRevoked
+		}
+		if resp != nil && resp.StatusCode == http.StatusServiceUnavailable {
+			return &busyError{after: retryAfter(resp.Header)}
 		}
 		if resp != nil {
 			return fmt.Errorf("connecting to hub: %s", resp.Status)

@@ -1,0 +1,41 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+)
+
+func TestRetryDelay(t *testing.T) {
+	a := &Agent{cfg: Config{MaxBackoff: time.Minute}}
+	for range 200 {
+		// Busy: honour Retry-After, spread over one more interval; the
+		// back-off does not grow.
+		attempt := 3
+		d := a.retryDelay(fmt.Errorf("wrapped: %w", &busyError{after: 2 * time.Second}), &attempt, time.Time{})
+		if d < 2*time.Second || d >= 4*time.Second || attempt != 3 {
+			t.Fatalf("busy: delay %s attempt %d", d, attempt)
+		}
+		attempt = 0
+		if d := a.retryDelay(&EnrollError{Status: http.StatusServiceUnavailable}, &attempt, time.Time{}); d < 5*time.Second || d >= 10*time.Second || attempt != 0 {
+			t.Fatalf("busy enrollment: delay %s attempt %d", d, attempt)
+		}
+		// The hub held a session a moment ago (it is restarting): at most
+		// 10 s, however many attempts.
+		attempt = 10
+		if d := a.retryDelay(errors.New("connection refused"), &attempt, time.Now().Add(-time.Minute)); d > 10*time.Second+100*time.Millisecond || attempt != 11 {
+			t.Fatalf("recent session: delay %s attempt %d", d, attempt)
+		}
+	}
+	// Never connected (or long ago): the full back-off, up to MaxBackoff.
+	longest := time.Duration(0)
+	for range 200 {
+		attempt := 10
+		longest = max(longest, a.retryDelay(errors.New("connection refused"), &attempt, time.Time{}))
+	}
+	if longest <= 10*time.Second || longest > time.Minute+100*time.Millisecond {
+		t.Errorf("no recent session: longest delay %s, want over 10 s and at most 1 min", longest)
+	}
+}
