@@ -14,14 +14,13 @@ import (
 	"testing"
 	"time"
 
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/clientcmd"
-	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/internal/clusterapi"
 	"github.com/edgefleet/fleet/internal/localkube"
+	"github.com/edgefleet/fleet/internal/testenv"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 )
 
@@ -91,7 +90,7 @@ func TestDemo(t *testing.T) {
 	waitOutput(t, out, exited, "Commands here", 1, 10*time.Minute)
 	c := hubClient(t, data)
 	ctx := context.Background()
-	if err := machinesRunning(ctx, c, 3); err != nil {
+	if err := testenv.MachinesRunning(ctx, c, "", 3); err != nil {
 		t.Fatalf("after the demo came up: %v", err)
 	}
 	uids := hostUIDs(t, c)
@@ -110,10 +109,10 @@ func TestDemo(t *testing.T) {
 	waitOutput(t, out, exited, "hub | fleet hub", 2, 5*time.Minute)
 	c = hubClient(t, data) // new API server certificates
 	eventually(t, "machines Running and every host connected after the hub restart", func() error {
-		if err := machinesRunning(ctx, c, 3); err != nil {
+		if err := testenv.MachinesRunning(ctx, c, "", 3); err != nil {
 			return err
 		}
-		return hostsConnected(ctx, c, 3)
+		return testenv.HostsConnected(ctx, c, "", 3)
 	})
 	if got := hostUIDs(t, c); !equalMaps(got, uids) {
 		t.Errorf("hosts changed across the hub restart: %v, were %v", got, uids)
@@ -134,13 +133,13 @@ func TestDemo(t *testing.T) {
 	// Scale down, then delete: hosts go back to the pool.
 	kubectlFleet(t, bin, data, "scale", "cluster", "demo", "--worker-machines", "1")
 	eventually(t, "one host back in the pool after scale-down", func() error {
-		if err := machinesRunning(ctx, c, 2); err != nil {
+		if err := testenv.MachinesRunning(ctx, c, "", 2); err != nil {
 			return err
 		}
-		return hostsAvailable(ctx, c, 1)
+		return testenv.HostsAvailable(ctx, c, "", 1)
 	})
 	kubectlFleet(t, bin, data, "delete", "cluster", "demo", "--wait", "--timeout", "5m")
-	eventually(t, "every host Available after the cluster is deleted", func() error { return hostsAvailable(ctx, c, 3) })
+	eventually(t, "every host Available after the cluster is deleted", func() error { return testenv.HostsAvailable(ctx, c, "", 3) })
 
 	say("quit")
 	// exec's Wait also waits for the copy of our input to the process.
@@ -242,58 +241,6 @@ func equalMaps(a, b map[string]types.UID) bool {
 		}
 	}
 	return true
-}
-
-func machinesRunning(ctx context.Context, c client.Client, want int) error {
-	machines := &clusterv1.MachineList{}
-	if err := c.List(ctx, machines); err != nil {
-		return err
-	}
-	if len(machines.Items) != want {
-		return fmt.Errorf("%d machines, want %d", len(machines.Items), want)
-	}
-	for _, m := range machines.Items {
-		if m.Status.Phase != string(clusterv1.MachinePhaseRunning) || !m.Status.NodeRef.IsDefined() {
-			return fmt.Errorf("machine %s is %s (node %q)", m.Name, m.Status.Phase, m.Status.NodeRef.Name)
-		}
-	}
-	return nil
-}
-
-func hostsConnected(ctx context.Context, c client.Client, want int) error {
-	hosts := &infrav1.EdgeHostList{}
-	if err := c.List(ctx, hosts); err != nil {
-		return err
-	}
-	n := 0
-	for _, h := range hosts.Items {
-		if apimeta.IsStatusConditionTrue(h.Status.Conditions, infrav1.AgentConnectedCondition) {
-			n++
-		}
-	}
-	if n != want {
-		return fmt.Errorf("%d hosts connected, want %d", n, want)
-	}
-	return nil
-}
-
-func hostsAvailable(ctx context.Context, c client.Client, want int) error {
-	hosts := &infrav1.EdgeHostList{}
-	if err := c.List(ctx, hosts); err != nil {
-		return err
-	}
-	n := 0
-	var phases []string
-	for _, h := range hosts.Items {
-		phases = append(phases, h.Name+"="+string(h.Status.Phase))
-		if h.Status.Phase == infrav1.HostAvailable {
-			n++
-		}
-	}
-	if n != want {
-		return fmt.Errorf("%d Available, want %d (%s)", n, want, strings.Join(phases, ", "))
-	}
-	return nil
 }
 
 func waitOutput(t *testing.T, out *syncBuffer, exited <-chan error, s string, times int, timeout time.Duration) {

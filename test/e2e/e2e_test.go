@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -291,7 +290,7 @@ func TestClusterLifecycleOnRealAgents(t *testing.T) {
 	}
 	must(t, c.Create(ctx, md))
 
-	eventually(t, "3 Machines Running with nodeRef", func() error { return machinesRunning(ctx, c, ns, 3) })
+	eventually(t, "3 Machines Running with nodeRef", func() error { return testenv.MachinesRunning(ctx, c, ns, 3) })
 	cp := &clusterv1.Machine{}
 	must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "cp-0"}, cp))
 	if cp.Spec.ProviderID != "edge://"+ns+"/cp-0" || cp.Status.NodeRef.Name != "cp-0" || len(cp.Status.Addresses) == 0 {
@@ -317,10 +316,10 @@ func TestClusterLifecycleOnRealAgents(t *testing.T) {
 	md.Spec.Replicas = ptr.To[int32](1)
 	must(t, c.Patch(ctx, md, patch))
 	eventually(t, "one worker host back in the pool", func() error {
-		if err := machinesRunning(ctx, c, ns, 2); err != nil {
+		if err := testenv.MachinesRunning(ctx, c, ns, 2); err != nil {
 			return err
 		}
-		return hostsAvailable(ctx, c, ns, 1)
+		return testenv.HostsAvailable(ctx, c, ns, 1)
 	})
 
 	// Scale back up: the reset host is provisioned again.
@@ -329,16 +328,16 @@ func TestClusterLifecycleOnRealAgents(t *testing.T) {
 	md.Spec.Replicas = ptr.To[int32](2)
 	must(t, c.Patch(ctx, md, patch))
 	eventually(t, "3 Machines Running again after scale-up", func() error {
-		if err := machinesRunning(ctx, c, ns, 3); err != nil {
+		if err := testenv.MachinesRunning(ctx, c, ns, 3); err != nil {
 			return err
 		}
-		return hostsAvailable(ctx, c, ns, 0)
+		return testenv.HostsAvailable(ctx, c, ns, 0)
 	})
 
 	// Delete the Cluster: every host is reset and Available.
 	must(t, c.Delete(ctx, cluster))
 	eventually(t, "every host Available after the Cluster is gone", func() error {
-		if err := hostsAvailable(ctx, c, ns, 3); err != nil {
+		if err := testenv.HostsAvailable(ctx, c, ns, 3); err != nil {
 			return err
 		}
 		machines := &clusterv1.MachineList{}
@@ -442,43 +441,4 @@ func createMachine(t *testing.T, c client.Client, ns, name, role string, spec bo
 			Deletion:          clusterv1.MachineDeletionSpec{NodeDeletionTimeoutSeconds: ptr.To[int32](10)},
 		},
 	}))
-}
-
-func machinesRunning(ctx context.Context, c client.Client, ns string, want int) error {
-	machines := &clusterv1.MachineList{}
-	if err := c.List(ctx, machines, client.InNamespace(ns)); err != nil {
-		return err
-	}
-	if len(machines.Items) != want {
-		return fmt.Errorf("%d machines, want %d", len(machines.Items), want)
-	}
-	var notYet []string
-	for _, m := range machines.Items {
-		if m.Status.Phase != string(clusterv1.MachinePhaseRunning) || !m.Status.NodeRef.IsDefined() {
-			notYet = append(notYet, fmt.Sprintf("%s=%s", m.Name, m.Status.Phase))
-		}
-	}
-	if len(notYet) > 0 {
-		return fmt.Errorf("not Running: %s", strings.Join(notYet, ", "))
-	}
-	return nil
-}
-
-func hostsAvailable(ctx context.Context, c client.Client, ns string, want int) error {
-	hosts := &infrav1.EdgeHostList{}
-	if err := c.List(ctx, hosts, client.InNamespace(ns)); err != nil {
-		return err
-	}
-	n := 0
-	var phases []string
-	for _, h := range hosts.Items {
-		phases = append(phases, h.Name+"="+string(h.Status.Phase))
-		if h.Status.Phase == infrav1.HostAvailable {
-			n++
-		}
-	}
-	if n != want {
-		return fmt.Errorf("%d Available, want %d (%s)", n, want, strings.Join(phases, ", "))
-	}
-	return nil
 }

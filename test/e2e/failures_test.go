@@ -14,6 +14,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/edgefleet/fleet/internal/testenv"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 )
@@ -48,7 +49,7 @@ func TestBootstrapFailuresAndRestarts(t *testing.T) {
 	cpToken, _, err := enrollment.Create(ctx, c, ns, enrollment.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "cp"}}, time.Now())
 	must(t, err)
 	cp := startAgent(t, "f-cp-0", agentBin, simBin, hubURL, pin, cpToken, wkc)
-	eventually(t, "host enrolled", func() error { return hostsAvailable(ctx, c, ns, 1) })
+	eventually(t, "host enrolled", func() error { return testenv.HostsAvailable(ctx, c, ns, 1) })
 
 	// 1. A bootstrap command fails.
 	createCPMachine(t, c, ns, "broken", []string{"echo the-broken-step-output; exit 3"})
@@ -70,7 +71,7 @@ func TestBootstrapFailuresAndRestarts(t *testing.T) {
 	}
 	// Fixing means replacing the Machine; the host is reset and reused.
 	must(t, c.Delete(ctx, m))
-	eventually(t, "host back after the failed Machine is deleted", func() error { return hostsAvailable(ctx, c, ns, 1) })
+	eventually(t, "host back after the failed Machine is deleted", func() error { return testenv.HostsAvailable(ctx, c, ns, 1) })
 
 	// 2. The hub restarts while a bootstrap runs: nothing runs twice.
 	createCPMachine(t, c, ns, "steady", []string{"mkdir -p /var/log && echo run >> /var/log/fleet-e2e-runs", "sleep 6"})
@@ -87,7 +88,7 @@ func TestBootstrapFailuresAndRestarts(t *testing.T) {
 	stopHub()
 	time.Sleep(2 * time.Second)
 	startFleetHub(t, ns, addr)
-	eventually(t, "control plane Running after the hub restart", func() error { return machinesRunning(ctx, c, ns, 1) })
+	eventually(t, "control plane Running after the hub restart", func() error { return testenv.MachinesRunning(ctx, c, ns, 1) })
 	runs, err := os.ReadFile(filepath.Join(cp.root, "var/log/fleet-e2e-runs"))
 	must(t, err)
 	if n := strings.Count(string(runs), "run\n"); n != 1 {
@@ -98,7 +99,7 @@ func TestBootstrapFailuresAndRestarts(t *testing.T) {
 	wToken, _, err := enrollment.Create(ctx, c, ns, enrollment.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "worker"}}, time.Now())
 	must(t, err)
 	w := startAgent(t, "f-w-0", agentBin, simBin, hubURL, pin, wToken, wkc)
-	eventually(t, "worker enrolled", func() error { return hostsAvailable(ctx, c, ns, 1) })
+	eventually(t, "worker enrolled", func() error { return testenv.HostsAvailable(ctx, c, ns, 1) })
 	createWorkerMachine(t, c, ns, "slow-worker", []string{"sleep 30"})
 	eventually(t, "worker bootstrap under way", func() error {
 		cond, err := hostCondition(ctx, c, ns, "slow-worker", infrav1.HostProvisionedCondition)
@@ -123,7 +124,7 @@ func TestBootstrapFailuresAndRestarts(t *testing.T) {
 		}
 		return nil
 	})
-	if err := machinesRunning(ctx, c, ns, 2); err == nil {
+	if err := testenv.MachinesRunning(ctx, c, ns, 2); err == nil {
 		t.Fatal("the interrupted worker went Running")
 	}
 }
