@@ -3,14 +3,19 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"time"
+
+	"golang.org/x/time/rate"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/util/workqueue"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/hub/linkhealth"
@@ -35,6 +40,22 @@ type Options struct {
 	LinkThresholds linkhealth.Thresholds
 }
 
+// MaxRetryDelay caps the back-off of an object whose reconcile keeps
+// failing. controller-runtime's default cap is 16 minutes: after an API
+// server overload of a few dozen seconds, a host deletion or a claim could
+// then wait a quarter of an hour although nothing is wrong any more.
+const MaxRetryDelay = time.Minute
+
+// RateLimiter is the hub reconcilers' work-queue rate limiter: the
+// default's per-item exponential back-off (from 5 ms), capped at
+// MaxRetryDelay, and its overall 10 qps / 100 burst bucket.
+func RateLimiter() workqueue.TypedRateLimiter[reconcile.Request] {
+	return workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, MaxRetryDelay),
+		&workqueue.TypedBucketRateLimiter[reconcile.Request]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+	)
+}
+
 // NewScheme returns a scheme with every kind the hub reads or writes.
 func NewScheme() *runtime.Scheme {
 	s := runtime.NewScheme()
@@ -52,7 +73,7 @@ func AddToScheme(s *runtime.Scheme) {
 
 // Setup registers all hub reconcilers with mgr.
 func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
-	copts := controller.Options{MaxConcurrentReconciles: max(opts.Concurrency, 1)}
+	copts := controller.Options{MaxConcurrentReconciles: max(opts.Concurrency, 1), RateLimiter: RateLimiter()}
 	if opts.SkipNameValidation {
 		skip := true
 		copts.SkipNameValidation = &skip

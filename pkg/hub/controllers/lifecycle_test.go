@@ -265,11 +265,13 @@ func TestDeletingClaimedHostWaitsForRelease(t *testing.T) {
 	})
 	w.must(env.Client.Delete(w.ctx, &infrav1.EdgeHost{ObjectMeta: objMeta(w.ns, other)}))
 	w.eventually("free host deleted", func() error {
-		err := w.get(other, &infrav1.EdgeHost{})
+		h := &infrav1.EdgeHost{}
+		err := w.get(other, h)
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
-		return fmt.Errorf("still there: %v", err)
+		return fmt.Errorf("still there (err %v): finalizers %v, deleting since %v, phase %s, claim %v, conditions %+v",
+			err, h.Finalizers, h.DeletionTimestamp, h.Status.Phase, h.Spec.ClaimRef, h.Status.Conditions)
 	})
 
 	// The held host is not.
