@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -23,6 +24,7 @@ import (
 	hubcontrollers "github.com/edgefleet/fleet/pkg/hub/controllers"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
 	"github.com/edgefleet/fleet/pkg/hub/linkhealth"
+	"github.com/edgefleet/fleet/pkg/hub/reach"
 )
 
 func envOr(key, def string) string {
@@ -75,6 +77,9 @@ type options struct {
 	enrollBurst        int
 	linkRetransmits    float64
 	linkRTT            time.Duration
+	proxyAddr          string
+	proxyAdvertiseURL  string
+	proxyMaxTunnels    int
 }
 
 func (o *options) bind(fs *flag.FlagSet) {
@@ -109,6 +114,9 @@ func (o *options) bind(fs *flag.FlagSet) {
 	def := linkhealth.DefaultThresholds()
 	fs.Float64Var(&o.linkRetransmits, "link-degraded-retransmits", def.RetransmitsToHubPerMinute, "TCP retransmissions per minute from an agent to the hub at which its EdgeHost is LinkDegraded.")
 	fs.DurationVar(&o.linkRTT, "link-degraded-rtt", def.RTT, "Round-trip time from an agent to the hub at which its EdgeHost is LinkDegraded.")
+	fs.StringVar(&o.proxyAddr, "proxy-bind-address", ":7444", "Address of the edge-reach CONNECT proxy that carries Cluster API's connections to edge clusters through their agents; \"0\" turns edge reach off.")
+	fs.StringVar(&o.proxyAdvertiseURL, "proxy-advertise-url", "", "URL Cluster API's controllers reach the edge-reach proxy at (written as proxy-url into each fleet cluster's kubeconfig Secret); default http://<proxy-bind-address>.")
+	fs.IntVar(&o.proxyMaxTunnels, "proxy-max-tunnels", 4096, "Edge-reach tunnels this replica carries at once (each agent carries at most 32).")
 	o.zap.BindFlags(fs)
 }
 
@@ -225,6 +233,15 @@ func run(ctx context.Context, cfg *rest.Config, o options) error {
 		})
 		if err != nil {
 			return err
+		}
+		if o.proxyAddr != "0" {
+			if _, err := reach.Setup(ctx, mgr, gw, reach.SetupOptions{
+				Options:      reach.Options{Addr: o.proxyAddr, MaxTunnels: o.proxyMaxTunnels},
+				AdvertiseURL: o.proxyAdvertiseURL,
+				Controller:   controller.Options{MaxConcurrentReconciles: max(o.concurrency, 1)},
+			}); err != nil {
+				return err
+			}
 		}
 		if err := mgr.AddReadyzCheck("gateway", func(*http.Request) error {
 			select {

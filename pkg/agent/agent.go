@@ -55,6 +55,13 @@ type Agent struct {
 	mux             atomic.Pointer[yamux.Session]
 	refreshMu       sync.Mutex
 
+	// Edge reach: how this host's cluster endpoint is reached at the site
+	// (nil while the host belongs to no cluster), and the tunnels the hub
+	// opens to it.
+	reach   atomic.Pointer[wire.Reach]
+	reachMu sync.Mutex
+	tunnels tunnels
+
 	// Counters for tests and metrics.
 	enrollments atomic.Int64
 	sessions    atomic.Int64
@@ -64,7 +71,7 @@ type Agent struct {
 
 // New makes an agent. cfg must be Completed and Validated.
 func New(cfg Config, prov Provisioner, log logr.Logger) *Agent {
-	return &Agent{
+	a := &Agent{
 		cfg:     cfg,
 		store:   Store{Dir: cfg.StateDir},
 		prov:    prov,
@@ -72,6 +79,8 @@ func New(cfg Config, prov Provisioner, log logr.Logger) *Agent {
 		desired: make(chan *wire.DesiredState, 1),
 		status:  newStatusManager(),
 	}
+	a.tunnels.a = a
+	return a
 }
 
 // LastLoop is when the sync loop last went round.

@@ -199,6 +199,7 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 	go func() { <-sessCtx.Done(); _ = mux.Close() }()
 	rot := newRotator(a, s, leaf)
 	go rot.run(sessCtx)
+	go a.tunnels.accept(sessCtx, mux)
 
 	for {
 		frame, err := wire.ReadFrame(ctrl, wire.MaxFrameSize)
@@ -215,6 +216,7 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 		}
 		switch m := msg.(type) {
 		case *wire.DesiredState:
+			a.setReach(m.Reach)
 			a.interruptIfReleased(m)
 			// Latest wins: replace a desired state the worker has not
 			// picked up yet.

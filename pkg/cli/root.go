@@ -10,6 +10,7 @@ import (
 	"github.com/edgefleet/fleet/pkg/cli/describe"
 	"github.com/edgefleet/fleet/pkg/cli/get"
 	"github.com/edgefleet/fleet/pkg/cli/host"
+	"github.com/edgefleet/fleet/pkg/cli/kubeconfig"
 	"github.com/edgefleet/fleet/pkg/cli/scale"
 	"github.com/edgefleet/fleet/pkg/cli/token"
 	"github.com/edgefleet/fleet/pkg/cli/version"
@@ -36,6 +37,7 @@ func NewRootCmd(streams genericiooptions.IOStreams) *cobra.Command {
 		describe.NewCmd(flags, streams),
 		get.NewCmd(flags, streams),
 		host.NewCmd(flags, streams),
+		kubeconfig.NewCmd(flags, streams),
 		token.NewCmd(flags, streams),
 		version.NewCmd(flags, streams),
 	} {

@@ -118,6 +118,7 @@ type agentProc struct {
 	args []string
 	cmd  *exec.Cmd
 	log  *syncBuffer
+	site *site
 }
 
 // syncBuffer collects a process's output safely across restarts.
@@ -140,6 +141,12 @@ func (s *syncBuffer) String() string {
 
 func startAgent(t *testing.T, name, agentBin, simBin, hubURL, pin, token string, workloadKubeconfig []byte) *agentProc {
 	t.Helper()
+	return startAgentIn(t, nil, name, agentBin, simBin, hubURL, pin, token, workloadKubeconfig)
+}
+
+// startAgentIn starts an agent inside an edge site (nil: on this host).
+func startAgentIn(t *testing.T, s *site, name, agentBin, simBin, hubURL, pin, token string, workloadKubeconfig []byte) *agentProc {
+	t.Helper()
 	root := t.TempDir()
 	files := map[string]string{
 		"etc/hostname":             name + "\n",
@@ -158,7 +165,7 @@ func startAgent(t *testing.T, name, agentBin, simBin, hubURL, pin, token string,
 	must(t, os.MkdirAll(filepath.Join(root, "opt/fleet/bin"), 0o755))
 	must(t, os.WriteFile(filepath.Join(root, "opt/fleet/bin/kubeadm"), sim, 0o755))
 
-	a := &agentProc{name: name, root: root, log: &syncBuffer{}}
+	a := &agentProc{name: name, root: root, log: &syncBuffer{}, site: s}
 	a.args = []string{"--config", filepath.Join(root, "no-config.yaml"),
 		"--hub", hubURL, "--ca-cert-hash", pin, "--token", token,
 		"--root-dir", root, "--state-dir", filepath.Join(root, "var/lib/fleet-agent"),
@@ -173,6 +180,9 @@ func startAgent(t *testing.T, name, agentBin, simBin, hubURL, pin, token string,
 func (a *agentProc) restart(t *testing.T) {
 	t.Helper()
 	a.cmd = exec.Command(a.bin, a.args...)
+	if a.site != nil {
+		a.cmd = a.site.command(a.bin, a.args...)
+	}
 	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
 	must(t, a.cmd.Start())
 }

@@ -15,6 +15,21 @@ const (
 	// holds it, so `kubectl get edgehosts -l` can find a machine's host.
 	ClaimedByLabel = "fleet.edgefleet.io/claimed-by"
 
+	// ClusterLabel on a claimed EdgeHost names the Cluster its machine
+	// belongs to; the hub finds the agents that can carry a cluster's
+	// edge-reach tunnels by it.
+	ClusterLabel = "fleet.edgefleet.io/cluster"
+
+	// ControlPlaneLabel on a claimed EdgeHost, set to "true", marks a host
+	// whose machine is in its cluster's control plane: the cluster's
+	// endpoint resolves to these hosts, and tunnels prefer them.
+	ControlPlaneLabel = "fleet.edgefleet.io/control-plane"
+
+	// EdgeReachAnnotation on a Cluster, set to "disabled", keeps the hub
+	// from routing Cluster API's connections to it through the agents (for
+	// a cluster whose API server the management cluster can dial itself).
+	EdgeReachAnnotation = "fleet.edgefleet.io/edge-reach"
+
 	// EdgeClusterFinalizer lets the hub clean up before an EdgeCluster goes.
 	EdgeClusterFinalizer = "edgecluster.infrastructure.cluster.x-k8s.io"
 

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"strconv"
 )
 
 // MaxFrameSize bounds one control-stream frame. Bootstrap data from CABPK
@@ -52,6 +54,10 @@ func typeOf(msg any) (Type, error) {
 		return TypeCertificate, nil
 	case Error, *Error:
 		return TypeError, nil
+	case Tunnel, *Tunnel:
+		return TypeTunnel, nil
+	case TunnelReady, *TunnelReady:
+		return TypeTunnelReady, nil
 	default:
 		return "", fmt.Errorf("wire: %T is not a message type", msg)
 	}
@@ -84,6 +90,10 @@ func Decode(frame []byte) (any, error) {
 		msg = &Certificate{}
 	case TypeError:
 		msg = &Error{}
+	case TypeTunnel:
+		msg = &Tunnel{}
+	case TypeTunnelReady:
+		msg = &TunnelReady{}
 	default:
 		return nil, &Error{Code: ErrUnknownType, Message: fmt.Sprintf("unknown message type %q", env.Type)}
 	}
@@ -120,6 +130,19 @@ func validate(msg any) error {
 		if a := m.Assignment; a != nil && (a.ClaimUID == "" || len(a.BootstrapData) == 0) {
 			return bad("DesiredState.assignment needs claimUID and bootstrapData")
 		}
+		if r := m.Reach; r != nil {
+			if err := validHostPort(r.Endpoint); err != nil {
+				return bad("DesiredState.reach.endpoint: %v", err)
+			}
+			if len(r.Addresses) > 16 {
+				return bad("DesiredState.reach has %d addresses, at most 16", len(r.Addresses))
+			}
+			for _, a := range r.Addresses {
+				if net.ParseIP(a) == nil {
+					return bad("DesiredState.reach.addresses: %q is not an IP address", a)
+				}
+			}
+		}
 	case *Status:
 		if m.ObservedGeneration < 0 {
 			return bad("Status.observedGeneration is negative")
@@ -138,6 +161,25 @@ func validate(msg any) error {
 		if m.Code == "" {
 			return bad("Error without code")
 		}
+	case *Tunnel:
+		if err := validHostPort(m.Target); err != nil {
+			return bad("Tunnel.target: %v", err)
+		}
+	}
+	return nil
+}
+
+// validHostPort accepts host:port with a non-empty host and a port in 1–65535.
+func validHostPort(s string) error {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return err
+	}
+	if host == "" || len(host) > 253 {
+		return fmt.Errorf("%q: bad host", s)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return fmt.Errorf("%q: bad port", s)
 	}
 	return nil
 }

@@ -28,7 +28,15 @@ const (
 	TypeCertificate Type = "Certificate"
 	// TypeError reports a problem; fatal codes are followed by a close.
 	TypeError Type = "Error"
+	// TypeTunnel is the first frame of a stream the hub opens: dial the
+	// target and carry bytes. It never appears on the control stream.
+	TypeTunnel Type = "Tunnel"
+	// TypeTunnelReady answers a Tunnel: the dial worked, raw bytes follow.
+	TypeTunnelReady Type = "TunnelReady"
 )
+
+// MaxTunnelFrameSize bounds a Tunnel or TunnelReady frame.
+const MaxTunnelFrameSize = 4 << 10
 
 // Hello opens a session. The hub knows who the agent is from its client
 // certificate; Host is checked against it, never trusted on its own.
@@ -52,6 +60,34 @@ type DesiredState struct {
 	Assignment *Assignment `json:"assignment,omitempty"`
 	// Deprovision orders the agent to reset the host to clean.
 	Deprovision bool `json:"deprovision,omitempty"`
+	// Reach, set while the host belongs to a cluster, says how that
+	// cluster's API endpoint is reached at the site. It can change without
+	// a new generation (control-plane hosts come and go); agents apply the
+	// latest one they receive.
+	Reach *Reach `json:"reach,omitempty"`
+}
+
+// Reach is the site-local view of a cluster's API endpoint.
+type Reach struct {
+	// Endpoint is the cluster's controlPlaneEndpoint as host:port; the
+	// only target the agent will dial for a tunnel.
+	Endpoint string `json:"endpoint"`
+	// Addresses are where the endpoint's name resolves at the site, best
+	// first: the host itself (127.0.0.1) on a control-plane host, then the
+	// other control-plane hosts' addresses. Empty until one is known.
+	Addresses []string `json:"addresses,omitempty"`
+}
+
+// Tunnel asks the agent to dial Target and carry the stream's bytes.
+type Tunnel struct {
+	// Target is host:port; it must be the agent's Reach.Endpoint.
+	Target string `json:"target"`
+}
+
+// TunnelReady tells the hub the dial worked.
+type TunnelReady struct {
+	// Address is the address actually dialled, for the hub's logs.
+	Address string `json:"address,omitempty"`
 }
 
 // Assignment is one Machine's bootstrap, as the agent must run it.
@@ -125,6 +161,9 @@ const (
 	ErrRejected ErrorCode = "Rejected"
 	// ErrInternal: the other side failed; retry later.
 	ErrInternal ErrorCode = "Internal"
+	// ErrDialFailed: a tunnel's target could not be dialled. Ends the
+	// stream only.
+	ErrDialFailed ErrorCode = "DialFailed"
 )
 
 // Error reports a problem to the peer.

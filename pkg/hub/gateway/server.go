@@ -14,6 +14,7 @@ import (
 	"github.com/go-logr/logr"
 	"golang.org/x/time/rate"
 	toolscache "k8s.io/client-go/tools/cache"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -138,11 +139,31 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Server, error)
 	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		// Add too: a host deleted and re-created under the same name must
 		// cut off sessions of the old one.
-		AddFunc:    func(obj any) { s.hostChanged(obj) },
-		UpdateFunc: func(_, obj any) { s.hostChanged(obj) },
-		DeleteFunc: func(obj any) { s.hostDeleted(obj) },
+		AddFunc: func(obj any) {
+			s.hostChanged(obj)
+			s.membersChanged(nil, obj)
+		},
+		UpdateFunc: func(old, obj any) {
+			s.hostChanged(obj)
+			s.membersChanged(old, obj)
+		},
+		DeleteFunc: func(obj any) {
+			s.hostDeleted(obj)
+			s.membersChanged(obj, nil)
+		},
 	}); err != nil {
 		return nil, fmt.Errorf("gateway: EdgeHost event handler: %w", err)
+	}
+	// A cluster's endpoint is part of its hosts' desired state (Reach).
+	clusters, err := mgr.GetCache().GetInformer(ctx, &clusterv1.Cluster{})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: Cluster informer: %w", err)
+	}
+	if _, err := clusters.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { s.clusterChanged(nil, obj) },
+		UpdateFunc: func(old, obj any) { s.clusterChanged(old, obj) },
+	}); err != nil {
+		return nil, fmt.Errorf("gateway: Cluster event handler: %w", err)
 	}
 	if err := mgr.Add(s); err != nil {
 		return nil, err

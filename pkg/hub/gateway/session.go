@@ -36,6 +36,8 @@ type session struct {
 	once      sync.Once
 	replaced  atomic.Bool
 	loopsDone chan struct{}
+	// tunnels is the number of edge-reach tunnels open on this session.
+	tunnels atomic.Int32
 
 	// Per-session budgets: a misbehaving agent costs bounded API writes
 	// and signatures. Status is level-triggered, so a report dropped here
@@ -281,7 +283,8 @@ func (ss *session) pusher() {
 				ss.revoke()
 				return
 			}
-			if ss.lastPushed != nil && sameIntent(ss.lastPushed, host) {
+			reach := ss.srv.reachFor(context.Background(), host)
+			if ss.lastPushed != nil && sameIntent(ss.lastPushed, host) && sameReach(ss.lastPushed.Reach, reach) {
 				continue
 			}
 			desired, err := ss.srv.desiredFor(context.Background(), host)
@@ -290,6 +293,7 @@ func (ss *session) pusher() {
 				ss.retryPush(seen)
 				continue
 			}
+			desired.Reach = reach
 			if ss.lastPushed != nil && equality.Semantic.DeepEqual(ss.lastPushed, desired) {
 				continue
 			}
@@ -317,8 +321,8 @@ func (ss *session) retryPush(seen time.Time) {
 }
 
 // refuseStreams closes any stream the agent opens beyond the control
-// stream: until tunnels exist there is nothing else to accept, and an
-// unaccepted stream would sit in the backlog holding buffer memory.
+// stream: tunnels are opened by the hub only, and an unaccepted stream
+// would sit in the backlog holding buffer memory.
 func (ss *session) refuseStreams() {
 	for {
 		st, err := ss.mux.AcceptStream()

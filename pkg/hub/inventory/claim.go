@@ -41,6 +41,48 @@ type Request struct {
 	Zone string
 	// BootstrapDataSecretName is recorded in the claim for the agent.
 	BootstrapDataSecretName string
+	// Cluster is the name of the machine's Cluster; ControlPlane tells
+	// whether the machine is in its control plane. Both become labels.
+	Cluster      string
+	ControlPlane bool
+}
+
+// MembershipLabels are the labels a host held for req carries.
+func MembershipLabels(machine, cluster string, controlPlane bool) map[string]string {
+	l := map[string]string{infrav1.ClaimedByLabel: machine}
+	if cluster != "" {
+		l[infrav1.ClusterLabel] = cluster
+	}
+	if controlPlane {
+		l[infrav1.ControlPlaneLabel] = "true"
+	}
+	return l
+}
+
+// HasMembershipLabels reports whether h carries exactly the labels of
+// MembershipLabels(machine, cluster, controlPlane).
+func HasMembershipLabels(h *infrav1.EdgeHost, machine, cluster string, controlPlane bool) bool {
+	want := MembershipLabels(machine, cluster, controlPlane)
+	for _, k := range []string{infrav1.ClaimedByLabel, infrav1.ClusterLabel, infrav1.ControlPlaneLabel} {
+		v, ok := h.Labels[k]
+		w, wok := want[k]
+		if ok != wok || v != w {
+			return false
+		}
+	}
+	return true
+}
+
+// SetMembershipLabels replaces h's membership labels.
+func SetMembershipLabels(h *infrav1.EdgeHost, machine, cluster string, controlPlane bool) {
+	if h.Labels == nil {
+		h.Labels = map[string]string{}
+	}
+	delete(h.Labels, infrav1.ClusterLabel)
+	delete(h.Labels, infrav1.ControlPlaneLabel)
+	for k, v := range MembershipLabels(machine, cluster, controlPlane) {
+		h.Labels[k] = v
+	}
 }
 
 // Candidates returns the claimable hosts that satisfy req, in the order a
@@ -83,10 +125,7 @@ func Claim(ctx context.Context, c client.Client, candidates []*infrav1.EdgeHost,
 			UID:                     req.Machine.UID,
 			BootstrapDataSecretName: req.BootstrapDataSecretName,
 		}
-		if claimed.Labels == nil {
-			claimed.Labels = map[string]string{}
-		}
-		claimed.Labels[infrav1.ClaimedByLabel] = req.Machine.Name
+		SetMembershipLabels(claimed, req.Machine.Name, req.Cluster, req.ControlPlane)
 		// Update, not Patch: it carries h's resourceVersion, so it fails
 		// with a Conflict if the host changed since we read it.
 		err := c.Update(ctx, claimed)
@@ -112,6 +151,8 @@ func Release(ctx context.Context, c client.Client, h *infrav1.EdgeHost, machineU
 	released := h.DeepCopy()
 	released.Spec.ClaimRef = nil
 	delete(released.Labels, infrav1.ClaimedByLabel)
+	delete(released.Labels, infrav1.ClusterLabel)
+	delete(released.Labels, infrav1.ControlPlaneLabel)
 	// The spec change makes this generation+1. The agent must acknowledge
 	// that generation before the host counts as clean: it may have started
 	// on the assignment without having reported it yet. (Deletion also

@@ -131,14 +131,20 @@ func (r *Reconciler) reconcileHostClaim(ctx context.Context, s *scope) (bool, er
 	if s.machine.Spec.Bootstrap.DataSecretName != nil {
 		secretName = *s.machine.Spec.Bootstrap.DataSecretName
 	}
+	controlPlane := util.IsControlPlaneMachine(s.machine)
 	if host != nil {
 		s.host = host
 		em.Status.HostRef = host.Name
-		if host.Spec.ClaimRef.BootstrapDataSecretName != secretName && secretName != "" {
+		// Hosts claimed before membership labels existed get them here.
+		if (host.Spec.ClaimRef.BootstrapDataSecretName != secretName && secretName != "") ||
+			!inventory.HasMembershipLabels(host, em.Name, s.cluster.Name, controlPlane) {
 			updated := host.DeepCopy()
-			updated.Spec.ClaimRef.BootstrapDataSecretName = secretName
+			if secretName != "" {
+				updated.Spec.ClaimRef.BootstrapDataSecretName = secretName
+			}
+			inventory.SetMembershipLabels(updated, em.Name, s.cluster.Name, controlPlane)
 			if err := r.Client.Update(ctx, updated); err != nil {
-				return true, fmt.Errorf("recording bootstrap data on EdgeHost %s: %w", host.Name, err)
+				return true, fmt.Errorf("recording bootstrap data and membership on EdgeHost %s: %w", host.Name, err)
 			}
 			s.host = updated
 		}
@@ -173,6 +179,8 @@ func (r *Reconciler) reconcileHostClaim(ctx context.Context, s *scope) (bool, er
 		Selector:                selector,
 		Zone:                    s.machine.Spec.FailureDomain,
 		BootstrapDataSecretName: secretName,
+		Cluster:                 s.cluster.Name,
+		ControlPlane:            controlPlane,
 	}
 	// Waiting machines are woken by every host event, so the common "still
 	// nothing free" answer comes from the cache alone.

@@ -1,0 +1,259 @@
+package reach
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/hub/gateway"
+	"github.com/edgefleet/fleet/pkg/transport"
+)
+
+// Tunnel lifetimes on the hub's side; the agent applies the same.
+const (
+	IdleTimeout      = 5 * time.Minute
+	HalfCloseTimeout = transport.WriteTimeout
+	// DialTimeout bounds finding an agent and its dial of the endpoint.
+	DialTimeout = 20 * time.Second
+)
+
+// ClusterDialer opens a connection to a cluster's endpoint through one of
+// its agents. The gateway is one.
+type ClusterDialer interface {
+	DialCluster(ctx context.Context, namespace, cluster, target string) (net.Conn, string, error)
+}
+
+// Options configure the proxy.
+type Options struct {
+	// Addr to listen on, e.g. ":8081" or "127.0.0.1:0".
+	Addr string
+	// MaxTunnels bounds the tunnels open through this replica at once.
+	MaxTunnels int
+}
+
+// Proxy is the hub's CONNECT proxy into edge clusters.
+type Proxy struct {
+	opts   Options
+	reader client.Reader
+	dialer ClusterDialer
+	creds  func() *Credentials
+	log    logr.Logger
+	slots  chan struct{}
+
+	listener net.Listener
+	ready    chan struct{}
+}
+
+// New makes a proxy. reader reads Clusters (a cache is best); creds is
+// called per request and may return nil until the hub CA is known.
+func New(opts Options, reader client.Reader, dialer ClusterDialer, creds func() *Credentials) *Proxy {
+	if opts.MaxTunnels <= 0 {
+		opts.MaxTunnels = 4096
+	}
+	return &Proxy{opts: opts, reader: reader, dialer: dialer, creds: creds,
+		log: ctrl.Log.WithName("reach-proxy"), slots: make(chan struct{}, opts.MaxTunnels), ready: make(chan struct{})}
+}
+
+// NeedLeaderElection is false: every replica proxies through its own agents.
+func (p *Proxy) NeedLeaderElection() bool { return false }
+
+// Ready is closed once the proxy listens.
+func (p *Proxy) Ready() <-chan struct{} { return p.ready }
+
+// Addr is where the proxy listens, once Ready.
+func (p *Proxy) Addr() string { return p.listener.Addr().String() }
+
+// Start serves until ctx ends.
+func (p *Proxy) Start(ctx context.Context) error {
+	ln, err := net.Listen("tcp", p.opts.Addr)
+	if err != nil {
+		return fmt.Errorf("edge-reach proxy: listening on %s: %w", p.opts.Addr, err)
+	}
+	p.listener = ln
+	close(p.ready)
+	p.log.Info("Serving the edge-reach proxy", "addr", ln.Addr().String())
+	srv := &http.Server{
+		Handler:           p,
+		ReadHeaderTimeout: 10 * time.Second,
+		MaxHeaderBytes:    8 << 10,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		return fmt.Errorf("edge-reach proxy: serving: %w", err)
+	}
+	// Hijacked tunnels end with ctx (BaseContext), not with Shutdown.
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(shutdownCtx)
+	return nil
+}
+
+// ServeHTTP handles one CONNECT.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodConnect {
+		p.refuse(w, r, "not_connect", http.StatusMethodNotAllowed, "this is fleet's edge-reach proxy: only CONNECT to a fleet cluster's API endpoint is served")
+		return
+	}
+	cluster, status, reason, msg := p.authorize(r)
+	if cluster == nil {
+		if status == http.StatusProxyAuthRequired {
+			w.Header().Set("Proxy-Authenticate", `Basic realm="fleet edge reach"`)
+		}
+		p.refuse(w, r, reason, status, msg)
+		return
+	}
+	select {
+	case p.slots <- struct{}{}:
+		defer func() { <-p.slots }()
+	default:
+		p.refuse(w, r, "limit", http.StatusServiceUnavailable,
+			fmt.Sprintf("the hub carries its maximum of %d tunnels; retry later", cap(p.slots)))
+		return
+	}
+
+	ctx, cancel := context.WithTimeout(r.Context(), DialTimeout)
+	tunnel, via, err := p.dialer.DialCluster(ctx, cluster.Namespace, cluster.Name, r.Host)
+	cancel()
+	if err != nil {
+		var noAgent *gateway.ErrNoAgent
+		var te *gateway.TunnelError
+		switch {
+		case errors.As(err, &noAgent):
+			dialFailures.WithLabelValues("no_agent").Inc()
+		case errors.As(err, &te):
+			dialFailures.WithLabelValues(te.Reason).Inc()
+		default:
+			dialFailures.WithLabelValues("session_error").Inc()
+		}
+		p.log.Info("Edge-reach tunnel failed", "cluster", cluster.Namespace+"/"+cluster.Name, "target", r.Host, "error", err.Error())
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer tunnel.Close()
+
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		http.Error(w, "connection cannot be taken over", http.StatusInternalServerError)
+		return
+	}
+	client, buf, err := hj.Hijack()
+	if err != nil {
+		return
+	}
+	defer client.Close()
+	if _, err := client.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
+		return
+	}
+	// Bytes the client sent right behind its CONNECT are already read.
+	if n := buf.Reader.Buffered(); n > 0 {
+		early, _ := buf.Reader.Peek(n)
+		if _, err := tunnel.Write(early); err != nil {
+			return
+		}
+		tunnelBytes.WithLabelValues("to_edge").Add(float64(n))
+	}
+	tunnelsTotal.Inc()
+	tunnelsOpen.Inc()
+	defer tunnelsOpen.Dec()
+	p.log.V(1).Info("Edge-reach tunnel open", "cluster", cluster.Namespace+"/"+cluster.Name, "via", via)
+	// Closing both ends when the hub stops ends the copy.
+	stop := context.AfterFunc(r.Context(), func() { _ = client.Close(); _ = tunnel.Close() })
+	defer stop()
+	transport.Pipe(client, countingConn{tunnel}, IdleTimeout, HalfCloseTimeout)
+}
+
+// authorize finds the cluster the request's credential is for and checks
+// that the target is that cluster's endpoint. On refusal it returns the
+// status, the metric reason and a message that never tells an
+// unauthenticated caller whether a cluster exists.
+func (p *Proxy) authorize(r *http.Request) (cluster *clusterv1.Cluster, status int, reason, msg string) {
+	user, password, ok := proxyBasicAuth(r)
+	if !ok {
+		return nil, http.StatusProxyAuthRequired, "unauthenticated",
+			"proxy credentials required: use the proxy-url of `kubectl fleet kubeconfig CLUSTER`"
+	}
+	badCreds := func() (*clusterv1.Cluster, int, string, string) {
+		return nil, http.StatusProxyAuthRequired, "bad_credentials", "proxy credentials not valid"
+	}
+	creds := p.creds()
+	ns, name, ok := splitUser(user)
+	if !ok || creds == nil {
+		return badCreds()
+	}
+	c := &clusterv1.Cluster{}
+	if err := p.reader.Get(r.Context(), client.ObjectKey{Namespace: ns, Name: name}, c); err != nil {
+		return badCreds()
+	}
+	if !creds.Valid(c, password) {
+		return badCreds()
+	}
+	if ref := c.Spec.InfrastructureRef; ref.Kind != "EdgeCluster" || ref.APIGroup != infrav1.GroupVersion.Group {
+		return nil, http.StatusForbidden, "target_not_allowed", fmt.Sprintf("cluster %s/%s is not a fleet cluster", ns, name)
+	}
+	if c.Annotations[infrav1.EdgeReachAnnotation] == "disabled" {
+		return nil, http.StatusForbidden, "edge_reach_disabled",
+			fmt.Sprintf("edge reach is disabled for cluster %s/%s (annotation %s)", ns, name, infrav1.EdgeReachAnnotation)
+	}
+	ep := c.Spec.ControlPlaneEndpoint
+	if !ep.IsValid() {
+		return nil, http.StatusForbidden, "target_not_allowed", fmt.Sprintf("cluster %s/%s has no controlPlaneEndpoint yet", ns, name)
+	}
+	endpoint := net.JoinHostPort(ep.Host, strconv.Itoa(int(ep.Port)))
+	if !strings.EqualFold(r.Host, endpoint) {
+		return nil, http.StatusForbidden, "target_not_allowed",
+			fmt.Sprintf("the credentials of cluster %s/%s open only its API endpoint %s, not %q", ns, name, endpoint, r.Host)
+	}
+	r.Host = endpoint
+	return c, 0, "", ""
+}
+
+func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, reason string, status int, msg string) {
+	refused.WithLabelValues(reason).Inc()
+	p.log.Info("Refused an edge-reach request", "reason", reason, "method", r.Method, "target", r.Host, "remote", r.RemoteAddr)
+	http.Error(w, msg, status)
+}
+
+// proxyBasicAuth reads HTTP Basic credentials from Proxy-Authorization.
+func proxyBasicAuth(r *http.Request) (user, password string, ok bool) {
+	h := r.Header.Get("Proxy-Authorization")
+	scheme, value, found := strings.Cut(h, " ")
+	if !found || !strings.EqualFold(scheme, "Basic") {
+		return "", "", false
+	}
+	raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(value))
+	if err != nil {
+		return "", "", false
+	}
+	return strings.Cut(string(raw), ":")
+}
+
+// countingConn counts the bytes a tunnel carries as they move.
+type countingConn struct{ net.Conn }
+
+func (c countingConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	tunnelBytes.WithLabelValues("from_edge").Add(float64(n))
+	return n, err
+}
+
+func (c countingConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	tunnelBytes.WithLabelValues("to_edge").Add(float64(n))
+	return n, err
+}

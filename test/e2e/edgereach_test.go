@@ -1,0 +1,378 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	"sigs.k8s.io/cluster-api/util/kubeconfig"
+	"sigs.k8s.io/cluster-api/util/secret"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/edgefleet/fleet/internal/testenv"
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	hubcontrollers "github.com/edgefleet/fleet/pkg/hub/controllers"
+	"github.com/edgefleet/fleet/pkg/hub/enrollment"
+	"github.com/edgefleet/fleet/pkg/hub/gateway"
+	"github.com/edgefleet/fleet/pkg/hub/reach"
+)
+
+// sitePort is the workload API server's port inside the site.
+const sitePort = 16443
+
+// An edge cluster whose API server no one outside its site can dial: it
+// runs in the site's network namespace, where its agents run too; they
+// dial the hub through an outbound-only forwarder. Cluster API, in the
+// root namespace, reaches it only through the hub's edge-reach proxy and
+// the agents' sessions.
+//
+// First without the proxy wiring (the cluster opted out): the failure
+// users of every other provider see — the Machine stays Provisioned with
+// no nodeRef. Then with it: nodeRef, ControlPlaneInitialized, the remote
+// connection probe, and a worker joined with a token the kubeadm
+// bootstrap reconciler created in the workload cluster through a tunnel.
+// Then `kubectl fleet kubeconfig` with the real kubectl, fail-over to
+// another agent when the tunnel's agent dies, the error when none is
+// left, and every kind of abuse refused and counted.
+func TestEdgeReachThroughAgents(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	c := hub.Client
+	endpoint := clusterName + "." + ns + ".fleet.internal"
+	target := fmt.Sprintf("%s:%d", endpoint, sitePort)
+
+	s := newSite(t)
+	api := startSiteAPIServer(t, s, endpoint, sitePort)
+	must(t, unreachable(api.kubeconfig, endpoint,
+		fmt.Sprintf("%s:%d", siteAddr, sitePort), fmt.Sprintf("127.0.0.1:%d", sitePort), target))
+	if _, err := net.LookupHost(endpoint); err == nil {
+		t.Fatalf("%s resolves outside the site", endpoint)
+	}
+
+	gw, proxyAddr := startFleetHubWithReach(t, ns)
+	const siteGateway = "127.0.0.1:17443"
+	s.forward(t, siteGateway, gw.Addr())
+
+	cluster := &clusterv1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Name: clusterName, Namespace: ns,
+			Annotations: map[string]string{infrav1.EdgeReachAnnotation: "disabled"}},
+		Spec: clusterv1.ClusterSpec{InfrastructureRef: clusterv1.ContractVersionedObjectReference{
+			APIGroup: infrav1.GroupVersion.Group, Kind: "EdgeCluster", Name: clusterName}},
+	}
+	must(t, c.Create(ctx, cluster))
+	must(t, c.Create(ctx, kubeconfig.GenerateSecret(cluster, api.kubeconfig)))
+	must(t, c.Create(ctx, &infrav1.EdgeCluster{ObjectMeta: metav1.ObjectMeta{Name: clusterName, Namespace: ns},
+		Spec: infrav1.EdgeClusterSpec{ControlPlaneEndpoint: infrav1.APIEndpoint{Host: endpoint, Port: sitePort}}}))
+
+	cpToken, _, err := enrollment.Create(ctx, c, ns, enrollment.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "cp"}}, time.Now())
+	must(t, err)
+	wToken, _, err := enrollment.Create(ctx, c, ns, enrollment.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "worker"}}, time.Now())
+	must(t, err)
+	agentBin, simBin := buildBinaries(t)
+	hubURL, pin := "https://"+siteGateway, gw.CA().Pin()
+	cpAgent := startAgentIn(t, s, "cp-0", agentBin, simBin, hubURL, pin, cpToken, api.kubeconfig)
+	wAgent := startAgentIn(t, s, "w-0", agentBin, simBin, hubURL, pin, wToken, api.kubeconfig)
+	eventually(t, "2 hosts in the site enrolled and Available", func() error { return testenv.HostsAvailable(ctx, c, ns, 2) })
+
+	// Without edge reach: provisioned, but Cluster API cannot see the node.
+	createCPMachine(t, c, ns, "cp-0", nil)
+	eventually(t, "cp-0 Provisioned", func() error {
+		m := &clusterv1.Machine{}
+		must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "cp-0"}, m))
+		if m.Status.Phase != string(clusterv1.MachinePhaseProvisioned) {
+			return fmt.Errorf("phase %q", m.Status.Phase)
+		}
+		return nil
+	})
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Second) {
+		m := &clusterv1.Machine{}
+		must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "cp-0"}, m))
+		if m.Status.NodeRef.IsDefined() || m.Status.Phase == string(clusterv1.MachinePhaseRunning) {
+			t.Fatalf("without edge reach Cluster API reached the workload cluster anyway: phase %s, nodeRef %v", m.Status.Phase, m.Status.NodeRef)
+		}
+	}
+	if proxyURLOf(t, ns) != "" {
+		t.Fatal("the kubeconfig of a cluster with edge reach disabled has a proxy-url")
+	}
+
+	// With edge reach: the hub points the kubeconfig at its proxy.
+	must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: clusterName}, cluster))
+	p := client.MergeFrom(cluster.DeepCopy())
+	delete(cluster.Annotations, infrav1.EdgeReachAnnotation)
+	must(t, c.Patch(ctx, cluster, p))
+	eventually(t, "proxy-url in the kubeconfig Secret", func() error {
+		if u := proxyURLOf(t, ns); !strings.Contains(u, proxyAddr) {
+			return fmt.Errorf("proxy-url %q", u)
+		}
+		return nil
+	})
+	eventually(t, "cp-0 Running with nodeRef through the tunnel", func() error { return testenv.MachinesRunning(ctx, c, ns, 1) })
+	eventually(t, "Cluster ControlPlaneInitialized and its remote connection probe passing", func() error {
+		must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: clusterName}, cluster))
+		for _, cond := range []string{clusterv1.ClusterControlPlaneInitializedCondition, clusterv1.ClusterRemoteConnectionProbeCondition} {
+			if !conditions.IsTrue(cluster, cond) {
+				return fmt.Errorf("%s is not True: %+v", cond, conditions.Get(cluster, cond))
+			}
+		}
+		return nil
+	})
+	// A worker: its join needs a bootstrap token that the kubeadm
+	// bootstrap reconciler creates in the workload cluster.
+	createWorkerMachine(t, c, ns, "w-0", nil)
+	eventually(t, "cp-0 and w-0 Running with nodeRef", func() error { return testenv.MachinesRunning(ctx, c, ns, 2) })
+
+	// An operator's kubectl, through `kubectl fleet kubeconfig`.
+	kc := fleetKubeconfig(t, ns)
+	if out := kubectl(t, kc, "get", "nodes", "-o", "name"); !strings.Contains(out, "node/cp-0") || !strings.Contains(out, "node/w-0") {
+		t.Fatalf("kubectl get nodes through the proxy: %q", out)
+	}
+	if out := kubectl(t, kc, "get", "secrets", "-n", "kube-system", "-o", "name"); !strings.Contains(out, "secret/bootstrap-token-") {
+		t.Fatalf("no bootstrap token in the workload cluster: %q", out)
+	}
+
+	// Fail-over: the control-plane host's agent (the preferred carrier)
+	// dies. Cluster API goes on through the worker's agent, which reaches
+	// the control plane over the site's LAN: it syncs a new Machine label
+	// to the Node.
+	cpAgent.kill(t)
+	eventually(t, "cp-0 disconnected", func() error {
+		h := &infrav1.EdgeHost{}
+		must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "cp-0"}, h))
+		if conditions.IsTrue(h, infrav1.AgentConnectedCondition) {
+			return errors.New("still connected")
+		}
+		return nil
+	})
+	m := &clusterv1.Machine{}
+	must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "w-0"}, m))
+	mp := client.MergeFrom(m.DeepCopy())
+	m.Labels["node.cluster.x-k8s.io/reached-after-failover"] = "yes"
+	must(t, c.Patch(ctx, m, mp))
+	eventually(t, "Cluster API labels the Node through the other agent", func() error {
+		out := kubectl(t, kc, "get", "node", "w-0", "-o", "jsonpath={.metadata.labels.node\\.cluster\\.x-k8s\\.io/reached-after-failover}")
+		if out != "yes" {
+			return fmt.Errorf("label is %q", out)
+		}
+		return nil
+	})
+
+	// Abuse, all refused and counted.
+	user, password := credentialsOf(t, ns)
+	before := reachMetrics(t)
+	for _, tc := range []struct {
+		name, method, target, user, password string
+		want                                 int
+	}{
+		{"plain GET", http.MethodGet, target, user, password, http.StatusMethodNotAllowed},
+		{"no credentials", http.MethodConnect, target, "", "", http.StatusProxyAuthRequired},
+		{"wrong password", http.MethodConnect, target, user, password + "x", http.StatusProxyAuthRequired},
+		{"another cluster's credentials", http.MethodConnect, target, ns + "/other", password, http.StatusProxyAuthRequired},
+		{"the site's LAN address", http.MethodConnect, fmt.Sprintf("%s:%d", siteAddr, sitePort), user, password, http.StatusForbidden},
+		{"another port of the endpoint", http.MethodConnect, endpoint + ":22", user, password, http.StatusForbidden},
+		{"another site's private address", http.MethodConnect, "192.168.1.10:443", user, password, http.StatusForbidden},
+	} {
+		if code, body := proxyRequest(t, proxyAddr, tc.method, tc.target, tc.user, tc.password); code != tc.want {
+			t.Errorf("%s: status %d, want %d (%s)", tc.name, code, tc.want, body)
+		}
+	}
+	// The hub itself asking an agent for another address: the agent says no.
+	_, _, err = gw.DialCluster(ctx, ns, clusterName, fmt.Sprintf("%s:22", siteAddr))
+	var te *gateway.TunnelError
+	if !errors.As(err, &te) || te.Reason != "agent_refused" || !strings.Contains(err.Error(), "not this host's cluster endpoint") {
+		t.Errorf("agent dialled a target outside its cluster: %v", err)
+	}
+	after := reachMetrics(t)
+	for _, k := range []string{"refused/not_connect", "refused/unauthenticated", "refused/bad_credentials", "refused/target_not_allowed"} {
+		if after[k] <= before[k] {
+			t.Errorf("metric fleet_reach_%s did not count the refusal (%v → %v)", k, before[k], after[k])
+		}
+	}
+	if !strings.Contains(wAgent.log.String(), "Refused a tunnel") {
+		t.Error("the agent did not log the refused tunnel")
+	}
+
+	// No agent left: a clear error naming the cluster.
+	wAgent.kill(t)
+	eventually(t, "no agent of the cluster connected", func() error {
+		code, body := proxyRequest(t, proxyAddr, http.MethodConnect, target, user, password)
+		if code != http.StatusBadGateway || !strings.Contains(body, fmt.Sprintf("no agent of cluster %s/%s is connected", ns, clusterName)) {
+			return fmt.Errorf("status %d: %s", code, body)
+		}
+		return nil
+	})
+	if got := reachMetrics(t)["dial_failures/no_agent"]; got < 1 {
+		t.Errorf("fleet_reach_dial_failures_total{reason=no_agent} = %v", got)
+	}
+}
+
+// startFleetHubWithReach runs fleet's hub with edge reach, watching only
+// ns (other tests' clusters are not its to point at its proxy), and
+// returns its gateway and the proxy's address.
+func startFleetHubWithReach(t *testing.T, ns string) (*gateway.Server, string) {
+	t.Helper()
+	mgr, err := ctrl.NewManager(hub.Config, ctrl.Options{Scheme: hub.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
+		Logger: ctrl.Log.WithName("hub"),
+		Cache:  cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}}})
+	must(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	must(t, hubcontrollers.Setup(ctx, mgr, hubcontrollers.Options{Concurrency: 4, SkipNameValidation: true}))
+	gw, err := gateway.Setup(ctx, mgr, gateway.Options{Addr: "127.0.0.1:0", HubNamespace: ns, IPs: []net.IP{net.ParseIP("127.0.0.1")}})
+	must(t, err)
+	proxyAddr := freeAddr(t)
+	skip := true
+	_, err = reach.Setup(ctx, mgr, gw, reach.SetupOptions{Options: reach.Options{Addr: proxyAddr},
+		Controller: controller.Options{SkipNameValidation: &skip}})
+	must(t, err)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = mgr.Start(ctx) }()
+	<-gw.Ready()
+	t.Cleanup(func() { cancel(); <-done })
+	return gw, proxyAddr
+}
+
+func (a *agentProc) kill(t *testing.T) {
+	t.Helper()
+	_ = a.cmd.Process.Signal(syscall.SIGKILL)
+	_ = a.cmd.Wait()
+}
+
+func kubeconfigSecret(t *testing.T, ns string) *corev1.Secret {
+	t.Helper()
+	s := &corev1.Secret{}
+	must(t, hub.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: secret.Name(clusterName, secret.Kubeconfig)}, s))
+	return s
+}
+
+func proxyURLOf(t *testing.T, ns string) string {
+	t.Helper()
+	cfg, err := clientcmd.Load(kubeconfigSecret(t, ns).Data[secret.KubeconfigDataName])
+	must(t, err)
+	for _, c := range cfg.Clusters {
+		return c.ProxyURL
+	}
+	return ""
+}
+
+func credentialsOf(t *testing.T, ns string) (user, password string) {
+	t.Helper()
+	u, err := url.Parse(proxyURLOf(t, ns))
+	must(t, err)
+	password, _ = u.User.Password()
+	return u.User.Username(), password
+}
+
+// fleetKubeconfig runs `kubectl fleet kubeconfig` as an operator would and
+// returns the file it wrote.
+func fleetKubeconfig(t *testing.T, ns string) string {
+	t.Helper()
+	dir := t.TempDir()
+	bin := build(t, dir, "./cmd/kubectl-fleet", "kubectl-fleet")
+	hubKC := filepath.Join(dir, "hub.kubeconfig")
+	b := kubeconfig.FromEnvTestConfig(hub.Config, &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "hub"}})
+	must(t, os.WriteFile(hubKC, b, 0o600))
+	cmd := exec.Command(bin, "kubeconfig", clusterName, "--kubeconfig", hubKC, "-n", ns)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("kubectl fleet kubeconfig: %v\n%s", err, stderr.String())
+	}
+	path := filepath.Join(dir, "edge.kubeconfig")
+	must(t, os.WriteFile(path, out, 0o600))
+	return path
+}
+
+func kubectl(t *testing.T, kubeconfig string, args ...string) string {
+	t.Helper()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	must(t, err)
+	cmd := exec.Command(filepath.Join(root, "bin", "k8s", "kubectl"), append([]string{"--kubeconfig", kubeconfig, "--request-timeout", "20s"}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("kubectl %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// proxyRequest sends one request to the proxy and returns its answer.
+func proxyRequest(t *testing.T, proxyAddr, method, target, user, password string) (int, string) {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", proxyAddr, 5*time.Second)
+	must(t, err)
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(40 * time.Second))
+	req := fmt.Sprintf("%s %s HTTP/1.1\r\nHost: %s\r\n", method, target, target)
+	if method != http.MethodConnect {
+		req = fmt.Sprintf("%s https://%s/ HTTP/1.1\r\nHost: %s\r\n", method, target, target)
+	}
+	if user != "" {
+		req += "Proxy-Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+password)) + "\r\n"
+	}
+	_, err = io.WriteString(conn, req+"\r\n")
+	must(t, err)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), &http.Request{Method: method})
+	must(t, err)
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusOK {
+		return resp.StatusCode, ""
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	return resp.StatusCode, strings.TrimSpace(string(body))
+}
+
+// reachMetrics reads the proxy's counters as "refused/<reason>" and
+// "dial_failures/<reason>".
+func reachMetrics(t *testing.T) map[string]float64 {
+	t.Helper()
+	families, err := ctrlmetrics.Registry.Gather()
+	must(t, err)
+	out := map[string]float64{}
+	for _, f := range families {
+		var kind string
+		switch f.GetName() {
+		case "fleet_reach_refused_total":
+			kind = "refused"
+		case "fleet_reach_dial_failures_total":
+			kind = "dial_failures"
+		default:
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			out[kind+"/"+label(m, "reason")] = m.GetCounter().GetValue()
+		}
+	}
+	return out
+}
+
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
