@@ -139,6 +139,7 @@ BENCH_AGENTS ?= 1000
 .PHONY: bench
 bench: k8s ## Run the benchmarks against a real API server (BENCH_AGENTS=1000,2000 for the idle-hub one); figures go into docs/PERFORMANCE.md.
 	$(GO) test ./bench -run '^$$' -bench 'DescribeCluster' -benchtime 10x -count 1
+	$(GO) test ./bench -run '^$$' -bench 'EdgeReach' -benchtime 2s -count 1
 	$(GO) test ./bench -run '^$$' -bench 'IdleHub' -benchtime 1x -count 1 -timeout 60m -args -agents=$(BENCH_AGENTS)
 
 FUZZTIME ?= 10m

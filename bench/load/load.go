@@ -109,12 +109,17 @@ func StartHub(ctx context.Context, c client.Client, o HubOptions) (*Hub, error) 
 	if err != nil {
 		return nil, err
 	}
+	proxy, err := freePort()
+	if err != nil {
+		return nil, err
+	}
 	h := &Hub{Namespace: o.Namespace, URL: fmt.Sprintf("https://127.0.0.1:%d", gw), MetricsURL: fmt.Sprintf("http://127.0.0.1:%d/metrics", metrics),
 		PprofURL: fmt.Sprintf("http://127.0.0.1:%d/debug/pprof", pprof), bin: o.Binary}
 	h.args = append([]string{"--kubeconfig", kubeconfig, "--leader-elect=false", "--hub-namespace", o.Namespace,
 		"--gateway-bind-address", fmt.Sprintf("127.0.0.1:%d", gw), "--gateway-ips", "127.0.0.1",
 		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", metrics), "--metrics-secure=false",
 		"--health-probe-bind-address", "0", "--pprof-bind-address", fmt.Sprintf("127.0.0.1:%d", pprof),
+		"--proxy-bind-address", fmt.Sprintf("127.0.0.1:%d", proxy),
 		"--zap-log-level", "error"}, o.Args...)
 	if h.log, err = os.OpenFile(filepath.Join(o.Dir, "hub.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err != nil {
 		return nil, err

@@ -80,6 +80,7 @@ type options struct {
 	proxyAddr          string
 	proxyAdvertiseURL  string
 	proxyMaxTunnels    int
+	proxyPeerDomain    string
 }
 
 func (o *options) bind(fs *flag.FlagSet) {
@@ -116,6 +117,7 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.DurationVar(&o.linkRTT, "link-degraded-rtt", def.RTT, "Round-trip time from an agent to the hub at which its EdgeHost is LinkDegraded.")
 	fs.StringVar(&o.proxyAddr, "proxy-bind-address", ":7444", "Address of the edge-reach CONNECT proxy that carries Cluster API's connections to edge clusters through their agents; \"0\" turns edge reach off.")
 	fs.StringVar(&o.proxyAdvertiseURL, "proxy-advertise-url", "", "URL Cluster API's controllers reach the edge-reach proxy at (written as proxy-url into each fleet cluster's kubeconfig Secret); default http://<proxy-bind-address>.")
+	fs.StringVar(&o.proxyPeerDomain, "proxy-peer-domain", "", "DNS domain under which each hub replica's proxy is <pod name>.<domain> (a headless Service); a CONNECT for a cluster whose agents hold sessions on another replica is forwarded there. Empty: one replica, no forwarding.")
 	fs.IntVar(&o.proxyMaxTunnels, "proxy-max-tunnels", 4096, "Edge-reach tunnels this replica carries at once (each agent carries at most 32).")
 	o.zap.BindFlags(fs)
 }
@@ -235,8 +237,18 @@ func run(ctx context.Context, cfg *rest.Config, o options) error {
 			return err
 		}
 		if o.proxyAddr != "0" {
+			ropts := reach.Options{Addr: o.proxyAddr, MaxTunnels: o.proxyMaxTunnels, ReplicaName: hostname}
+			if o.proxyPeerDomain != "" {
+				_, port, err := net.SplitHostPort(o.proxyAddr)
+				if err != nil {
+					return fmt.Errorf("--proxy-bind-address %q: %w", o.proxyAddr, err)
+				}
+				ropts.PeerAddr = func(replica string) string {
+					return net.JoinHostPort(replica+"."+o.proxyPeerDomain, port)
+				}
+			}
 			if _, err := reach.Setup(ctx, mgr, gw, reach.SetupOptions{
-				Options:      reach.Options{Addr: o.proxyAddr, MaxTunnels: o.proxyMaxTunnels},
+				Options:      ropts,
 				AdvertiseURL: o.proxyAdvertiseURL,
 				Controller:   controller.Options{MaxConcurrentReconciles: max(o.concurrency, 1)},
 			}); err != nil {

@@ -53,6 +53,7 @@ func TestHubServesAndReconciles(t *testing.T) {
 		"--metrics-secure=false",
 		"--leader-election-namespace=default",
 		"--gateway-bind-address=" + freeAddr(t),
+		"--proxy-bind-address=" + freeAddr(t),
 		"--hub-namespace=default",
 		"--gateway-ips=127.0.0.1",
 	}); err != nil {

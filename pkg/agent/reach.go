@@ -29,7 +29,7 @@ func (a *Agent) setReach(r *wire.Reach) {
 	a.reachMu.Lock()
 	defer a.reachMu.Unlock()
 	old := a.reach.Load()
-	if sameReach(old, r) {
+	if wire.SameReach(old, r) {
 		return
 	}
 	a.reach.Store(r)
@@ -44,12 +44,6 @@ func (a *Agent) setReach(r *wire.Reach) {
 	a.log.Info("Cluster endpoint", "endpoint", r.Endpoint, "addresses", r.Addresses)
 }
 
-func sameReach(a, b *wire.Reach) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return a.Endpoint == b.Endpoint && slices.Equal(a.Addresses, b.Addresses)
-}
 
 // hostsBlock renders the managed entry: the endpoint's name at its best
 // address. An endpoint given as an address needs no entry.

@@ -141,6 +141,13 @@ type EdgeHostStatus struct {
 	// +optional
 	LastSeenTime *metav1.Time `json:"lastSeenTime,omitempty"`
 
+	// hubReplica is the hub replica that holds the agent's session; empty
+	// while the agent is disconnected. Edge-reach tunnels to the host's
+	// cluster go through that replica.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	HubReplica string `json:"hubReplica,omitempty"`
+
 	// agentObservedGeneration is the spec generation the agent has acted on.
 	// +optional
 	AgentObservedGeneration int64 `json:"agentObservedGeneration,omitempty"`

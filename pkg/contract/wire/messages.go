@@ -1,6 +1,8 @@
 package wire
 
 import (
+	"slices"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -76,6 +78,14 @@ type Reach struct {
 	// first: the host itself (127.0.0.1) on a control-plane host, then the
 	// other control-plane hosts' addresses. Empty until one is known.
 	Addresses []string `json:"addresses,omitempty"`
+}
+
+// SameReach reports whether a and b say the same (both nil counts).
+func SameReach(a, b *Reach) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Endpoint == b.Endpoint && slices.Equal(a.Addresses, b.Addresses)
 }
 
 // Tunnel asks the agent to dial Target and carry the stream's bytes.

@@ -71,12 +71,6 @@ func (s *Server) reachFor(ctx context.Context, h *infrav1.EdgeHost) *wire.Reach 
 	return r
 }
 
-func sameReach(a, b *wire.Reach) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return a.Endpoint == b.Endpoint && slices.Equal(a.Addresses, b.Addresses)
-}
 
 // kickCluster asks every session of a cluster's hosts to recompute its
 // desired state: the cluster's endpoint or control-plane hosts changed,

@@ -284,7 +284,7 @@ func (ss *session) pusher() {
 				return
 			}
 			reach := ss.srv.reachFor(context.Background(), host)
-			if ss.lastPushed != nil && sameIntent(ss.lastPushed, host) && sameReach(ss.lastPushed.Reach, reach) {
+			if ss.lastPushed != nil && sameIntent(ss.lastPushed, host) && wire.SameReach(ss.lastPushed.Reach, reach) {
 				continue
 			}
 			desired, err := ss.srv.desiredFor(context.Background(), host)

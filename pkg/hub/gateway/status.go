@@ -132,8 +132,10 @@ func (s *Server) setConnectivity(ctx context.Context, ss *session, connected boo
 		cond := metav1.Condition{Type: infrav1.AgentConnectedCondition, Status: metav1.ConditionTrue,
 			Reason: ConnectedReason, Message: "Connected to hub replica " + s.opts.ReplicaName,
 			ObservedGeneration: host.Generation}
+		want.Status.HubReplica = s.opts.ReplicaName
 		if !connected {
 			cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, DisconnectedReason, "Session ended"
+			want.Status.HubReplica = ""
 		}
 		meta.SetStatusCondition(&want.Status.Conditions, cond)
 		now := metav1.NewTime(time.Now().Truncate(time.Second))

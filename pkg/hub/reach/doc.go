@@ -10,3 +10,6 @@
 // endpoint the hub told it and dials nothing else. The workload cluster's
 // TLS is end to end: the hub never sees inside it.
 package reach
+
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;patch
+// +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters,verbs=get;list;watch

@@ -1,12 +1,15 @@
 package reach
 
 import (
+	"bufio"
 	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
+	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -41,7 +44,18 @@ type Options struct {
 	Addr string
 	// MaxTunnels bounds the tunnels open through this replica at once.
 	MaxTunnels int
+	// ReplicaName is this hub replica's name, as the gateway records it in
+	// EdgeHost status.hubReplica.
+	ReplicaName string
+	// PeerAddr, when set, gives the proxy address of another replica: a
+	// CONNECT for a cluster whose agents are connected to another replica
+	// is forwarded there (once; a forwarded request is never forwarded
+	// again). Nil serves only this replica's agents.
+	PeerAddr func(replica string) string
 }
+
+// ForwardedHeader marks a CONNECT one replica forwards to another.
+const ForwardedHeader = "Fleet-Reach-Forwarded-By"
 
 // Proxy is the hub's CONNECT proxy into edge clusters.
 type Proxy struct {
@@ -129,6 +143,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	ctx, cancel := context.WithTimeout(r.Context(), DialTimeout)
 	tunnel, via, err := p.dialer.DialCluster(ctx, cluster.Namespace, cluster.Name, r.Host)
+	var noAgentHere *gateway.ErrNoAgent
+	if errors.As(err, &noAgentHere) && p.opts.PeerAddr != nil && r.Header.Get(ForwardedHeader) == "" {
+		if t, replica, ferr := p.forward(ctx, r, cluster); t != nil {
+			tunnel, via, err = t, "replica "+replica, nil
+		} else if ferr != nil {
+			err = ferr
+		}
+	}
 	cancel()
 	if err != nil {
 		var noAgent *gateway.ErrNoAgent
@@ -176,6 +198,80 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	stop := context.AfterFunc(r.Context(), func() { _ = client.Close(); _ = tunnel.Close() })
 	defer stop()
 	transport.Pipe(client, countingConn{tunnel}, IdleTimeout, HalfCloseTimeout)
+}
+
+// forward carries the CONNECT to the replica that holds a session of one
+// of the cluster's agents, with the caller's own credentials. It returns
+// nil and no error when no other replica has one.
+func (p *Proxy) forward(ctx context.Context, r *http.Request, cluster *clusterv1.Cluster) (net.Conn, string, error) {
+	hosts := &infrav1.EdgeHostList{}
+	if err := p.reader.List(ctx, hosts, client.InNamespace(cluster.Namespace),
+		client.MatchingLabels{infrav1.ClusterLabel: cluster.Name}); err != nil {
+		return nil, "", fmt.Errorf("listing the hosts of cluster %s/%s: %w", cluster.Namespace, cluster.Name, err)
+	}
+	var replicas []string
+	for _, h := range hosts.Items {
+		if rep := h.Status.HubReplica; rep != "" && rep != p.opts.ReplicaName && !slices.Contains(replicas, rep) {
+			replicas = append(replicas, rep)
+		}
+	}
+	var errs []error
+	for _, rep := range replicas {
+		c, err := p.connectPeer(ctx, p.opts.PeerAddr(rep), r)
+		if err == nil {
+			return c, rep, nil
+		}
+		errs = append(errs, fmt.Errorf("via hub replica %s: %w", rep, err))
+	}
+	return nil, "", errors.Join(errs...)
+}
+
+// connectPeer sends the CONNECT on to a peer and returns the connection
+// once the peer has its tunnel.
+func (p *Proxy) connectPeer(ctx context.Context, addr string, r *http.Request) (net.Conn, error) {
+	d := net.Dialer{}
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	}
+	req := fmt.Sprintf("CONNECT %s HTTP/1.1\r\nHost: %s\r\nProxy-Authorization: %s\r\n%s: %s\r\n\r\n",
+		r.Host, r.Host, r.Header.Get("Proxy-Authorization"), ForwardedHeader, p.opts.ReplicaName)
+	if _, err := io.WriteString(c, req); err != nil {
+		c.Close()
+		return nil, err
+	}
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		c.Close()
+		return nil, fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
+	}
+	_ = c.SetDeadline(time.Time{})
+	return &bufferedConn{Conn: c, r: br}, nil
+}
+
+// bufferedConn reads what its reader already buffered before the rest.
+type bufferedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (b *bufferedConn) Read(p []byte) (int, error) { return b.r.Read(p) }
+
+// CloseWrite half-closes the underlying TCP connection.
+func (b *bufferedConn) CloseWrite() error {
+	if tc, ok := b.Conn.(*net.TCPConn); ok {
+		return tc.CloseWrite()
+	}
+	return b.Close()
 }
 
 // authorize finds the cluster the request's credential is for and checks
@@ -250,6 +346,15 @@ func (c countingConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	tunnelBytes.WithLabelValues("from_edge").Add(float64(n))
 	return n, err
+}
+
+// CloseWrite ends the edge-bound direction only: a yamux stream's Close
+// does that already; a peer replica's TCP connection has CloseWrite.
+func (c countingConn) CloseWrite() error {
+	if h, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return h.CloseWrite()
+	}
+	return c.Conn.Close()
 }
 
 func (c countingConn) Write(b []byte) (int, error) {

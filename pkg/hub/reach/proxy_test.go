@@ -122,12 +122,6 @@ func connect(t *testing.T, srv *httptest.Server, target, auth string) (int, stri
 	return resp.StatusCode, strings.TrimSpace(string(body)), nil
 }
 
-type bufferedConn struct {
-	net.Conn
-	r *bufio.Reader
-}
-
-func (b *bufferedConn) Read(p []byte) (int, error) { return b.r.Read(p) }
 
 func TestProxyCarriesAnAuthorisedConnect(t *testing.T) {
 	d := &echoDialer{}
@@ -257,5 +251,65 @@ func TestWithProxyURL(t *testing.T) {
 	}
 	if _, _, err := withProxyURL([]byte("not: [yaml"), "x"); err == nil {
 		t.Error("bad kubeconfig accepted")
+	}
+}
+
+// Several hub replicas: a CONNECT that lands on a replica without the
+// cluster's agents is carried on to the replica that has them, once.
+func TestProxyForwardsToTheReplicaWithTheAgents(t *testing.T) {
+	ca, err := pki.NewCA("test", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds := NewCredentials(ca)
+	scheme := runtime.NewScheme()
+	_ = clusterv1.AddToScheme(scheme)
+	_ = infrav1.AddToScheme(scheme)
+	host := &infrav1.EdgeHost{ObjectMeta: metav1.ObjectMeta{Name: "h1", Namespace: "site-a",
+		Labels: map[string]string{infrav1.ClusterLabel: "edge"}}}
+	host.Status.HubReplica = "hub-b"
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(fleetCluster("edge", nil), host).Build()
+
+	withAgents := &echoDialer{}
+	b := httptest.NewServer(New(Options{ReplicaName: "hub-b"}, c, withAgents, func() *Credentials { return creds }))
+	defer b.Close()
+	without := &echoDialer{err: &gateway.ErrNoAgent{Namespace: "site-a", Cluster: "edge"}}
+	peers := func(replica string) string {
+		if replica == "hub-b" {
+			return strings.TrimPrefix(b.URL, "http://")
+		}
+		return "127.0.0.1:1"
+	}
+	a := httptest.NewServer(New(Options{ReplicaName: "hub-a", PeerAddr: peers}, c, without, func() *Credentials { return creds }))
+	defer a.Close()
+
+	user, password := creds.For(fleetCluster("edge", nil))
+	code, body, conn := connect(t, a, "edge.site-a.fleet.internal:6443", basic(user, password))
+	if code != 200 {
+		t.Fatalf("through replica a: %d %s", code, body)
+	}
+	_, _ = conn.Write([]byte("ping"))
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(conn, buf); err != nil || string(buf) != "PING" {
+		t.Fatalf("read %q, %v", buf, err)
+	}
+	conn.Close()
+	if len(withAgents.calls) != 1 || len(without.calls) != 1 {
+		t.Errorf("dials: replica b %v, replica a %v", withAgents.calls, without.calls)
+	}
+
+	// The agents moved back to replica a's side and b has none either:
+	// no ping-pong between replicas, a clear error.
+	withAgents.mu.Lock()
+	withAgents.err = &gateway.ErrNoAgent{Namespace: "site-a", Cluster: "edge"}
+	withAgents.mu.Unlock()
+	code, body, _ = connect(t, a, "edge.site-a.fleet.internal:6443", basic(user, password))
+	if code != http.StatusBadGateway || !strings.Contains(body, "via hub replica hub-b") || !strings.Contains(body, "no agent of cluster site-a/edge") {
+		t.Fatalf("%d %q", code, body)
+	}
+	withAgents.mu.Lock()
+	defer withAgents.mu.Unlock()
+	if len(withAgents.calls) != 2 {
+		t.Errorf("replica b dialled %d times, want 2 (no forwarding back)", len(withAgents.calls))
 	}
 }
