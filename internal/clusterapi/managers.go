@@ -11,6 +11,8 @@ import (
 	"sigs.k8s.io/cluster-api/bootstrap/kubeadm/reconcilers/kubeadmconfig"
 	kubeadmsetup "sigs.k8s.io/cluster-api/bootstrap/kubeadm/setup"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
+	"sigs.k8s.io/cluster-api/controlplane/kubeadm/reconcilers/kubeadmcontrolplane"
+	kcpsetup "sigs.k8s.io/cluster-api/controlplane/kubeadm/setup"
 	capicluster "sigs.k8s.io/cluster-api/core/reconcilers/cluster"
 	capimachine "sigs.k8s.io/cluster-api/core/reconcilers/machine"
 	capimd "sigs.k8s.io/cluster-api/core/reconcilers/machinedeployment"
@@ -153,6 +155,48 @@ func NewKubeadmBootstrapManager(ctx context.Context, cfg *rest.Config, scheme *r
 		TokenTTL:            kubeadmconfig.DefaultTokenTTL,
 	}).SetupWithManager(ctx, mgr, o.controller(o.concurrency())); err != nil {
 		return nil, fmt.Errorf("setting up KubeadmConfig reconciler: %w", err)
+	}
+	return mgr, nil
+}
+
+// NewKubeadmControlPlaneManager runs the real KubeadmControlPlane
+// reconciler the way its own binary does: its own cache and client
+// options, secret-caching client and ClusterCache.
+func NewKubeadmControlPlaneManager(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, o Options) (ctrl.Manager, error) {
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: "0"},
+		Cache:                   kcpsetup.ManagerCacheOptions(scheme, o.Name, "", 10*time.Minute),
+		GracefulShutdownTimeout: &o.GracefulShutdownTimeout,
+		Client:                  kcpsetup.ManagerClientOptions(),
+		Logger:                  o.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating kubeadm control plane manager: %w", err)
+	}
+	secretCachingClient, err := kcpsetup.CreateSecretCachingClient(mgr)
+	if err != nil {
+		return nil, fmt.Errorf("creating secret caching client: %w", err)
+	}
+	cc, err := clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
+		SecretClient: secretCachingClient,
+		Cache:        kcpsetup.ClusterCacheCacheOptions(),
+		Client:       kcpsetup.ClusterCacheClientOptions(o.Name, 20, 30),
+	}, o.controller(o.concurrency()))
+	if err != nil {
+		return nil, fmt.Errorf("setting up kubeadm control plane ClusterCache: %w", err)
+	}
+	o.setRetry(cc)
+	if err := (&kubeadmcontrolplane.Reconciler{
+		Client:                      mgr.GetClient(),
+		APIReader:                   mgr.GetAPIReader(),
+		SecretCachingClient:         secretCachingClient,
+		ClusterCache:                cc,
+		EtcdDialTimeout:             10 * time.Second,
+		EtcdCallTimeout:             15 * time.Second,
+		RemoteConditionsGracePeriod: 5 * time.Minute,
+	}).SetupWithManager(ctx, mgr, o.controller(o.concurrency())); err != nil {
+		return nil, fmt.Errorf("setting up KubeadmControlPlane reconciler: %w", err)
 	}
 	return mgr, nil
 }

@@ -54,6 +54,9 @@ type Options struct {
 	// KubeadmBootstrap also installs the kubeadm bootstrap CRDs and runs
 	// the real kubeadm bootstrap reconciler (CABPK) in its own manager.
 	KubeadmBootstrap bool
+	// KubeadmControlPlane also runs the real KubeadmControlPlane reconciler
+	// in its own manager (needs KubeadmBootstrap).
+	KubeadmControlPlane bool
 	// NoHub leaves fleet's hub reconcilers out (the test runs its own hub).
 	NoHub bool
 }
@@ -131,6 +134,16 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 	if opts.KubeadmBootstrap {
 		capiOpts.Name, capiOpts.Logger = "cabpk-test-manager", log.Log.WithName("cabpk")
 		m, err := clusterapi.NewKubeadmBootstrapManager(ctx, cfg, scheme, capiOpts)
+		if err != nil {
+			e.cancel()
+			_ = e.env.Stop()
+			return nil, err
+		}
+		managers = append(managers, m)
+	}
+	if opts.KubeadmBootstrap && opts.KubeadmControlPlane {
+		capiOpts.Name, capiOpts.Logger = "kcp-test-manager", log.Log.WithName("kcp")
+		m, err := clusterapi.NewKubeadmControlPlaneManager(ctx, cfg, scheme, capiOpts)
 		if err != nil {
 			e.cancel()
 			_ = e.env.Stop()

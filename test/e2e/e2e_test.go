@@ -55,7 +55,7 @@ func TestMain(m *testing.M) {
 	}
 	ctrl.SetLogger(zap.New(zap.Level(zapErrorLevel())))
 	var err error
-	if hub, err = testenv.Start(context.Background(), testenv.Options{KubeadmBootstrap: true, NoHub: true}); err == nil {
+	if hub, err = testenv.Start(context.Background(), testenv.Options{KubeadmBootstrap: true, KubeadmControlPlane: true, NoHub: true}); err == nil {
 		workload, err = testenv.Start(context.Background(), testenv.Options{APIServerOnly: true})
 	}
 	if err != nil {

@@ -22,6 +22,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/cluster-api/util/kubeconfig"
@@ -34,11 +36,13 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/edgefleet/fleet/internal/testenv"
+	"github.com/edgefleet/fleet/pkg/cli/create"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	hubcontrollers "github.com/edgefleet/fleet/pkg/hub/controllers"
 	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
 	"github.com/edgefleet/fleet/pkg/hub/reach"
+	"github.com/edgefleet/fleet/pkg/pki"
 )
 
 // sitePort is the workload API server's port inside the site.
@@ -66,7 +70,7 @@ func TestEdgeReachThroughAgents(t *testing.T) {
 	target := fmt.Sprintf("%s:%d", endpoint, sitePort)
 
 	s := newSite(t)
-	api := startSiteAPIServer(t, s, endpoint, sitePort)
+	api := startSiteAPIServer(t, s, endpoint, sitePort, nil)
 	must(t, unreachable(api.kubeconfig, endpoint,
 		fmt.Sprintf("%s:%d", siteAddr, sitePort), fmt.Sprintf("127.0.0.1:%d", sitePort), target))
 	if _, err := net.LookupHost(endpoint); err == nil {
@@ -375,4 +379,93 @@ func label(m *dto.Metric, name string) string {
 		}
 	}
 	return ""
+}
+
+// A KubeadmControlPlane cluster behind NAT becomes Available: the real
+// KubeadmControlPlane reconciler makes the control plane's kubeconfig from
+// the cluster CA, the hub points it at the proxy, and through the tunnel
+// KCP inspects the control-plane node and its static pods (external etcd:
+// the node simulator runs no etcd member for KCP to dial).
+func TestEdgeReachKubeadmControlPlaneAvailable(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	c := hub.Client
+	endpoint := clusterName + "." + ns + ".fleet.internal"
+
+	// The cluster CA, as a user (or KCP itself) would have it: the site's
+	// API server serves and authenticates with it.
+	ca, err := pki.NewCA("kubernetes", 24*time.Hour)
+	must(t, err)
+	s := newSite(t)
+	api := startSiteAPIServer(t, s, endpoint, sitePort, ca)
+
+	gw, _ := startFleetHubWithReach(t, ns)
+	const siteGateway = "127.0.0.1:17443"
+	s.forward(t, siteGateway, gw.Addr())
+
+	objs := create.Objects(create.Spec{Name: clusterName, Namespace: ns, KubernetesVersion: "v1.36.3",
+		ControlPlane: "kubeadm", ControlPlaneMachines: 1, WorkerMachines: 0,
+		ControlPlaneSelector: map[string]string{"role": "cp"}, WorkerSelector: map[string]string{"role": "worker"},
+		Endpoint: infrav1.APIEndpoint{Host: endpoint, Port: sitePort}})
+	var kcp *controlplanev1.KubeadmControlPlane
+	for _, o := range objs {
+		if k, ok := o.(*controlplanev1.KubeadmControlPlane); ok {
+			kcp = k
+		}
+	}
+	if kcp == nil {
+		t.Fatal("kubectl fleet create made no KubeadmControlPlane")
+	}
+	kcp.Spec.KubeadmConfigSpec.ClusterConfiguration.Etcd.External = bootstrapv1.ExternalEtcd{
+		Endpoints: []string{"https://127.0.0.1:2379"},
+		CAFile:    "/etc/kubernetes/pki/etcd/ca.crt", CertFile: "/etc/kubernetes/pki/apiserver-etcd-client.crt",
+		KeyFile: "/etc/kubernetes/pki/apiserver-etcd-client.key"}
+	// The cluster CA and, for external etcd, its CA and the API server's
+	// etcd client certificate are the user's to provide.
+	etcdCA, err := pki.NewCA("etcd-ca", 24*time.Hour)
+	must(t, err)
+	etcdClient, err := pki.NewCA("apiserver-etcd-client", 24*time.Hour)
+	must(t, err)
+	for name, data := range map[string]map[string][]byte{
+		secret.Name(clusterName, secret.ClusterCA): {secret.TLSCrtDataName: ca.CertPEM, secret.TLSKeyDataName: ca.KeyPEM},
+		// An external etcd's CA comes without its key.
+		secret.Name(clusterName, secret.EtcdCA):              {secret.TLSCrtDataName: etcdCA.CertPEM},
+		secret.Name(clusterName, secret.APIServerEtcdClient): {secret.TLSCrtDataName: etcdClient.CertPEM, secret.TLSKeyDataName: etcdClient.KeyPEM},
+	} {
+		must(t, c.Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{clusterv1.ClusterNameLabel: clusterName}},
+			Type:       clusterv1.ClusterSecretType,
+			Data:       data,
+		}))
+	}
+	for _, o := range objs {
+		if _, ok := o.(*clusterv1.MachineDeployment); ok {
+			continue
+		}
+		must(t, c.Create(ctx, o))
+	}
+
+	token, _, err := enrollment.Create(ctx, c, ns, enrollment.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "cp"}}, time.Now())
+	must(t, err)
+	agentBin, simBin := buildBinaries(t)
+	startAgentIn(t, s, "cp-0", agentBin, simBin, "https://"+siteGateway, gw.CA().Pin(), token, api.kubeconfig)
+
+	eventually(t, "the control-plane Machine Running with nodeRef", func() error { return testenv.MachinesRunning(ctx, c, ns, 1) })
+	eventually(t, "KubeadmControlPlane and Cluster Available", func() error {
+		must(t, c.Get(ctx, client.ObjectKeyFromObject(kcp), kcp))
+		if !conditions.IsTrue(kcp, controlplanev1.KubeadmControlPlaneAvailableCondition) {
+			return fmt.Errorf("KubeadmControlPlane Available: %+v", conditions.Get(kcp, controlplanev1.KubeadmControlPlaneAvailableCondition))
+		}
+		cluster := &clusterv1.Cluster{}
+		must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: clusterName}, cluster))
+		for _, cond := range []string{clusterv1.ClusterControlPlaneInitializedCondition, clusterv1.ClusterAvailableCondition} {
+			if !conditions.IsTrue(cluster, cond) {
+				return fmt.Errorf("Cluster %s: %+v", cond, conditions.Get(cluster, cond))
+			}
+		}
+		return nil
+	})
+	if u := proxyURLOf(t, ns); u == "" {
+		t.Error("KubeadmControlPlane's kubeconfig has no proxy-url")
+	}
 }

@@ -17,6 +17,8 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/edgefleet/fleet/pkg/pki"
 )
 
 // site is an edge site behind NAT: a network namespace of its own, with a
@@ -130,7 +132,9 @@ type siteAPIServer struct {
 // startSiteAPIServer starts etcd and kube-apiserver inside the site on
 // port, serving a certificate for name, and returns its kubeconfig (server
 // https://name:port).
-func startSiteAPIServer(t *testing.T, s *site, name string, port int) *siteAPIServer {
+// With ca (nil: its own), the server uses that CA for its serving
+// certificate and for client certificates, as a kubeadm cluster does.
+func startSiteAPIServer(t *testing.T, s *site, name string, port int, ca *pki.CA) *siteAPIServer {
 	t.Helper()
 	dir := t.TempDir()
 	bin := build(t, dir, "./test/siteapiserver", "siteapiserver")
@@ -138,8 +142,15 @@ func startSiteAPIServer(t *testing.T, s *site, name string, port int) *siteAPISe
 	must(t, err)
 	kcPath := filepath.Join(dir, "kubeconfig")
 	a := &siteAPIServer{log: &syncBuffer{}}
-	a.cmd = s.command(bin, "--dir", filepath.Join(dir, "data"), "--bin-dir", filepath.Join(root, "bin", "k8s"),
-		"--port", fmt.Sprint(port), "--name", name, "--advertise-address", siteAddr, "--kubeconfig-out", kcPath)
+	args := []string{"--dir", filepath.Join(dir, "data"), "--bin-dir", filepath.Join(root, "bin", "k8s"),
+		"--port", fmt.Sprint(port), "--name", name, "--advertise-address", siteAddr, "--kubeconfig-out", kcPath}
+	if ca != nil {
+		certPath, keyPath := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "ca.key")
+		must(t, os.WriteFile(certPath, ca.CertPEM, 0o600))
+		must(t, os.WriteFile(keyPath, ca.KeyPEM, 0o600))
+		args = append(args, "--ca-cert", certPath, "--ca-key", keyPath)
+	}
+	a.cmd = s.command(bin, args...)
 	stdout, err := a.cmd.StdoutPipe()
 	must(t, err)
 	a.cmd.Stderr = a.log

@@ -56,11 +56,17 @@ func run(args []string) error {
 		if *config == "" {
 			return errors.New(args[0] + " needs --config")
 		}
-		name, providerID, err := readConfig(*config)
+		name, providerID, controlPlane, err := readConfig(*config)
 		if err != nil {
 			return err
 		}
-		return register(ctx, name, providerID)
+		if err := register(ctx, name, providerID, controlPlane); err != nil {
+			return err
+		}
+		if args[0] == "init" {
+			return uploadConfig(ctx, *config)
+		}
+		return nil
 	case "reset":
 		return reset(ctx)
 	case "version":
@@ -73,26 +79,29 @@ func run(args []string) error {
 
 // readConfig finds nodeRegistration.name and the kubelet's provider-id in
 // the Init/JoinConfiguration, in kubeadm v1beta4 (list) or v1beta3 (map)
-// form.
-func readConfig(path string) (name, providerID string, err error) {
+// form, and whether the node is a control-plane one (init, or a join with
+// a controlPlane section).
+func readConfig(path string) (name, providerID string, controlPlane bool, err error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return "", "", err
+		return "", "", false, err
 	}
 	for _, doc := range strings.Split(string(b), "\n---") {
 		var d struct {
-			Kind             string `json:"kind"`
+			Kind             string          `json:"kind"`
+			ControlPlane     json.RawMessage `json:"controlPlane"`
 			NodeRegistration struct {
 				Name             string          `json:"name"`
 				KubeletExtraArgs json.RawMessage `json:"kubeletExtraArgs"`
 			} `json:"nodeRegistration"`
 		}
 		if err := yaml.Unmarshal([]byte(doc), &d); err != nil {
-			return "", "", fmt.Errorf("parsing %s: %w", path, err)
+			return "", "", false, fmt.Errorf("parsing %s: %w", path, err)
 		}
 		if d.Kind != "InitConfiguration" && d.Kind != "JoinConfiguration" {
 			continue
 		}
+		controlPlane = d.Kind == "InitConfiguration" || (len(d.ControlPlane) > 0 && string(d.ControlPlane) != "null")
 		name = d.NodeRegistration.Name
 		var list []struct{ Name, Value string }
 		var m map[string]string
@@ -111,9 +120,9 @@ func readConfig(path string) (name, providerID string, err error) {
 		name = strings.TrimSpace(string(h))
 	}
 	if name == "" || providerID == "" {
-		return "", "", fmt.Errorf("%s names no node (%q) or no kubelet provider-id (%q)", path, name, providerID)
+		return "", "", false, fmt.Errorf("%s names no node (%q) or no kubelet provider-id (%q)", path, name, providerID)
 	}
-	return strings.ToLower(name), providerID, nil
+	return strings.ToLower(name), providerID, controlPlane, nil
 }
 
 func client() (*kubernetes.Clientset, error) {
@@ -125,13 +134,19 @@ func client() (*kubernetes.Clientset, error) {
 }
 
 // register does what the kubelet does on first start: a Node with the
-// providerID, then Ready.
-func register(ctx context.Context, name, providerID string) error {
+// providerID, then Ready; on a control-plane node also what kubeadm and the
+// kubelet leave for KubeadmControlPlane to inspect: the control-plane role
+// label and Running mirror pods of the static control-plane pods.
+func register(ctx context.Context, name, providerID string, controlPlane bool) error {
 	cs, err := client()
 	if err != nil {
 		return err
 	}
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name}},
+	labels := map[string]string{"kubernetes.io/hostname": name}
+	if controlPlane {
+		labels[controlPlaneRole] = ""
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
 		Spec: corev1.NodeSpec{ProviderID: providerID}}
 	if _, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("registering node %s: %w", name, err)
@@ -157,12 +172,92 @@ func register(ctx context.Context, name, providerID string) error {
 	if _, err := cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("marking node %s Ready: %w", name, err)
 	}
+	if controlPlane {
+		if err := mirrorPods(ctx, cs, name); err != nil {
+			return err
+		}
+	}
 	if err := os.MkdirAll("/var/lib/fleet-sim", 0o755); err != nil {
 		return err
 	}
-	fmt.Printf("[fleet-sim] node %s registered with providerID %s\n", name, providerID)
+	fmt.Printf("[fleet-sim] node %s registered with providerID %s (control plane: %t)\n", name, providerID, controlPlane)
 	return os.WriteFile(nodeFile, []byte(name), 0o644)
 }
+
+// uploadConfig does what `kubeadm init` does in its upload-config phase:
+// the ClusterConfiguration goes into kube-system/kubeadm-config, which is
+// how KubeadmControlPlane learns that the control plane is initialised.
+func uploadConfig(ctx context.Context, path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	clusterConfig := ""
+	for _, doc := range strings.Split(string(b), "\n---") {
+		var d struct {
+			Kind string `json:"kind"`
+		}
+		if yaml.Unmarshal([]byte(doc), &d) == nil && d.Kind == "ClusterConfiguration" {
+			clusterConfig = strings.TrimPrefix(doc, "\n")
+		}
+	}
+	cs, err := client()
+	if err != nil {
+		return err
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kubeadm-config", Namespace: metav1.NamespaceSystem},
+		Data: map[string]string{"ClusterConfiguration": clusterConfig}}
+	if _, err := cs.CoreV1().ConfigMaps(metav1.NamespaceSystem).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("uploading kubeadm-config: %w", err)
+	}
+	fmt.Println("[fleet-sim] uploaded the cluster configuration to kube-system/kubeadm-config")
+	return nil
+}
+
+const controlPlaneRole = "node-role.kubernetes.io/control-plane"
+
+// The static pods kubeadm writes on a control-plane node (etcd is left out:
+// the simulator's clusters use external etcd).
+var staticPods = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"}
+
+// mirrorPods creates, as the kubelet does for static pods, a mirror pod
+// for each control-plane component, Running and Ready.
+func mirrorPods(ctx context.Context, cs *kubernetes.Clientset, node string) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: metav1.NamespaceSystem}}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating %s: %w", metav1.NamespaceSystem, err)
+	}
+	now := metav1.Now()
+	for _, component := range staticPods {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: component + "-" + node, Namespace: metav1.NamespaceSystem,
+				Labels:      map[string]string{"component": component, "tier": "control-plane"},
+				Annotations: map[string]string{"kubernetes.io/config.mirror": "fleet-node-simulator", "kubernetes.io/config.source": "file"}},
+			Spec: corev1.PodSpec{NodeName: node, PriorityClassName: "system-node-critical",
+				Containers: []corev1.Container{{Name: component, Image: "registry.k8s.io/" + component + ":v1.36.3"}}},
+		}
+		created, err := cs.CoreV1().Pods(metav1.NamespaceSystem).Create(ctx, pod, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			created, err = cs.CoreV1().Pods(metav1.NamespaceSystem).Get(ctx, pod.Name, metav1.GetOptions{})
+		}
+		if err != nil {
+			return fmt.Errorf("creating mirror pod %s: %w", pod.Name, err)
+		}
+		ready := func(t corev1.PodConditionType) corev1.PodCondition {
+			return corev1.PodCondition{Type: t, Status: corev1.ConditionTrue, LastTransitionTime: now}
+		}
+		created.Status = corev1.PodStatus{Phase: corev1.PodRunning, StartTime: &now,
+			Conditions: []corev1.PodCondition{ready(corev1.PodScheduled), ready(corev1.PodInitialized), ready(corev1.ContainersReady), ready(corev1.PodReady)},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: component, Ready: true, Started: ptrTrue(), Image: created.Spec.Containers[0].Image,
+				State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}}}}
+		if _, err := cs.CoreV1().Pods(metav1.NamespaceSystem).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("marking mirror pod %s Running: %w", pod.Name, err)
+		}
+	}
+	return nil
+}
+
+func ptrTrue() *bool { t := true; return &t }
 
 func reset(ctx context.Context) error {
 	b, err := os.ReadFile(nodeFile)
@@ -178,6 +273,11 @@ func reset(ctx context.Context) error {
 		return err
 	}
 	name := strings.TrimSpace(string(b))
+	for _, component := range staticPods {
+		if err := cs.CoreV1().Pods(metav1.NamespaceSystem).Delete(ctx, component+"-"+name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("removing mirror pod %s-%s: %w", component, name, err)
+		}
+	}
 	if err := cs.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("removing node %s: %w", name, err)
 	}
