@@ -128,11 +128,11 @@ demo: k8s ## Run fleet locally: the embedded hub, 3 edge agents and a cluster on
 
 .PHONY: test
 test: k8s ## Run every test against a real kube-apiserver, etcd and the real Cluster API reconcilers.
-	$(GO) test $(TEST_FLAGS) ./...
+	$(GO) test -timeout 20m $(TEST_FLAGS) ./...
 
 .PHONY: test-race
 test-race: k8s ## Run every test with the race detector.
-	$(GO) test -race $(TEST_FLAGS) ./...
+	$(GO) test -race -timeout 30m $(TEST_FLAGS) ./...
 
 BENCH_AGENTS ?= 1000
 

@@ -115,8 +115,8 @@ func (o *options) bind(fs *flag.FlagSet) {
 	def := linkhealth.DefaultThresholds()
 	fs.Float64Var(&o.linkRetransmits, "link-degraded-retransmits", def.RetransmitsToHubPerMinute, "TCP retransmissions per minute from an agent to the hub at which its EdgeHost is LinkDegraded.")
 	fs.DurationVar(&o.linkRTT, "link-degraded-rtt", def.RTT, "Round-trip time from an agent to the hub at which its EdgeHost is LinkDegraded.")
-	fs.StringVar(&o.proxyAddr, "proxy-bind-address", ":7444", "Address of the edge-reach CONNECT proxy that carries Cluster API's connections to edge clusters through their agents; \"0\" turns edge reach off.")
-	fs.StringVar(&o.proxyAdvertiseURL, "proxy-advertise-url", "", "URL Cluster API's controllers reach the edge-reach proxy at (written as proxy-url into each fleet cluster's kubeconfig Secret); default http://<proxy-bind-address>.")
+	fs.StringVar(&o.proxyAddr, "proxy-bind-address", ":7444", "Address of the edge-reach CONNECT proxy that carries Cluster API's connections to edge clusters through their agents; \"0\" turns edge reach off (and removes the proxy-url it wrote into kubeconfig Secrets).")
+	fs.StringVar(&o.proxyAdvertiseURL, "proxy-advertise-url", "", "URL Cluster API's controllers reach the edge-reach proxy at, http://host:port (written as proxy-url into each fleet cluster's kubeconfig Secret); required unless --proxy-bind-address names a host.")
 	fs.StringVar(&o.proxyPeerDomain, "proxy-peer-domain", "", "DNS domain under which each hub replica's proxy is <pod name>.<domain> (a headless Service); a CONNECT for a cluster whose agents hold sessions on another replica is forwarded there. Empty: one replica, no forwarding.")
 	fs.IntVar(&o.proxyMaxTunnels, "proxy-max-tunnels", 4096, "Edge-reach tunnels this replica carries at once (each agent carries at most 32).")
 	o.zap.BindFlags(fs)
@@ -236,7 +236,11 @@ func run(ctx context.Context, cfg *rest.Config, o options) error {
 		if err != nil {
 			return err
 		}
-		if o.proxyAddr != "0" {
+		if o.proxyAddr == "0" {
+			if err := reach.SetupDisabled(mgr, controller.Options{MaxConcurrentReconciles: max(o.concurrency, 1)}); err != nil {
+				return err
+			}
+		} else {
 			ropts := reach.Options{Addr: o.proxyAddr, MaxTunnels: o.proxyMaxTunnels, ReplicaName: hostname}
 			if o.proxyPeerDomain != "" {
 				_, port, err := net.SplitHostPort(o.proxyAddr)

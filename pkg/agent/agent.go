@@ -61,6 +61,9 @@ type Agent struct {
 	reach   atomic.Pointer[wire.Reach]
 	reachMu sync.Mutex
 	tunnels tunnels
+	// The managed hosts block last written, under reachMu.
+	hostsBlock   []byte
+	hostsWritten bool
 
 	// Counters for tests and metrics.
 	enrollments atomic.Int64

@@ -28,6 +28,8 @@ type EnrollError struct {
 	Status  int
 	Code    string
 	Message string
+	// RetryAfter is the hub's Retry-After on a 503 or 429, else 0.
+	RetryAfter time.Duration
 }
 
 func (e *EnrollError) Error() string {
@@ -114,6 +116,9 @@ func (a *Agent) enroll(ctx context.Context) error {
 	rb, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode != http.StatusOK {
 		e := &EnrollError{Status: resp.StatusCode}
+		if resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusTooManyRequests {
+			e.RetryAfter = retryAfter(resp.Header)
+		}
 		var he struct{ Code, Message string }
 		if json.Unmarshal(rb, &he) == nil {
 			e.Code, e.Message = he.Code, he.Message

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/edgefleet/fleet/pkg/contract/wire"
@@ -21,52 +22,75 @@ const (
 )
 
 // setReach takes the hub's latest word on the cluster endpoint: it is the
-// only target tunnels may dial, and its name must resolve at the site to
-// the cluster's API server (kubeadm and the kubelet dial it too), so the
-// managed hosts entry is brought up to date before the bootstrap that
-// needs it runs.
+// only target tunnels may dial, and a name in fleet's own zone must
+// resolve at the site to the cluster's API server (kubeadm and the kubelet
+// dial it too), so the managed hosts entry is brought up to date before
+// the bootstrap that needs it runs. A write that failed is tried again
+// with the next desired state.
 func (a *Agent) setReach(r *wire.Reach) {
 	a.reachMu.Lock()
 	defer a.reachMu.Unlock()
-	old := a.reach.Load()
-	if wire.SameReach(old, r) {
+	if !wire.SameReach(a.reach.Load(), r) {
+		a.reach.Store(r)
+		if r == nil {
+			a.log.Info("Cluster endpoint forgotten: the host belongs to no cluster")
+		} else {
+			a.log.Info("Cluster endpoint", "endpoint", r.Endpoint, "addresses", r.Addresses, "tunnels", r.Tunnels)
+		}
+	}
+	block := hostsBlock(r)
+	if a.hostsWritten && bytes.Equal(block, a.hostsBlock) {
 		return
 	}
-	a.reach.Store(r)
-	if err := writeHostsEntry(filepath.Join(a.cfg.RootDir, "etc", "hosts"), r); err != nil {
-		a.log.Error(err, "Updating the cluster endpoint's hosts entry")
+	if err := writeHostsEntry(filepath.Join(a.cfg.RootDir, "etc", "hosts"), block); err != nil {
+		a.hostsWritten = false
+		a.log.Error(err, "Updating the cluster endpoint's hosts entry; trying again with the next desired state")
 		return
 	}
-	if r == nil {
-		a.log.Info("Cluster endpoint forgotten: the host belongs to no cluster")
-		return
-	}
-	a.log.Info("Cluster endpoint", "endpoint", r.Endpoint, "addresses", r.Addresses)
+	a.hostsBlock, a.hostsWritten = block, true
 }
 
-
-// hostsBlock renders the managed entry: the endpoint's name at its best
-// address. An endpoint given as an address needs no entry.
+// hostsBlock renders the managed entry: the endpoint's name at each of its
+// addresses, best first (resolvers return them all, in order). Only names
+// in fleet's own zone get one; any other name is the site DNS's.
 func hostsBlock(r *wire.Reach) []byte {
 	if r == nil || len(r.Addresses) == 0 {
 		return nil
 	}
 	host, _, err := net.SplitHostPort(r.Endpoint)
-	if err != nil || net.ParseIP(host) != nil {
+	if err != nil || !managedName(host) {
 		return nil
 	}
-	return []byte(hostsBegin + r.Addresses[0] + " " + host + "\n" + hostsEnd)
+	var b bytes.Buffer
+	b.WriteString(hostsBegin)
+	for _, ip := range r.Addresses {
+		if net.ParseIP(ip) == nil {
+			continue // the codec refuses these; never write one anyway
+		}
+		b.WriteString(ip + " " + host + "\n")
+	}
+	b.WriteString(hostsEnd)
+	return b.Bytes()
 }
 
 // writeHostsEntry replaces the managed block of the hosts file at path
-// (creating the file if there is none) and leaves the rest untouched.
-func writeHostsEntry(path string, r *wire.Reach) error {
+// with block (creating the file if there is none) and leaves the rest
+// untouched. A symlinked hosts file is written where it points, and the
+// file keeps its mode.
+func writeHostsEntry(path string, block []byte) error {
+	if real, err := filepath.EvalSymlinks(path); err == nil {
+		path = real
+	}
+	mode := os.FileMode(0o644)
+	if fi, err := os.Stat(path); err == nil {
+		mode = fi.Mode().Perm()
+	}
 	cur, err := os.ReadFile(path)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("reading %s: %w", path, err)
 	}
 	next := stripHostsBlock(cur)
-	if block := hostsBlock(r); block != nil {
+	if block != nil {
 		if len(next) > 0 && next[len(next)-1] != '\n' {
 			next = append(next, '\n')
 		}
@@ -82,31 +106,40 @@ func writeHostsEntry(path string, r *wire.Reach) error {
 	// where /etc/hosts is a bind mount (containers), which only takes an
 	// in-place write.
 	tmp := path + ".fleet-agent.tmp"
-	if err := os.WriteFile(tmp, next, 0o644); err != nil {
+	if err := os.WriteFile(tmp, next, mode); err != nil {
 		return fmt.Errorf("writing %s: %w", tmp, err)
+	}
+	if err := os.Chmod(tmp, mode); err != nil {
+		_ = os.Remove(tmp)
+		return err
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		_ = os.Remove(tmp)
 		if !errors.Is(err, syscall.EBUSY) && !errors.Is(err, syscall.EXDEV) {
 			return fmt.Errorf("replacing %s: %w", path, err)
 		}
-		if err := os.WriteFile(path, next, 0o644); err != nil {
+		if err := os.WriteFile(path, next, mode); err != nil {
 			return fmt.Errorf("writing %s: %w", path, err)
 		}
 	}
 	return nil
 }
 
-// stripHostsBlock removes the managed block, if any.
+// stripHostsBlock removes the managed block, if any. If someone deleted
+// its END line, only the BEGIN line goes: a stale entry of ours may stay
+// behind, but nothing of the user's is ever lost.
 func stripHostsBlock(b []byte) []byte {
-	i := bytes.Index(b, []byte(hostsBegin))
+	begin := []byte(hostsBegin)
+	i := bytes.Index(b, begin)
 	if i < 0 {
 		return slices.Clone(b)
 	}
 	out := slices.Clone(b[:i])
-	rest := b[i:]
-	if j := bytes.Index(rest, []byte(hostsEnd)); j >= 0 {
-		out = append(out, rest[j+len(hostsEnd):]...)
+	rest := b[i+len(begin):]
+	end := []byte(strings.TrimSuffix(hostsEnd, "\n"))
+	if j := bytes.Index(rest, end); j >= 0 {
+		rest = rest[j+len(end):]
+		rest = bytes.TrimPrefix(rest, []byte("\n"))
 	}
-	return out
+	return append(out, rest...)
 }

@@ -22,6 +22,13 @@ func TestRetryDelay(t *testing.T) {
 		if d := a.retryDelay(&EnrollError{Status: http.StatusServiceUnavailable}, &attempt, time.Time{}); d < 5*time.Second || d >= 10*time.Second || attempt != 0 {
 			t.Fatalf("busy enrollment: delay %s attempt %d", d, attempt)
 		}
+		// Rate-limited or a contended token, with the hub's Retry-After.
+		for _, status := range []int{http.StatusTooManyRequests, http.StatusServiceUnavailable} {
+			d := a.retryDelay(&EnrollError{Status: status, RetryAfter: time.Second}, &attempt, time.Time{})
+			if d < time.Second || d >= 2*time.Second || attempt != 0 {
+				t.Fatalf("enrollment %d with Retry-After 1: delay %s attempt %d", status, d, attempt)
+			}
+		}
 		// The hub held a session a moment ago (it is restarting): at most
 		// 10 s, however many attempts.
 		attempt = 10

@@ -64,7 +64,7 @@ func (a *Agent) sessionSource(ctx context.Context) {
 }
 
 // busyError: the hub turned the handshake or enrollment away for now
-// (503 with Retry-After), to spread a crowd of agents over time.
+// (503 or 429 with Retry-After), to spread a crowd of agents over time.
 type busyError struct {
 	after time.Duration
 }
@@ -88,8 +88,13 @@ func retryAfter(h http.Header) time.Duration {
 func (a *Agent) retryDelay(err error, attempt *int, lastSession time.Time) time.Duration {
 	var busy *busyError
 	var enrollErr *EnrollError
-	if errors.As(err, &enrollErr) && enrollErr.Status == http.StatusServiceUnavailable {
+	if errors.As(err, &enrollErr) && (enrollErr.Status == http.StatusServiceUnavailable || enrollErr.Status == http.StatusTooManyRequests) {
+		// Turned away for now (enrollment rate, a crowd on one token):
+		// not a failure of this host's.
 		busy = &busyError{after: 5 * time.Second}
+		if enrollErr.RetryAfter > 0 {
+			busy.after = enrollErr.RetryAfter
+		}
 	}
 	if busy != nil || errors.As(err, &busy) {
 		return busy.after + time.Duration(rand.Int64N(int64(busy.after)))
@@ -185,7 +190,8 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 		}
 	}
 	s := &agentSession{ctrl: ctrl}
-	if err := s.send(&wire.Hello{AgentVersion: version.Version, Host: id.Host, ObservedGeneration: a.Applied().Generation}); err != nil {
+	if err := s.send(&wire.Hello{AgentVersion: version.Version, Host: id.Host, ObservedGeneration: a.Applied().Generation,
+		Capabilities: []string{wire.CapabilityTunnel}}); err != nil {
 		return err
 	}
 	a.sessions.Add(1)

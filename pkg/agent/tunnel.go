@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/yamux"
 
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
 	"github.com/edgefleet/fleet/pkg/transport"
 )
@@ -125,6 +127,9 @@ func (a *Agent) dialTargets(target string) ([]string, error) {
 	if r == nil {
 		return nil, fmt.Errorf("this host belongs to no cluster; it dials nothing")
 	}
+	if !r.Tunnels {
+		return nil, fmt.Errorf("edge reach is disabled for this host's cluster")
+	}
 	if target != r.Endpoint {
 		return nil, fmt.Errorf("target %q is not this host's cluster endpoint", target)
 	}
@@ -132,8 +137,8 @@ func (a *Agent) dialTargets(target string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(r.Addresses) == 0 || net.ParseIP(host) != nil {
-		// An address, or a name the site's own DNS must know.
+	if !managedName(host) || len(r.Addresses) == 0 {
+		// An address, or a name the site's own DNS answers for.
 		return []string{r.Endpoint}, nil
 	}
 	out := make([]string, 0, len(r.Addresses))
@@ -141,6 +146,12 @@ func (a *Agent) dialTargets(target string) ([]string, error) {
 		out = append(out, net.JoinHostPort(ip, port))
 	}
 	return out, nil
+}
+
+// managedName tells whether host is in fleet's own endpoint zone, which
+// only the agents resolve.
+func managedName(host string) bool {
+	return strings.HasSuffix(strings.ToLower(strings.TrimSuffix(host, ".")), "."+infrav1.EndpointDomain)
 }
 
 func dialFirst(addrs []string) (net.Conn, error) {

@@ -87,7 +87,7 @@ func TestTunnelCarriesBytesToTheEndpoint(t *testing.T) {
 	a := New(Config{StateDir: t.TempDir(), RootDir: t.TempDir()}, Unavailable{}, logr.Discard())
 	addr := echoServer(t)
 	_, port, _ := net.SplitHostPort(addr)
-	a.setReach(&wire.Reach{Endpoint: "edge.ns.fleet.internal:" + port, Addresses: []string{"127.0.0.1"}})
+	a.setReach(&wire.Reach{Endpoint: "edge.ns.fleet.internal:" + port, Addresses: []string{"127.0.0.1"}, Tunnels: true})
 	hub := tunnelPair(t, a)
 
 	st, msg := askTunnel(t, hub, "edge.ns.fleet.internal:"+port)
@@ -119,14 +119,19 @@ func TestTunnelRefusesOtherTargets(t *testing.T) {
 	if e, ok := msg.(*wire.Error); !ok || e.Code != wire.ErrForbidden || !strings.Contains(e.Message, "belongs to no cluster") {
 		t.Fatalf("before any cluster: %#v", msg)
 	}
-	a.setReach(&wire.Reach{Endpoint: "edge.ns.fleet.internal:6443", Addresses: []string{"127.0.0.1"}})
+	a.setReach(&wire.Reach{Endpoint: "edge.ns.fleet.internal:6443", Addresses: []string{"127.0.0.1"}, Tunnels: true})
 	for _, target := range []string{addr, "edge.ns.fleet.internal:22", "10.0.0.1:6443"} {
 		_, msg := askTunnel(t, hub, target)
 		if e, ok := msg.(*wire.Error); !ok || e.Code != wire.ErrForbidden {
 			t.Errorf("target %s: %#v, want Forbidden", target, msg)
 		}
 	}
-	if a.tunnels.refused.Load() != 4 || a.tunnels.served.Load() != 0 {
+	// Edge reach disabled for the cluster: not even the endpoint.
+	a.setReach(&wire.Reach{Endpoint: addr, Addresses: []string{"127.0.0.1"}})
+	if _, msg := askTunnel(t, hub, addr); msg.(*wire.Error).Code != wire.ErrForbidden {
+		t.Errorf("with tunnels disabled: %#v", msg)
+	}
+	if a.tunnels.refused.Load() != 5 || a.tunnels.served.Load() != 0 {
 		t.Errorf("refused %d, served %d", a.tunnels.refused.Load(), a.tunnels.served.Load())
 	}
 }
@@ -137,7 +142,7 @@ func TestTunnelDialFailureIsReported(t *testing.T) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	ln.Close()
-	a.setReach(&wire.Reach{Endpoint: "edge.ns.fleet.internal:" + port, Addresses: []string{"127.0.0.1"}})
+	a.setReach(&wire.Reach{Endpoint: "edge.ns.fleet.internal:" + port, Addresses: []string{"127.0.0.1"}, Tunnels: true})
 	_, msg := askTunnel(t, tunnelPair(t, a), "edge.ns.fleet.internal:"+port)
 	if e, ok := msg.(*wire.Error); !ok || e.Code != wire.ErrDialFailed {
 		t.Fatalf("answer %#v, want DialFailed", msg)
@@ -166,7 +171,7 @@ func TestHostsEntryFollowsReach(t *testing.T) {
 	}
 
 	a.setReach(&wire.Reach{Endpoint: "edge.ns.fleet.internal:6443", Addresses: []string{"10.0.0.5", "10.0.0.6"}})
-	want := orig + "\n" + hostsBegin + "10.0.0.5 edge.ns.fleet.internal\n" + hostsEnd
+	want := orig + "\n" + hostsBegin + "10.0.0.5 edge.ns.fleet.internal\n10.0.0.6 edge.ns.fleet.internal\n" + hostsEnd
 	if got := read(); got != want {
 		t.Fatalf("hosts:\n%s\nwant:\n%s", got, want)
 	}
@@ -181,9 +186,20 @@ func TestHostsEntryFollowsReach(t *testing.T) {
 	if got := read(); got != orig+"\n" {
 		t.Fatalf("after release:\n%q\nwant:\n%q", got, orig+"\n")
 	}
-	// An endpoint given as an address needs no entry.
-	a.setReach(&wire.Reach{Endpoint: "192.0.2.10:6443", Addresses: []string{"10.0.0.7"}})
-	if got := read(); strings.Contains(got, hostsBegin) {
-		t.Fatalf("entry for an address endpoint:\n%s", got)
+	// An address, or a name outside fleet's zone (a load balancer's, in
+	// the site's DNS), gets no entry.
+	for _, ep := range []string{"192.0.2.10:6443", "api.store-17.example.com:6443"} {
+		a.setReach(&wire.Reach{Endpoint: ep, Addresses: []string{"10.0.0.7"}})
+		if got := read(); strings.Contains(got, hostsBegin) {
+			t.Fatalf("entry for %s:\n%s", ep, got)
+		}
+	}
+	// Someone deleted our END line: nothing of theirs is lost.
+	if err := os.WriteFile(hosts, []byte("127.0.0.1 localhost\n"+hostsBegin+"10.0.0.7 edge.ns.fleet.internal\n10.1.2.3 printer\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a.setReach(&wire.Reach{Endpoint: "edge.ns.fleet.internal:6443", Addresses: []string{"10.0.0.8"}})
+	if got := read(); !strings.Contains(got, "10.1.2.3 printer\n") || !strings.HasSuffix(got, hostsBegin+"10.0.0.8 edge.ns.fleet.internal\n"+hostsEnd) {
+		t.Fatalf("after a damaged block:\n%s", got)
 	}
 }

@@ -42,7 +42,10 @@ func Pipe(a net.Conn, b net.Conn, idle, halfClose time.Duration) (aToB, bToA int
 	go cp(0, hb, a)
 	go cp(1, ha, b)
 
-	tick := time.NewTicker(min(idle, halfClose) / 4)
+	if idle <= 0 || halfClose <= 0 {
+		panic("transport.Pipe: idle and halfClose must be positive")
+	}
+	tick := time.NewTicker(max(min(idle, halfClose)/4, time.Millisecond))
 	defer tick.Stop()
 	ended := 0
 	var firstEnd time.Time
@@ -54,6 +57,11 @@ func Pipe(a net.Conn, b net.Conn, idle, halfClose time.Duration) (aToB, bToA int
 		case now := <-tick.C:
 			if ended == 1 && now.Sub(firstEnd) > halfClose ||
 				now.Sub(time.Unix(0, last.Load())) > idle {
+				// A deadline wakes blocked reads at once; a yamux stream
+				// whose write side is already closed ignores a second
+				// Close until its own close timeout.
+				_ = a.SetDeadline(now)
+				_ = b.SetDeadline(now)
 				_ = a.Close()
 				_ = b.Close()
 				wg.Wait()

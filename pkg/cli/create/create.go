@@ -140,7 +140,7 @@ func (o *Options) Complete(args []string) error {
 	}
 	endpoint := o.Endpoint
 	if endpoint == "" {
-		endpoint = fmt.Sprintf("%s.%s.fleet.internal:6443", o.spec.Name, o.spec.Namespace)
+		endpoint = fmt.Sprintf("%s.%s.%s:6443", o.spec.Name, o.spec.Namespace, infrav1.EndpointDomain)
 	}
 	host, port, err := net.SplitHostPort(endpoint)
 	if err != nil {

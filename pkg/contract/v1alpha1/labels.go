@@ -25,6 +25,12 @@ const (
 	// endpoint resolves to these hosts, and tunnels prefer them.
 	ControlPlaneLabel = "fleet.edgefleet.io/control-plane"
 
+	// EndpointDomain is the DNS zone of the endpoint names fleet gives
+	// clusters (<cluster>.<namespace>.fleet.internal). No DNS server knows
+	// it: agents make these names resolve at their sites themselves, and
+	// leave every other name to the site's DNS.
+	EndpointDomain = "fleet.internal"
+
 	// EdgeReachAnnotation on a Cluster, set to "disabled", keeps the hub
 	// from routing Cluster API's connections to it through the agents (for
 	// a cluster whose API server the management cluster can dial itself).

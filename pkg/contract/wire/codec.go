@@ -9,6 +9,9 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // MaxFrameSize bounds one control-stream frame. Bootstrap data from CABPK
@@ -134,8 +137,8 @@ func validate(msg any) error {
 			if err := validHostPort(r.Endpoint); err != nil {
 				return bad("DesiredState.reach.endpoint: %v", err)
 			}
-			if len(r.Addresses) > 16 {
-				return bad("DesiredState.reach has %d addresses, at most 16", len(r.Addresses))
+			if len(r.Addresses) > MaxReachAddresses {
+				return bad("DesiredState.reach has %d addresses, at most %d", len(r.Addresses), MaxReachAddresses)
 			}
 			for _, a := range r.Addresses {
 				if net.ParseIP(a) == nil {
@@ -169,14 +172,16 @@ func validate(msg any) error {
 	return nil
 }
 
-// validHostPort accepts host:port with a non-empty host and a port in 1–65535.
+// validHostPort accepts host:port where host is an IP address or a DNS
+// name (RFC 1123; nothing else may reach a hosts file) and the port is in
+// 1–65535.
 func validHostPort(s string) error {
 	host, port, err := net.SplitHostPort(s)
 	if err != nil {
 		return err
 	}
-	if host == "" || len(host) > 253 {
-		return fmt.Errorf("%q: bad host", s)
+	if net.ParseIP(host) == nil && len(validation.IsDNS1123Subdomain(strings.ToLower(host))) > 0 {
+		return fmt.Errorf("%q: host is neither an IP address nor a DNS name", s)
 	}
 	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
 		return fmt.Errorf("%q: bad port", s)

@@ -50,7 +50,15 @@ type Hello struct {
 	// ObservedGeneration is the last desired-state generation the agent
 	// has acted on, so the hub can tell a resync from news.
 	ObservedGeneration int64 `json:"observedGeneration"`
+	// Capabilities lists what this agent can do beyond the base protocol,
+	// so a hub never asks an older agent for something it cannot do.
+	Capabilities []string `json:"capabilities,omitempty"`
 }
+
+// CapabilityTunnel: the agent serves Tunnel streams (edge reach). An agent
+// without it never accepts a stream; asking would stall until the session
+// is torn down.
+const CapabilityTunnel = "tunnel"
 
 // DesiredState is everything the hub wants of a host. Exactly one of
 // Assignment and Deprovision is set, or neither (nothing to do).
@@ -69,15 +77,23 @@ type DesiredState struct {
 	Reach *Reach `json:"reach,omitempty"`
 }
 
+// MaxReachAddresses bounds Reach.Addresses.
+const MaxReachAddresses = 16
+
 // Reach is the site-local view of a cluster's API endpoint.
 type Reach struct {
 	// Endpoint is the cluster's controlPlaneEndpoint as host:port; the
 	// only target the agent will dial for a tunnel.
 	Endpoint string `json:"endpoint"`
 	// Addresses are where the endpoint's name resolves at the site, best
-	// first: the host itself (127.0.0.1) on a control-plane host, then the
-	// other control-plane hosts' addresses. Empty until one is known.
+	// first: the host itself (127.0.0.1) on a control-plane host whose API
+	// server runs (or that is the first one), then the provisioned
+	// control-plane hosts' addresses. Used for names in fleet's own zone
+	// (v1alpha1.EndpointDomain) only; other names are the site DNS's.
 	Addresses []string `json:"addresses,omitempty"`
+	// Tunnels is true when the agent may carry the hub's connections to
+	// the endpoint (edge reach is not disabled for the cluster).
+	Tunnels bool `json:"tunnels,omitempty"`
 }
 
 // SameReach reports whether a and b say the same (both nil counts).
@@ -85,7 +101,7 @@ func SameReach(a, b *Reach) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	return a.Endpoint == b.Endpoint && slices.Equal(a.Addresses, b.Addresses)
+	return a.Endpoint == b.Endpoint && a.Tunnels == b.Tunnels && slices.Equal(a.Addresses, b.Addresses)
 }
 
 // Tunnel asks the agent to dial Target and carry the stream's bytes.

@@ -82,6 +82,10 @@ func (s *Server) serveEnroll(w http.ResponseWriter, r *http.Request) {
 		if status == http.StatusBadRequest || status == http.StatusConflict {
 			result = "bad_request"
 		}
+		if status == http.StatusServiceUnavailable {
+			result = "busy"
+			w.Header().Set("Retry-After", "1")
+		}
 		enrollments.WithLabelValues(result).Inc()
 		// The token's secret half is never logged; its id is public.
 		s.log.Info("Refused enrollment", "reason", err.Error(), "hostname", req.Facts.Hostname,
@@ -128,8 +132,14 @@ func (s *Server) enroll(ctx context.Context, req *wire.EnrollRequest) (*wire.Enr
 		if err == nil {
 			break
 		}
-		if !apierrors.IsConflict(err) || attempt == 3 {
+		if !apierrors.IsConflict(err) {
 			return nil, http.StatusInternalServerError, "Internal", err
+		}
+		if attempt == 3 {
+			// Many hosts enrolling with one token at once (a site's worth
+			// of machines booting): not an error of the host's. It comes
+			// back shortly without growing its back-off.
+			return nil, http.StatusServiceUnavailable, "Busy", fmt.Errorf("token %s is being used by many hosts at once; retry shortly: %w", tok.ID, err)
 		}
 	}
 	host, err := s.createHost(ctx, tok, req)

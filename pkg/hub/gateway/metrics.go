@@ -16,7 +16,7 @@ var (
 	}, []string{"result"})
 	enrollments = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fleet_gateway_enrollments_total",
-		Help: "Enrollment attempts by result (ok, malformed, unknown, expired, used_up, revoked, rate_limited, bad_request, error).",
+		Help: "Enrollment attempts by result (ok, malformed, unknown, expired, used_up, revoked, rate_limited, busy, bad_request, error).",
 	}, []string{"result"})
 	messages = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fleet_gateway_messages_total",

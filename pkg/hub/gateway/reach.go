@@ -18,6 +18,7 @@ import (
 
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
+	"github.com/edgefleet/fleet/pkg/hub/inventory"
 	"github.com/edgefleet/fleet/pkg/transport"
 )
 
@@ -27,9 +28,13 @@ const MaxTunnelsPerAgent = 32
 
 // reachFor computes how h's cluster endpoint is reached at its site, from
 // the informer cache alone: the endpoint of the Cluster its machine
-// belongs to, resolved to the cluster's control-plane hosts (the host
-// itself first, as 127.0.0.1, when it is one of them). nil when h belongs
-// to no cluster or the cluster has no endpoint yet.
+// belongs to, resolved to the cluster's provisioned control-plane hosts.
+// A control-plane host resolves it to itself (127.0.0.1) first once its
+// own API server runs — or while it is the first control-plane host, whose
+// kubeadm init needs the name before anything else exists — and to the
+// other control-plane hosts while it joins. Tunnels says whether edge
+// reach is on for the cluster. nil when h belongs to no cluster or the
+// cluster has no endpoint yet.
 func (s *Server) reachFor(ctx context.Context, h *infrav1.EdgeHost) *wire.Reach {
 	name := h.Labels[infrav1.ClusterLabel]
 	if h.Spec.ClaimRef == nil || name == "" {
@@ -43,34 +48,36 @@ func (s *Server) reachFor(ctx context.Context, h *infrav1.EdgeHost) *wire.Reach 
 	if !ep.IsValid() {
 		return nil
 	}
-	r := &wire.Reach{Endpoint: net.JoinHostPort(ep.Host, strconv.Itoa(int(ep.Port)))}
-	if h.Labels[infrav1.ControlPlaneLabel] == "true" {
-		r.Addresses = append(r.Addresses, "127.0.0.1")
-	}
+	r := &wire.Reach{Endpoint: net.JoinHostPort(ep.Host, strconv.Itoa(int(ep.Port))),
+		Tunnels: cluster.Annotations[infrav1.EdgeReachAnnotation] != "disabled"}
 	cps := &infrav1.EdgeHostList{}
 	if err := s.client.List(ctx, cps, client.InNamespace(h.Namespace),
 		client.MatchingLabels{infrav1.ClusterLabel: name, infrav1.ControlPlaneLabel: "true"}); err != nil {
 		return r
 	}
 	sort.Slice(cps.Items, func(i, j int) bool { return cps.Items[i].Name < cps.Items[j].Name })
+	var others []string
 	for i := range cps.Items {
 		cp := &cps.Items[i]
-		if cp.Name == h.Name || cp.Spec.ClaimRef == nil {
+		if cp.Name == h.Name || inventory.Phase(cp) != infrav1.HostProvisioned {
 			continue
 		}
 		for _, a := range cp.Status.Addresses {
-			if a.Type == infrav1.MachineInternalIP && net.ParseIP(a.Address) != nil && !slices.Contains(r.Addresses, a.Address) {
-				r.Addresses = append(r.Addresses, a.Address)
+			if a.Type == infrav1.MachineInternalIP && net.ParseIP(a.Address) != nil && !slices.Contains(others, a.Address) {
+				others = append(others, a.Address)
 				break
 			}
 		}
-		if len(r.Addresses) == 16 {
-			break
-		}
+	}
+	if h.Labels[infrav1.ControlPlaneLabel] == "true" && (inventory.Phase(h) == infrav1.HostProvisioned || len(others) == 0) {
+		r.Addresses = append(r.Addresses, "127.0.0.1")
+	}
+	r.Addresses = append(r.Addresses, others...)
+	if len(r.Addresses) > wire.MaxReachAddresses {
+		r.Addresses = r.Addresses[:wire.MaxReachAddresses]
 	}
 	return r
 }
-
 
 // kickCluster asks every session of a cluster's hosts to recompute its
 // desired state: the cluster's endpoint or control-plane hosts changed,
@@ -104,6 +111,7 @@ func (s *Server) membersChanged(oldObj, obj any) {
 	if old != nil && cur != nil && old.Labels[infrav1.ClusterLabel] == cur.Labels[infrav1.ClusterLabel] &&
 		old.Labels[infrav1.ControlPlaneLabel] == cur.Labels[infrav1.ControlPlaneLabel] &&
 		(old.Spec.ClaimRef == nil) == (cur.Spec.ClaimRef == nil) &&
+		inventory.Phase(old) == inventory.Phase(cur) &&
 		equality.Semantic.DeepEqual(old.Status.Addresses, cur.Status.Addresses) {
 		return
 	}
@@ -120,25 +128,34 @@ func (s *Server) membersChanged(oldObj, obj any) {
 	}
 }
 
-// clusterChanged kicks a cluster's sessions when its endpoint changes.
+// clusterChanged kicks a cluster's sessions when its endpoint or its edge
+// reach setting changes.
 func (s *Server) clusterChanged(oldObj, obj any) {
 	cur, ok := obj.(*clusterv1.Cluster)
 	if !ok {
 		return
 	}
-	if old, ok := oldObj.(*clusterv1.Cluster); ok && old.Spec.ControlPlaneEndpoint == cur.Spec.ControlPlaneEndpoint {
+	if old, ok := oldObj.(*clusterv1.Cluster); ok && old.Spec.ControlPlaneEndpoint == cur.Spec.ControlPlaneEndpoint &&
+		old.Annotations[infrav1.EdgeReachAnnotation] == cur.Annotations[infrav1.EdgeReachAnnotation] {
 		return
 	}
 	s.kickCluster(cur.Namespace, cur.Name)
 }
 
-// ErrNoAgent means no agent of the cluster is connected to this replica.
+// ErrNoAgent means no agent of the cluster that can carry tunnels is
+// connected to this replica.
 type ErrNoAgent struct {
 	Namespace, Cluster string
+	// TooOld counts connected agents that predate tunnels.
+	TooOld int
 }
 
 func (e *ErrNoAgent) Error() string {
-	return fmt.Sprintf("no agent of cluster %s/%s is connected to the hub", e.Namespace, e.Cluster)
+	msg := fmt.Sprintf("no agent of cluster %s/%s is connected to the hub", e.Namespace, e.Cluster)
+	if e.TooOld > 0 {
+		msg += fmt.Sprintf(" (%d connected agents are too old to carry tunnels: upgrade fleet-agent)", e.TooOld)
+	}
+	return msg
 }
 
 // TunnelError is a dial that every candidate agent refused or failed.
@@ -172,14 +189,21 @@ func (s *Server) DialCluster(ctx context.Context, namespace, cluster, target str
 		cp bool
 	}
 	var cands []candidate
+	tooOld := 0
 	for i := range hosts.Items {
 		h := &hosts.Items[i]
-		if ss := s.sessionFor(namespace, h.Name); ss != nil {
+		ss := s.sessionFor(namespace, h.Name)
+		switch {
+		case ss == nil:
+		case !slices.Contains(ss.hello.Capabilities, wire.CapabilityTunnel):
+			// An agent older than tunnels never accepts a stream.
+			tooOld++
+		default:
 			cands = append(cands, candidate{ss, h.Labels[infrav1.ControlPlaneLabel] == "true"})
 		}
 	}
 	if len(cands) == 0 {
-		return nil, "", &ErrNoAgent{Namespace: namespace, Cluster: cluster}
+		return nil, "", &ErrNoAgent{Namespace: namespace, Cluster: cluster, TooOld: tooOld}
 	}
 	sort.SliceStable(cands, func(i, j int) bool {
 		if cands[i].cp != cands[j].cp {
@@ -268,16 +292,21 @@ func (ss *session) openTunnel(ctx context.Context, target string) (net.Conn, err
 	}
 }
 
-// tunnelConn frees its place in the session's tunnel budget when closed.
-// (A yamux stream's Close ends the writing side; the stream is gone once
-// the agent's side ends too, or StreamCloseTimeout later.)
+// tunnelConn is a tunnel stream that frees its place in the session's
+// tunnel budget when it is closed for good. CloseWrite only ends the
+// hub-to-agent direction (a yamux stream's Close sends FIN and still
+// reads); Close also releases the budget.
 type tunnelConn struct {
 	net.Conn
 	release func()
 	once    sync.Once
 }
 
+// CloseWrite half-closes the stream.
+func (c *tunnelConn) CloseWrite() error { return c.Conn.Close() }
+
 func (c *tunnelConn) Close() error {
+	_ = c.Conn.SetDeadline(time.Now())
 	err := c.Conn.Close()
 	c.once.Do(c.release)
 	return err

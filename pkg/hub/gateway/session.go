@@ -284,16 +284,26 @@ func (ss *session) pusher() {
 				return
 			}
 			reach := ss.srv.reachFor(context.Background(), host)
-			if ss.lastPushed != nil && sameIntent(ss.lastPushed, host) && wire.SameReach(ss.lastPushed.Reach, reach) {
+			var desired *wire.DesiredState
+			switch {
+			case ss.lastPushed != nil && sameIntent(ss.lastPushed, host) && wire.SameReach(ss.lastPushed.Reach, reach):
 				continue
+			case ss.lastPushed != nil && sameIntent(ss.lastPushed, host):
+				// Only the cluster's endpoint or control plane moved: the
+				// same state with the new reach, without reading the
+				// bootstrap Secret again.
+				d := *ss.lastPushed
+				d.Reach = reach
+				desired = &d
+			default:
+				var err error
+				if desired, err = ss.srv.desiredFor(context.Background(), host); err != nil {
+					ss.srv.log.Error(err, "Computing desired state", "EdgeHost", ss.id.String())
+					ss.retryPush(seen)
+					continue
+				}
+				desired.Reach = reach
 			}
-			desired, err := ss.srv.desiredFor(context.Background(), host)
-			if err != nil {
-				ss.srv.log.Error(err, "Computing desired state", "EdgeHost", ss.id.String())
-				ss.retryPush(seen)
-				continue
-			}
-			desired.Reach = reach
 			if ss.lastPushed != nil && equality.Semantic.DeepEqual(ss.lastPushed, desired) {
 				continue
 			}

@@ -135,7 +135,13 @@ func (s *Server) setConnectivity(ctx context.Context, ss *session, connected boo
 		want.Status.HubReplica = s.opts.ReplicaName
 		if !connected {
 			cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, DisconnectedReason, "Session ended"
-			want.Status.HubReplica = ""
+			// The agent may already hold a session on another replica,
+			// which recorded itself: that is not ours to clear.
+			if host.Status.HubReplica == s.opts.ReplicaName {
+				want.Status.HubReplica = ""
+			} else {
+				want.Status.HubReplica = host.Status.HubReplica
+			}
 		}
 		meta.SetStatusCondition(&want.Status.Conditions, cond)
 		now := metav1.NewTime(time.Now().Truncate(time.Second))

@@ -46,12 +46,15 @@ type KubeconfigReconciler struct {
 	ProxyURL *url.URL
 	// Credentials is called per reconcile; nil until the hub CA is known.
 	Credentials func() *Credentials
+	// Disabled removes proxy-url from every fleet cluster's kubeconfig
+	// (the hub runs without edge reach).
+	Disabled bool
 }
 
 // SetupWithManager registers the reconciler.
 func (r *KubeconfigReconciler) SetupWithManager(mgr ctrl.Manager, options controller.Options) error {
-	if r.Client == nil || r.APIReader == nil || r.ProxyURL == nil || r.Credentials == nil {
-		return fmt.Errorf("edge-reach kubeconfig reconciler: Client, APIReader, ProxyURL and Credentials must be set")
+	if r.Client == nil || r.APIReader == nil || (!r.Disabled && (r.ProxyURL == nil || r.Credentials == nil)) {
+		return fmt.Errorf("edge-reach kubeconfig reconciler: Client, APIReader, and unless Disabled ProxyURL and Credentials, must be set")
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&clusterv1.Cluster{}, builder.WithPredicates(predicate.NewPredicateFuncs(isFleetCluster))).
@@ -74,12 +77,12 @@ func (r *KubeconfigReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	if !cluster.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}
-	creds := r.Credentials()
-	if creds == nil {
-		return ctrl.Result{RequeueAfter: time.Second}, nil
-	}
 	want := ""
-	if cluster.Annotations[infrav1.EdgeReachAnnotation] != "disabled" {
+	if !r.Disabled && cluster.Annotations[infrav1.EdgeReachAnnotation] != "disabled" {
+		creds := r.Credentials()
+		if creds == nil {
+			return ctrl.Result{RequeueAfter: time.Second}, nil
+		}
 		want = creds.ProxyURL(r.ProxyURL, cluster)
 	}
 	s := &corev1.Secret{}

@@ -6,8 +6,8 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"net"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -101,6 +101,9 @@ func (p *Proxy) Start(ctx context.Context) error {
 	srv := &http.Server{
 		Handler:           p,
 		ReadHeaderTimeout: 10 * time.Second,
+		// A refused client's kept-alive connection must not wait forever
+		// (taken-over tunnels are not affected).
+		IdleTimeout: 30 * time.Second,
 		MaxHeaderBytes:    8 << 10,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
@@ -164,7 +167,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			dialFailures.WithLabelValues("session_error").Inc()
 		}
 		p.log.Info("Edge-reach tunnel failed", "cluster", cluster.Namespace+"/"+cluster.Name, "target", r.Host, "error", err.Error())
-		http.Error(w, err.Error(), http.StatusBadGateway)
+		writeRefusal(w, http.StatusBadGateway, err.Error())
 		return
 	}
 	defer tunnel.Close()
@@ -288,8 +291,11 @@ func (p *Proxy) authorize(r *http.Request) (cluster *clusterv1.Cluster, status i
 		return nil, http.StatusProxyAuthRequired, "bad_credentials", "proxy credentials not valid"
 	}
 	creds := p.creds()
+	if creds == nil {
+		return nil, http.StatusServiceUnavailable, "starting", "the hub is starting (its CA is not loaded yet); retry shortly"
+	}
 	ns, name, ok := splitUser(user)
-	if !ok || creds == nil {
+	if !ok {
 		return badCreds()
 	}
 	c := &clusterv1.Cluster{}
@@ -320,9 +326,48 @@ func (p *Proxy) authorize(r *http.Request) (cluster *clusterv1.Cluster, status i
 }
 
 func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, reason string, status int, msg string) {
-	refused.WithLabelValues(reason).Inc()
+	if reason != "starting" {
+		refused.WithLabelValues(reason).Inc()
+	}
 	p.log.Info("Refused an edge-reach request", "reason", reason, "method", r.Method, "target", r.Host, "remote", r.RemoteAddr)
-	http.Error(w, msg, status)
+	writeRefusal(w, status, msg)
+}
+
+// writeRefusal answers with msg as the status line's reason phrase as well
+// as the body: Go's HTTP clients (client-go, kubectl, Cluster API) drop the
+// body of a failed CONNECT and show only the status line, so that is where
+// the explanation must be.
+func writeRefusal(w http.ResponseWriter, status int, msg string) {
+	reason := strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, msg)
+	if len(reason) > 300 {
+		reason = reason[:300]
+	}
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		http.Error(w, msg, status)
+		return
+	}
+	// Headers set before (Proxy-Authenticate) go out too.
+	hdr := w.Header().Clone()
+	c, buf, err := hj.Hijack()
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	body := msg + "\n"
+	hdr.Set("Content-Type", "text/plain; charset=utf-8")
+	hdr.Set("Content-Length", strconv.Itoa(len(body)))
+	hdr.Set("Connection", "close")
+	_ = c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(buf, "HTTP/1.1 %03d %s\r\n", status, reason)
+	_ = hdr.Write(buf)
+	_, _ = buf.WriteString("\r\n" + body)
+	_ = buf.Flush()
 }
 
 // proxyBasicAuth reads HTTP Basic credentials from Proxy-Authorization.

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -122,7 +123,6 @@ func connect(t *testing.T, srv *httptest.Server, target, auth string) (int, stri
 	return resp.StatusCode, strings.TrimSpace(string(body)), nil
 }
 
-
 func TestProxyCarriesAnAuthorisedConnect(t *testing.T) {
 	d := &echoDialer{}
 	srv, creds := newTestProxy(t, d, 0)
@@ -192,6 +192,15 @@ func TestProxyNamesTheClusterWithoutAgents(t *testing.T) {
 	code, body, _ := connect(t, srv, "edge.site-a.fleet.internal:6443", basic(user, password))
 	if code != http.StatusBadGateway || body != "no agent of cluster site-a/edge is connected to the hub" {
 		t.Fatalf("%d %q", code, body)
+	}
+	// What a Go client (client-go, kubectl, Cluster API) shows: only the
+	// status line of a failed CONNECT, so the reason must be there.
+	proxyURL, _ := url.Parse(srv.URL)
+	proxyURL.User = url.UserPassword(user, password)
+	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}, Timeout: 10 * time.Second}
+	_, err := c.Get("https://edge.site-a.fleet.internal:6443/version")
+	if err == nil || !strings.Contains(err.Error(), "no agent of cluster site-a/edge is connected to the hub") {
+		t.Fatalf("client error %v", err)
 	}
 }
 

@@ -1,0 +1,75 @@
+package gateway
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/contract/wire"
+	"github.com/edgefleet/fleet/pkg/hub/enrollment"
+	"github.com/edgefleet/fleet/pkg/pki"
+)
+
+// A token's usage counter that keeps losing the race (a crowd of hosts
+// enrolling with one token) turns the host away for a moment (503, which
+// agents honour without growing their back-off), never with a 500.
+func TestEnrollOnAContendedTokenIsBusyNotAnError(t *testing.T) {
+	ctx := context.Background()
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = infrav1.AddToScheme(scheme)
+	base := fake.NewClientBuilder().WithScheme(scheme).Build()
+	token, _, err := enrollment.Create(ctx, base, "fleet-system", enrollment.Options{TTL: time.Hour, HostNamespace: "site-a"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The fake client keeps StringData as written; the API server would
+	// have merged it into Data.
+	secrets := &corev1.SecretList{}
+	if err := base.List(ctx, secrets); err != nil || len(secrets.Items) != 1 {
+		t.Fatalf("token Secret: %v (%d)", err, len(secrets.Items))
+	}
+	sec := &secrets.Items[0]
+	if sec.Data == nil {
+		sec.Data = map[string][]byte{}
+	}
+	for k, v := range sec.StringData {
+		sec.Data[k] = []byte(v)
+	}
+	sec.StringData = nil
+	if err := base.Update(ctx, sec); err != nil {
+		t.Fatal(err)
+	}
+	updates := 0
+	contended := interceptor.NewClient(base.(client.WithWatch), interceptor.Funcs{
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			updates++
+			return apierrors.NewConflict(schema.GroupResource{Resource: "secrets"}, obj.GetName(), nil)
+		},
+	})
+	s := &Server{client: contended, apiReader: base, opts: Options{HubNamespace: "fleet-system"}}
+	_, csr, err := pki.NewKeyAndCSR("store-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, status, code, err := s.enroll(ctx, &wire.EnrollRequest{Token: token, CSR: csr,
+		Facts: infrav1.HostFacts{Hostname: "store-1", MachineID: "0123456789abcdef0123456789abcdef"}})
+	if status != http.StatusServiceUnavailable || code != "Busy" || err == nil || !strings.Contains(err.Error(), "many hosts at once") {
+		t.Fatalf("status %d code %q err %v", status, code, err)
+	}
+	if updates != 4 {
+		t.Errorf("%d tries of the usage counter, want 4", updates)
+	}
+}
