@@ -103,9 +103,9 @@ func (p *Proxy) Start(ctx context.Context) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		// A refused client's kept-alive connection must not wait forever
 		// (taken-over tunnels are not affected).
-		IdleTimeout: 30 * time.Second,
-		MaxHeaderBytes:    8 << 10,
-		BaseContext:       func(net.Listener) context.Context { return ctx },
+		IdleTimeout:    30 * time.Second,
+		MaxHeaderBytes: 8 << 10,
+		BaseContext:    func(net.Listener) context.Context { return ctx },
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
