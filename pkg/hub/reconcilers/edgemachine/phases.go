@@ -204,13 +204,14 @@ func (r *Reconciler) reconcileHostClaim(ctx context.Context, s *scope) (bool, er
 	if err := r.APIReader.List(ctx, hosts, client.InNamespace(em.Namespace)); err != nil {
 		return true, fmt.Errorf("listing EdgeHosts: %w", err)
 	}
-	for i := range hosts.Items {
-		if c := hosts.Items[i].Spec.ClaimRef; c != nil && c.UID == em.UID {
-			s.host = &hosts.Items[i]
-			em.Status.HostRef = s.host.Name
-			r.setClaimed(em, s.host)
-			return false, nil
+	if held, err := r.keepOneHost(ctx, em, hosts.Items); err != nil || held != nil {
+		if err != nil {
+			return true, err
 		}
+		s.host = held
+		em.Status.HostRef = s.host.Name
+		r.setClaimed(em, s.host)
+		return false, nil
 	}
 	claimed, err := inventory.Claim(ctx, r.Client, inventory.Candidates(hosts.Items, req), req)
 	if errors.Is(err, inventory.ErrNoHost) {
@@ -351,12 +352,50 @@ func (r *Reconciler) heldHost(ctx context.Context, em *infrav1.EdgeMachine) (*in
 		client.MatchingFields{inventory.ClaimUIDIndex: string(em.UID)}); err != nil {
 		return nil, fmt.Errorf("listing EdgeHosts held by %s: %w", em.Name, err)
 	}
-	for i := range hosts.Items {
-		if c := hosts.Items[i].Spec.ClaimRef; c != nil && c.UID == em.UID {
-			return &hosts.Items[i], nil
+	return r.keepOneHost(ctx, em, hosts.Items)
+}
+
+// keepOneHost returns the one host among hosts that em holds, releasing
+// any others. A machine can end up holding two: a claim whose Update timed
+// out on the client but was still applied by the API server after the
+// next reconcile had read the host as free and claimed another. Level-
+// triggered: whatever the history, one host stays — the one the machine
+// reports, else the one furthest along — and the rest go back to the pool.
+func (r *Reconciler) keepOneHost(ctx context.Context, em *infrav1.EdgeMachine, hosts []infrav1.EdgeHost) (*infrav1.EdgeHost, error) {
+	var held []*infrav1.EdgeHost
+	for i := range hosts {
+		if c := hosts[i].Spec.ClaimRef; c != nil && c.UID == em.UID {
+			held = append(held, &hosts[i])
 		}
 	}
-	return nil, nil
+	if len(held) <= 1 {
+		if len(held) == 1 {
+			return held[0], nil
+		}
+		return nil, nil
+	}
+	keep := held[0]
+	for _, h := range held {
+		if h.Name == em.Status.HostRef {
+			keep = h
+			break
+		}
+		if p := h.Status.Provisioning; p != nil && p.ClaimUID == em.UID && keep.Status.Provisioning == nil {
+			keep = h
+		}
+	}
+	for _, h := range held {
+		if h == keep {
+			continue
+		}
+		if err := inventory.Release(ctx, r.Client, h, em.UID); err != nil {
+			return nil, fmt.Errorf("releasing EdgeHost %s, a second host of %s: %w", h.Name, em.Name, err)
+		}
+		r.Recorder.Eventf(em, nil, corev1.EventTypeWarning, "ReleasedExtraHost", "Release",
+			"EdgeMachine held EdgeHost %s besides %s (a claim applied late); released it", h.Name, keep.Name)
+		ctrl.LoggerFrom(ctx).Info("Released a second host of this machine", "EdgeHost", h.Name, "kept", keep.Name)
+	}
+	return keep, nil
 }
 
 func ptr(b *bool) bool { return b != nil && *b }

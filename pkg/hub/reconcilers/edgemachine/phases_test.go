@@ -1,11 +1,18 @@
 package edgemachine
 
 import (
+	"context"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 )
 
 func TestValidateBootstrapSecret(t *testing.T) {
@@ -28,5 +35,44 @@ func TestValidateBootstrapSecret(t *testing.T) {
 				t.Errorf("validateBootstrapSecret() = %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// A machine found holding two hosts (a claim the API server applied after
+// the client had given up on it) keeps the one it reports and gives the
+// other back, whatever order the list comes in.
+func TestKeepOneHostReleasesTheExtra(t *testing.T) {
+	ctx := context.Background()
+	scheme := runtime.NewScheme()
+	_ = infrav1.AddToScheme(scheme)
+	em := &infrav1.EdgeMachine{ObjectMeta: metav1.ObjectMeta{Name: "pm", Namespace: "ns", UID: "em-uid"}}
+	em.Status.HostRef = "b"
+	claimed := func(name string) *infrav1.EdgeHost {
+		h := &infrav1.EdgeHost{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Generation: 2,
+			Labels: map[string]string{infrav1.ClaimedByLabel: "pm"}},
+			Spec: infrav1.EdgeHostSpec{ClaimRef: &infrav1.HostClaimReference{Name: "pm", UID: "em-uid"}}}
+		return h
+	}
+	free := &infrav1.EdgeHost{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns"}}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(claimed("a"), claimed("b"), free).Build()
+	r := &Reconciler{Client: c, Recorder: events.NewFakeRecorder(10)}
+	list := &infrav1.EdgeHostList{}
+	if err := c.List(ctx, list); err != nil {
+		t.Fatal(err)
+	}
+	kept, err := r.keepOneHost(ctx, em, list.Items)
+	if err != nil || kept == nil || kept.Name != "b" {
+		t.Fatalf("kept %v, %v", kept, err)
+	}
+	a := &infrav1.EdgeHost{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "a"}, a); err != nil {
+		t.Fatal(err)
+	}
+	if a.Spec.ClaimRef != nil || a.Labels[infrav1.ClaimedByLabel] != "" || a.Annotations[infrav1.ReleasedAtGenerationAnnotation] == "" {
+		t.Errorf("extra host not released: claim %v labels %v annotations %v", a.Spec.ClaimRef, a.Labels, a.Annotations)
+	}
+	// One host: nothing to do.
+	if kept, err := r.keepOneHost(ctx, em, []infrav1.EdgeHost{*claimed("b"), *free}); err != nil || kept.Name != "b" {
+		t.Fatalf("single: %v, %v", kept, err)
 	}
 }
