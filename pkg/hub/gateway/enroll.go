@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net/http"
 	"regexp"
 	"strings"
@@ -99,6 +100,12 @@ func (s *Server) serveEnroll(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(resp)
 }
 
+func fnv32(s string) uint32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(s))
+	return h.Sum32()
+}
+
 func tokenID(token string) string {
 	id, _, _ := strings.Cut(token, ".")
 	if len(id) > 6 {
@@ -116,31 +123,9 @@ func (s *Server) enroll(ctx context.Context, req *wire.EnrollRequest) (*wire.Enr
 	if hostName(req.Facts.Hostname) == "" {
 		return nil, http.StatusBadRequest, "BadRequest", fmt.Errorf("%w: %q", errBadHostname, req.Facts.Hostname)
 	}
-	var tok *enrollment.Token
-	for attempt := 0; ; attempt++ {
-		var err error
-		tok, err = enrollment.Authenticate(ctx, s.apiReader, s.opts.HubNamespace, req.Token, time.Now())
-		if err != nil {
-			for _, tr := range tokenRefusals {
-				if errors.Is(err, tr.err) {
-					return nil, http.StatusUnauthorized, "TokenRefused", err
-				}
-			}
-			return nil, http.StatusInternalServerError, "Internal", err
-		}
-		err = enrollment.Consume(ctx, s.client, tok)
-		if err == nil {
-			break
-		}
-		if !apierrors.IsConflict(err) {
-			return nil, http.StatusInternalServerError, "Internal", err
-		}
-		if attempt == 3 {
-			// Many hosts enrolling with one token at once (a site's worth
-			// of machines booting): not an error of the host's. It comes
-			// back shortly without growing its back-off.
-			return nil, http.StatusServiceUnavailable, "Busy", fmt.Errorf("token %s is being used by many hosts at once; retry shortly: %w", tok.ID, err)
-		}
+	tok, status, code, err := s.consumeToken(ctx, req.Token)
+	if err != nil {
+		return nil, status, code, err
 	}
 	host, err := s.createHost(ctx, tok, req)
 	if err != nil {
@@ -155,6 +140,41 @@ func (s *Server) enroll(ctx context.Context, req *wire.EnrollRequest) (*wire.Enr
 		return nil, http.StatusBadRequest, "BadRequest", fmt.Errorf("csr refused: %w", err)
 	}
 	return &wire.EnrollResponse{Namespace: host.Namespace, Host: host.Name, UID: host.UID, Certificate: cert}, http.StatusOK, "", nil
+}
+
+// consumeToken authenticates the token and counts one use of it.
+// Enrollments with one token take turns here: a site's worth of hosts
+// booting at once would otherwise all race on the token's usage counter
+// at the API server, and most would lose. Striped by token id, so the
+// lock table stays small whatever ids callers send.
+func (s *Server) consumeToken(ctx context.Context, token string) (*enrollment.Token, int, string, error) {
+	mu := &s.tokenLocks[fnv32(tokenID(token))%uint32(len(s.tokenLocks))]
+	mu.Lock()
+	defer mu.Unlock()
+	for attempt := 0; ; attempt++ {
+		tok, err := enrollment.Authenticate(ctx, s.apiReader, s.opts.HubNamespace, token, time.Now())
+		if err != nil {
+			for _, tr := range tokenRefusals {
+				if errors.Is(err, tr.err) {
+					return nil, http.StatusUnauthorized, "TokenRefused", err
+				}
+			}
+			return nil, http.StatusInternalServerError, "Internal", err
+		}
+		err = enrollment.Consume(ctx, s.client, tok)
+		if err == nil {
+			return tok, http.StatusOK, "", nil
+		}
+		if !apierrors.IsConflict(err) {
+			return nil, http.StatusInternalServerError, "Internal", err
+		}
+		if attempt == 3 {
+			// Many hosts enrolling with one token at once (a site's worth
+			// of machines booting): not an error of the host's. It comes
+			// back shortly without growing its back-off.
+			return nil, http.StatusServiceUnavailable, "Busy", fmt.Errorf("token %s is being used by many hosts at once; retry shortly: %w", tok.ID, err)
+		}
+	}
 }
 
 var errBadHostname = errors.New("hostname cannot be made into an EdgeHost name")

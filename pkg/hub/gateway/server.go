@@ -103,7 +103,9 @@ type Server struct {
 
 	ca        *pki.CA
 	enrollLim *rate.Limiter
-	admission chan struct{}
+	// tokenLocks serialise enrollments per token (striped) on this replica.
+	tokenLocks [64]sync.Mutex
+	admission  chan struct{}
 
 	mu       sync.Mutex
 	sessions map[string]*session // by "namespace/name"
