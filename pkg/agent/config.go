@@ -44,7 +44,9 @@ type Config struct {
 	// /opt/fleet/bin first on PATH — where the demo's node simulator lives.
 	Sandbox bool `json:"sandbox,omitempty"`
 	// KeepAlive is the session ping interval; a link that stops answering
-	// is given up after about KeepAlive plus the write timeout.
+	// is given up after about KeepAlive plus the write timeout. The hub
+	// does not ping: it closes a session silent for 4 × its own keepalive
+	// (15 s by default), so this must stay at most 30 s.
 	KeepAlive time.Duration `json:"keepAlive,omitempty"`
 	// LinkInterval is the window over which link health (retransmissions,
 	// drops, round-trip time to the hub) is measured and reported.
@@ -129,5 +131,12 @@ func (c *Config) Validate() error {
 	if !pinRE.MatchString(c.CACertHash) {
 		errs = append(errs, errors.New("--ca-cert-hash is required as sha256:<64 hex digits> (the hub logs it at start as caPin; see docs/PROTOCOL.md)"))
 	}
+	if c.KeepAlive < 0 || c.KeepAlive > MaxKeepAlive {
+		errs = append(errs, fmt.Errorf("keepAlive %s must be between 0 (default 15s) and %s: the hub closes sessions silent for 60s", c.KeepAlive, MaxKeepAlive))
+	}
 	return errors.Join(errs...)
 }
+
+// MaxKeepAlive bounds the agent's ping interval: a hub (whose default
+// idle timeout is 60 s) must hear from it at least twice per idle timeout.
+const MaxKeepAlive = 30 * time.Second

@@ -22,7 +22,7 @@ import (
 func tunnelPair(t *testing.T, a *Agent) *yamux.Session {
 	t.Helper()
 	hubSide, agentSide := net.Pipe()
-	hub, err := transport.Server(hubSide, time.Minute)
+	hub, err := transport.Server(hubSide)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,12 +19,19 @@ const (
 	WriteTimeout = 10 * time.Second
 	// MaxStreams bounds the streams one peer may have open at once.
 	MaxStreams = 64
+
+	// ServerAcceptBacklog bounds the streams an agent may open towards the
+	// hub before the hub's timer refuses them: it opens none on purpose
+	// (only the control stream), so each one is a misbehaving peer's.
+	ServerAcceptBacklog = 4
 )
 
 func config(keepAlive time.Duration) *yamux.Config {
 	c := yamux.DefaultConfig()
-	c.EnableKeepAlive = true
-	c.KeepAliveInterval = keepAlive
+	c.EnableKeepAlive = keepAlive > 0
+	if keepAlive > 0 {
+		c.KeepAliveInterval = keepAlive
+	}
 	c.ConnectionWriteTimeout = WriteTimeout
 	c.StreamOpenTimeout = WriteTimeout
 	c.StreamCloseTimeout = WriteTimeout
@@ -33,9 +40,14 @@ func config(keepAlive time.Duration) *yamux.Config {
 	return c
 }
 
-// Server runs the hub's end of a session over conn.
-func Server(conn net.Conn, keepAlive time.Duration) (*yamux.Session, error) {
-	return yamux.Server(conn, config(keepAlive))
+// Server runs the hub's end of a session over conn. It does not ping: a
+// goroutine per session for it would cost more memory than anything else
+// in an idle session. The agent pings; conn should fail reads after a
+// silence (NewIdleConn).
+func Server(conn net.Conn) (*yamux.Session, error) {
+	c := config(0)
+	c.AcceptBacklog = ServerAcceptBacklog
+	return yamux.Server(conn, c)
 }
 
 // Client runs the agent's end of a session over conn.

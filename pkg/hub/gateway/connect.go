@@ -71,8 +71,8 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 		handshakes.WithLabelValues("upgrade_failed").Inc()
 		return
 	}
-	conn := transport.NewConn(ws)
-	mux, err := transport.Server(conn, s.opts.KeepAlive)
+	conn := transport.NewIdleConn(ws, s.opts.AgentIdleTimeout)
+	mux, err := transport.Server(conn)
 	if err != nil {
 		handshakes.WithLabelValues("upgrade_failed").Inc()
 		_ = conn.Close()
@@ -146,7 +146,6 @@ func (s *Server) register(ss *session) {
 
 func (s *Server) unregister(ss *session) {
 	ss.close()
-	<-ss.loopsDone
 	s.mu.Lock()
 	current := s.sessions[ss.id.String()] == ss
 	if current {

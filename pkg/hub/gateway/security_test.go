@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/hashicorp/yamux"
 	dto "github.com/prometheus/client_model/go"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -65,9 +67,16 @@ func hasLabels(m *dto.Metric, want map[string]string) bool {
 type rawClient struct {
 	ctrl net.Conn
 	ws   *websocket.Conn
+	mux  *yamux.Session
 }
 
 func dialRaw(t *testing.T, hubURL string, caPEM []byte, cert *tls.Certificate) (*rawClient, *http.Response, error) {
+	t.Helper()
+	return dialRawPinging(t, hubURL, caPEM, cert, time.Second)
+}
+
+// dialRawPinging is dialRaw with the client's ping interval (0: never).
+func dialRawPinging(t *testing.T, hubURL string, caPEM []byte, cert *tls.Certificate, keepAlive time.Duration) (*rawClient, *http.Response, error) {
 	t.Helper()
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
@@ -80,12 +89,12 @@ func dialRaw(t *testing.T, hubURL string, caPEM []byte, cert *tls.Certificate) (
 	if err != nil {
 		return nil, resp, err
 	}
-	mux, err := transport.Client(transport.NewConn(ws), transport.KeepAliveInterval)
+	mux, err := transport.Client(transport.NewConn(ws), keepAlive)
 	must(t, err)
 	ctrl, err := mux.OpenStream()
 	must(t, err)
 	t.Cleanup(func() { _ = mux.Close() })
-	return &rawClient{ctrl: ctrl, ws: ws}, resp, nil
+	return &rawClient{ctrl: ctrl, ws: ws, mux: mux}, resp, nil
 }
 
 func (c *rawClient) send(t *testing.T, msg any) {
@@ -278,6 +287,78 @@ func TestHostileInput(t *testing.T) {
 	if s, err := connectedStatus(ns, "steady"); err != nil || s != "True" {
 		t.Errorf("steady AgentConnected %s %v", s, err)
 	}
+}
+
+// The hub holds no goroutine per session for housekeeping, and still: a
+// stream the agent opens (only the hub opens tunnels) is refused, and an
+// agent that goes silent — not even a ping — is cut off.
+func TestSessionHousekeeping(t *testing.T) {
+	ns := newNamespace(t)
+	h := startHub(t, hubOptions{ns: ns})
+	tok := newToken(t, ns, enrollment.Options{})
+	mallory := newEdge(t, "mallory", h.url, h.srv.CA().Pin(), tok)
+	must(t, agentEnroll(mallory))
+	pair, caPEM := credentials(t, mallory)
+
+	before := metricValue(t, "fleet_gateway_rejected_frames_total", map[string]string{"reason": "UnexpectedStream"})
+	c, _, err := dialRaw(t, h.url, caPEM, &pair)
+	must(t, err)
+	c.send(t, &wire.Hello{Host: "mallory"})
+	c.expectDesiredState(t)
+	for i := range 3 {
+		st, err := c.mux.OpenStream()
+		must(t, err)
+		_, _ = st.Write([]byte("hello hub"))
+		_ = st.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := st.Read(make([]byte, 16)); !errors.Is(err, io.EOF) {
+			t.Fatalf("stream %d opened by the agent: read %v, want EOF (refused by the hub)", i, err)
+		}
+	}
+	if after := metricValue(t, "fleet_gateway_rejected_frames_total", map[string]string{"reason": "UnexpectedStream"}); after-before != 3 {
+		t.Errorf("rejected_frames{reason=UnexpectedStream} grew by %v, want 3", after-before)
+	}
+	// The control stream is untouched.
+	c.send(t, &wire.Status{Facts: infrav1.HostFacts{Hostname: "still-heard"}})
+	eventually(t, "status through the control stream", func() error {
+		host, err := getHost(ns, "mallory")
+		if err != nil || host.Status.Facts.Hostname != "still-heard" {
+			return fmt.Errorf("hostname %q %v", host.Status.Facts.Hostname, err)
+		}
+		return nil
+	})
+	_ = c.mux.Close()
+
+	// Silent: the client never pings. The hub (keepalive 2 s in these
+	// tests, so idle timeout 8 s) closes the session.
+	silent, _, err := dialRawPinging(t, h.url, caPEM, &pair, 0)
+	must(t, err)
+	silent.send(t, &wire.Hello{Host: "mallory"})
+	silent.expectDesiredState(t)
+	start := time.Now()
+	_ = silent.ctrl.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, err := wire.ReadFrame(silent.ctrl, wire.MaxFrameSize); err == nil || errors.Is(err, yamux.ErrTimeout) || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("silent agent's session: read %v after %s, want the hub to close it", err, time.Since(start))
+	}
+	eventually(t, "mallory disconnected", func() error {
+		if s, err := connectedStatus(ns, "mallory"); err != nil || s != "False" {
+			return fmt.Errorf("AgentConnected %s %v", s, err)
+		}
+		return nil
+	})
+}
+
+// expectDesiredState reads the hub's first frame, a DesiredState.
+func (c *rawClient) expectDesiredState(t *testing.T) {
+	t.Helper()
+	_ = c.ctrl.SetReadDeadline(time.Now().Add(10 * time.Second))
+	frame, err := wire.ReadFrame(c.ctrl, wire.MaxFrameSize)
+	must(t, err)
+	msg, err := wire.Decode(frame)
+	must(t, err)
+	if _, ok := msg.(*wire.DesiredState); !ok {
+		t.Fatalf("first frame from the hub is %T, want DesiredState", msg)
+	}
+	_ = c.ctrl.SetReadDeadline(time.Time{})
 }
 
 // Certificates rotate before expiry without dropping the session; deleting

@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"golang.org/x/time/rate"
+	"k8s.io/client-go/util/workqueue"
 	toolscache "k8s.io/client-go/tools/cache"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -47,8 +48,21 @@ type Options struct {
 	// LastSeenInterval is how often lastSeenTime is refreshed for a
 	// connected agent: the only write an idle agent costs.
 	LastSeenInterval time.Duration
-	// KeepAlive is the session ping interval.
+	// KeepAlive is the session ping interval agents use. The hub does not
+	// ping (a timer per session would cost more than the agents' pings):
+	// a session from which nothing, not even a ping, arrived for
+	// AgentIdleTimeout is closed.
 	KeepAlive time.Duration
+	// AgentIdleTimeout closes a session that sent nothing for this long
+	// (default 4 × KeepAlive: agents ping every KeepAlive).
+	AgentIdleTimeout time.Duration
+	// HousekeepingInterval is how often each session's timer refuses
+	// streams an agent should not have opened (default 15 s).
+	HousekeepingInterval time.Duration
+	// PushWorkers compute and send desired states for all sessions
+	// (default 32); a push to a stuck agent holds one for at most the
+	// write timeout.
+	PushWorkers int
 	// HelloTimeout bounds the handshake after the upgrade.
 	HelloTimeout time.Duration
 	// ReplicaName names this replica in conditions and logs.
@@ -83,6 +97,15 @@ func (o *Options) Defaults() {
 	if o.KeepAlive == 0 {
 		o.KeepAlive = transport.KeepAliveInterval
 	}
+	if o.AgentIdleTimeout == 0 {
+		o.AgentIdleTimeout = 4 * o.KeepAlive
+	}
+	if o.HousekeepingInterval == 0 {
+		o.HousekeepingInterval = 15 * time.Second
+	}
+	if o.PushWorkers == 0 {
+		o.PushWorkers = 32
+	}
 	if o.HelloTimeout == 0 {
 		o.HelloTimeout = 10 * time.Second
 	}
@@ -106,6 +129,10 @@ type Server struct {
 	// tokenLocks serialise enrollments per token (striped) on this replica.
 	tokenLocks [64]sync.Mutex
 	admission  chan struct{}
+	// pushes holds sessions whose desired state may have changed; the
+	// push workers drain it. One session is never pushed by two workers
+	// at once.
+	pushes workqueue.TypedInterface[*session]
 
 	mu       sync.Mutex
 	sessions map[string]*session // by "namespace/name"
@@ -133,6 +160,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Server, error)
 		admission: make(chan struct{}, opts.MaxConcurrentHandshakes),
 		sessions:  map[string]*session{},
 		ready:     make(chan struct{}),
+		pushes:    workqueue.NewTyped[*session](),
 	}
 	inf, err := mgr.GetCache().GetInformer(ctx, &infrav1.EdgeHost{})
 	if err != nil {
@@ -230,6 +258,15 @@ func (s *Server) Start(ctx context.Context) error {
 	close(s.ready)
 	s.log.Info("Serving agents", "addr", ln.Addr().String(), "caPin", ca.Pin())
 
+	var workers sync.WaitGroup
+	for range s.opts.PushWorkers {
+		workers.Go(s.pushWorker)
+	}
+	defer func() {
+		s.pushes.ShutDown()
+		workers.Wait()
+	}()
+
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(tls.NewListener(ln, tlsCfg)) }()
 	select {
@@ -250,6 +287,30 @@ func (s *Server) Start(ctx context.Context) error {
 		ss.close()
 	}
 	return nil
+}
+
+// pushWorker pushes desired states until the queue shuts down.
+func (s *Server) pushWorker() {
+	for {
+		ss, shutdown := s.pushes.Get()
+		if shutdown {
+			return
+		}
+		retry := ss.push()
+		s.pushes.Done(ss)
+		if retry {
+			// An error reading the cache or the bootstrap Secret must not
+			// leave the agent without its desired state until the next
+			// host event.
+			time.AfterFunc(2*time.Second, func() {
+				select {
+				case <-ss.done:
+				default:
+					s.pushes.Add(ss)
+				}
+			})
+		}
+	}
 }
 
 func (s *Server) serveCA(w http.ResponseWriter, _ *http.Request) {

@@ -31,11 +31,13 @@ type session struct {
 	ctrl    net.Conn // the control stream, opened by the agent
 	writeMu sync.Mutex
 
-	pushCh    chan time.Time
-	done      chan struct{}
-	once      sync.Once
-	replaced  atomic.Bool
-	loopsDone chan struct{}
+	// pendingSince is when the oldest change not yet pushed was seen
+	// (UnixNano, 0: nothing pending); it is what push latency is measured
+	// from.
+	pendingSince atomic.Int64
+	done         chan struct{}
+	once         sync.Once
+	replaced     atomic.Bool
 	// tunnels is the number of edge-reach tunnels open on this session.
 	tunnels atomic.Int32
 
@@ -47,7 +49,8 @@ type session struct {
 
 	hello wire.Hello
 
-	// Touched only by the pusher goroutine.
+	// Touched only by the push worker that holds this session: the push
+	// queue never hands one session to two workers at once.
 	lastPushed *wire.DesiredState
 	// Touched only by the reader goroutine.
 	lastStatus *wire.Status
@@ -95,8 +98,7 @@ func (ss *session) takePendingLink() *infrav1.LinkHealth {
 }
 
 func newSession(s *Server, id pki.Identity, mux *yamux.Session) *session {
-	return &session{srv: s, id: id, mux: mux, pushCh: make(chan time.Time, 1), done: make(chan struct{}),
-		loopsDone:   make(chan struct{}),
+	return &session{srv: s, id: id, mux: mux, done: make(chan struct{}),
 		statusLimit: rate.NewLimiter(2, 10),
 		csrLimit:    rate.NewLimiter(rate.Every(10*time.Second), 2)}
 }
@@ -207,23 +209,21 @@ func (ss *session) close() {
 	})
 }
 
-// kickPush asks the pusher to (re)compute and send the desired state.
+// kickPush asks for the desired state to be (re)computed and sent. Pushes
+// run on the gateway's shared push workers, not on a goroutine per
+// session: an idle hub holds thousands of sessions.
 func (ss *session) kickPush(seen time.Time) {
-	select {
-	case ss.pushCh <- seen:
-	default: // a push is already pending; it will see the latest state
-	}
+	ss.pendingSince.CompareAndSwap(0, seen.UnixNano())
+	ss.srv.pushes.Add(ss)
 }
 
 // run serves the session until the agent goes away or the hub closes it.
+// It is the session's only goroutine of the hub's own (besides yamux's
+// reader and writer): pushes run on shared workers, and lastSeenTime and
+// stream refusal on a timer.
 func (ss *session) run(ctx context.Context) {
-	var loops sync.WaitGroup
-	loops.Add(2)
-	go func() { defer loops.Done(); ss.pusher() }()
-	go func() { defer loops.Done(); ss.refuseStreams() }()
-	stopLastSeen := ss.lastSeenTimer()
-	defer stopLastSeen()
-	go func() { loops.Wait(); close(ss.loopsDone) }()
+	stopTimer := ss.startHousekeeping()
+	defer stopTimer()
 	defer ss.close()
 	for {
 		msg, err := ss.read()
@@ -265,79 +265,74 @@ func (ss *session) run(ctx context.Context) {
 	}
 }
 
-// pusher sends the desired state whenever it changes. Pushes are computed
-// from the informer cache, so a change costs no API read, except for the
-// bootstrap data, read once per new assignment.
-func (ss *session) pusher() {
-	for {
-		select {
-		case <-ss.done:
-			return
-		case seen := <-ss.pushCh:
-			host := &infrav1.EdgeHost{}
-			if err := ss.srv.client.Get(context.Background(), client.ObjectKey{Namespace: ss.id.Namespace, Name: ss.id.Name}, host); err != nil {
-				ss.retryPush(seen)
-				continue
-			}
-			if string(host.UID) != ss.id.UID {
-				ss.revoke()
-				return
-			}
-			reach := ss.srv.reachFor(context.Background(), host)
-			var desired *wire.DesiredState
-			switch {
-			case ss.lastPushed != nil && sameIntent(ss.lastPushed, host) && wire.SameReach(ss.lastPushed.Reach, reach):
-				continue
-			case ss.lastPushed != nil && sameIntent(ss.lastPushed, host):
-				// Only the cluster's endpoint or control plane moved: the
-				// same state with the new reach, without reading the
-				// bootstrap Secret again.
-				d := *ss.lastPushed
-				d.Reach = reach
-				desired = &d
-			default:
-				var err error
-				if desired, err = ss.srv.desiredFor(context.Background(), host); err != nil {
-					ss.srv.log.Error(err, "Computing desired state", "EdgeHost", ss.id.String())
-					ss.retryPush(seen)
-					continue
-				}
-				desired.Reach = reach
-			}
-			if ss.lastPushed != nil && equality.Semantic.DeepEqual(ss.lastPushed, desired) {
-				continue
-			}
-			if err := ss.send(desired); err != nil {
-				ss.close()
-				return
-			}
-			pushLatency.Observe(time.Since(seen).Seconds())
-			ss.lastPushed = desired
-		}
+// push sends the desired state if it changed since the last push. It is
+// computed from the informer cache, so a change costs no API read, except
+// for the bootstrap data, read once per new assignment. retry is true when
+// the push failed for a reason worth another try soon.
+func (ss *session) push() (retry bool) {
+	select {
+	case <-ss.done:
+		return false
+	default:
 	}
-}
-
-// retryPush tries again a little later: an error reading the cache or the
-// bootstrap Secret must not leave the agent without its desired state until
-// the next host event.
-func (ss *session) retryPush(seen time.Time) {
-	time.AfterFunc(2*time.Second, func() {
-		select {
-		case <-ss.done:
-		default:
-			ss.kickPush(seen)
+	seen := ss.pendingSince.Swap(0)
+	requeue := func() bool {
+		ss.pendingSince.CompareAndSwap(0, seen)
+		return true
+	}
+	host := &infrav1.EdgeHost{}
+	if err := ss.srv.client.Get(context.Background(), client.ObjectKey{Namespace: ss.id.Namespace, Name: ss.id.Name}, host); err != nil {
+		return requeue()
+	}
+	if string(host.UID) != ss.id.UID {
+		ss.revoke()
+		return false
+	}
+	reach := ss.srv.reachFor(context.Background(), host)
+	var desired *wire.DesiredState
+	switch {
+	case ss.lastPushed != nil && sameIntent(ss.lastPushed, host) && wire.SameReach(ss.lastPushed.Reach, reach):
+		return false
+	case ss.lastPushed != nil && sameIntent(ss.lastPushed, host):
+		// Only the cluster's endpoint or control plane moved: the same
+		// state with the new reach, without reading the bootstrap Secret
+		// again.
+		d := *ss.lastPushed
+		d.Reach = reach
+		desired = &d
+	default:
+		var err error
+		if desired, err = ss.srv.desiredFor(context.Background(), host); err != nil {
+			ss.srv.log.Error(err, "Computing desired state", "EdgeHost", ss.id.String())
+			return requeue()
 		}
-	})
+		desired.Reach = reach
+	}
+	if ss.lastPushed != nil && equality.Semantic.DeepEqual(ss.lastPushed, desired) {
+		return false
+	}
+	if err := ss.send(desired); err != nil {
+		ss.close()
+		return false
+	}
+	if seen != 0 {
+		pushLatency.Observe(time.Since(time.Unix(0, seen)).Seconds())
+	}
+	ss.lastPushed = desired
+	return false
 }
 
-// refuseStreams closes any stream the agent opens beyond the control
+// refuseStreams closes any stream the agent opened beyond the control
 // stream: tunnels are opened by the hub only, and an unaccepted stream
-// would sit in the backlog holding buffer memory.
+// would sit in the backlog holding buffer memory. Called from the
+// session's timer, it costs nothing while the stream count is as expected.
 func (ss *session) refuseStreams() {
-	for {
-		st, err := ss.mux.AcceptStream()
+	for ss.mux.NumStreams() > 1+int(ss.tunnels.Load()) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		st, err := ss.mux.AcceptStreamWithContext(ctx)
+		cancel()
 		if err != nil {
-			return
+			return // the extra one was a tunnel opening or closing
 		}
 		rejectedFrames.WithLabelValues("UnexpectedStream").Inc()
 		_ = st.Close()
@@ -353,26 +348,33 @@ func sameIntent(last *wire.DesiredState, h *infrav1.EdgeHost) bool {
 	return last.Deprovision == wantsDeprovision(h) && (last.Assignment != nil) == (h.Spec.ClaimRef != nil)
 }
 
-// lastSeenTimer refreshes lastSeenTime every LastSeenInterval while the
-// session lasts; stop ends it.
-func (ss *session) lastSeenTimer() (stop func()) {
-	// A timer, not a goroutine per session: an idle hub holds thousands.
+// startHousekeeping runs the session's periodic work on one timer instead
+// of goroutines: streams the agent should not have opened are refused every
+// HousekeepingInterval, and lastSeenTime is refreshed every
+// LastSeenInterval. stop ends it.
+func (ss *session) startHousekeeping() (stop func()) {
 	var mu sync.Mutex
 	stopped := false
 	var t *time.Timer
+	every := min(ss.srv.opts.HousekeepingInterval, ss.srv.opts.LastSeenInterval)
+	nextSeen := time.Now().Add(ss.srv.opts.LastSeenInterval)
 	mu.Lock()
 	defer mu.Unlock()
-	t = time.AfterFunc(ss.srv.opts.LastSeenInterval, func() {
+	t = time.AfterFunc(every, func() {
 		select {
 		case <-ss.done:
 			return
 		default:
 		}
-		ss.srv.touchLastSeen(context.Background(), ss)
+		ss.refuseStreams()
+		if now := time.Now(); !now.Before(nextSeen) {
+			nextSeen = now.Add(ss.srv.opts.LastSeenInterval)
+			ss.srv.touchLastSeen(context.Background(), ss)
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		if !stopped {
-			t.Reset(ss.srv.opts.LastSeenInterval)
+			t.Reset(every)
 		}
 	})
 	return func() {

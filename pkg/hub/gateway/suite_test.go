@@ -148,6 +148,7 @@ func startHub(t *testing.T, o hubOptions) *hub {
 		Addr: o.addr, HubNamespace: o.ns, IPs: []net.IP{net.ParseIP("127.0.0.1")},
 		ClientCertValidity: o.certValid, MaxConcurrentHandshakes: o.handshakes,
 		LastSeenInterval: o.lastSeen, KeepAlive: 2 * time.Second, HelloTimeout: 2 * time.Second,
+		HousekeepingInterval: 200 * time.Millisecond,
 		LinkThresholds: linkhealth.DefaultThresholds(),
 	})
 	if err != nil {
