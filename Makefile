@@ -135,12 +135,16 @@ test-race: k8s ## Run every test with the race detector.
 	$(GO) test -race -timeout 30m $(TEST_FLAGS) ./...
 
 BENCH_AGENTS ?= 1000
+BENCH_IDLE ?= 10m
+BENCH_MACHINES ?= 500
 
 .PHONY: bench
-bench: k8s ## Run the benchmarks against a real API server (BENCH_AGENTS=1000,2000 for the idle-hub one); figures go into docs/PERFORMANCE.md.
+bench: k8s ## Run every benchmark against a real API server and write docs/PERFORMANCE.md's tables and plots (BENCH_AGENTS=1000,2000,5000,10000 BENCH_IDLE=10m BENCH_MACHINES=500).
 	$(GO) test ./bench -run '^$$' -bench 'DescribeCluster' -benchtime 10x -count 1
 	$(GO) test ./bench -run '^$$' -bench 'EdgeReach' -benchtime 2s -count 1
-	$(GO) test ./bench -run '^$$' -bench 'IdleHub' -benchtime 1x -count 1 -timeout 60m -args -agents=$(BENCH_AGENTS)
+	$(GO) test ./bench -run '^$$' -bench 'AgentFootprint' -benchtime 1x -count 1 -timeout 20m
+	$(GO) test ./bench -run '^$$' -bench 'HubScale' -benchtime 1x -count 1 -timeout 300m -args -agents=$(BENCH_AGENTS) -idle=$(BENCH_IDLE)
+	$(GO) run ./bench/report
 
 FUZZTIME ?= 10m
 

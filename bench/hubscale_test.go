@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bufio"
 	"context"
 	"flag"
 	"fmt"
@@ -9,28 +10,56 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/edgefleet/fleet/bench/load"
+	"github.com/edgefleet/fleet/bench/results"
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/contract/wire"
 )
 
 var (
-	agentCounts = flag.String("agents", "1000,2000", "Comma-separated agent counts for BenchmarkIdleHub.")
-	profileDir  = flag.String("profiles", "", "Where BenchmarkIdleHub saves the hub's heap and goroutine profiles at steady state.")
+	agentCounts    = flag.String("agents", "1000", "Comma-separated agent counts for BenchmarkHubScale (e.g. 1000,2000,5000,10000).")
+	idleWindow     = flag.Duration("idle", 10*time.Minute, "How long BenchmarkHubScale counts the idle fleet's API requests.")
+	latencyRate    = flag.Float64("latency-rate", 5, "Assignments per second BenchmarkHubScale makes while timing them.")
+	latencySamples = flag.Int("latency-samples", 300, "Host assignments BenchmarkHubScale times from API write to agent (at most one per agent).")
+	resultsDir     = flag.String("results", "../docs/perf", "Where the scale benchmarks write their JSON results (bench/report makes docs/PERFORMANCE.md and plots from them).")
+	hubArgs        = flag.String("hub-args", "", "Extra fleet-hub flags for BenchmarkHubScale, space-separated (e.g. \"--kube-api-qps 200\").")
+	hubEnv         = flag.String("hub-env", "", "Extra environment for the fleet-hub process of BenchmarkHubScale, space-separated (e.g. \"GOGC=50\").")
+	profileDir     = flag.String("profiles", "", "Where BenchmarkHubScale keeps the hub's heap and goroutine profiles (default: a temporary directory).")
 )
 
-// BenchmarkIdleHub measures a real fleet-hub process holding N idle
-// agents (real sessions over TLS websockets from this process): its
-// memory per agent (RSS and Go heap above the empty hub), the time for N
-// new agents to enroll and connect, and, after the hub is killed and
-// restarted, the reconnect storm: time until all N are back and the hub's
-// peak RSS meanwhile. One run per N (use -benchtime 1x).
+// BenchmarkHubScale measures a real fleet-hub process (against the real
+// API server) under N real agent sessions over TLS websockets from this
+// process, in phases:
 //
-//	make bench BENCH=IdleHub BENCH_FLAGS=-agents=1000,2000,5000,10000
-func BenchmarkIdleHub(b *testing.B) {
+//  1. memory per idle agent (RSS and Go heap above the empty hub), with a
+//     breakdown from the hub's heap and goroutine profiles;
+//  2. API server load of the idle fleet over -idle, by verb, from the API
+//     server's own counters;
+//  3. desired-state latency: from the API write that assigns a host to its
+//     agent holding the new desired state;
+//  4. cold start: every agent, holding its identity, connects at once;
+//  5. reconnect storm: the hub is killed (SIGKILL) and restarted under N
+//     connected agents; all must reconnect and be resynced.
+//
+// One run per N (-benchtime 1x); results go to -results as JSON.
+//
+//	go test ./bench -run '^$' -bench HubScale -benchtime 1x -timeout 120m -args -agents=10000
+func BenchmarkHubScale(b *testing.B) {
 	if _, err := load.RaiseFileLimit(); err != nil {
 		b.Fatal(err)
 	}
@@ -44,103 +73,659 @@ func BenchmarkIdleHub(b *testing.B) {
 	for _, s := range strings.Split(*agentCounts, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n <= 0 {
-			b.Fatalf("-agents: %q", s)
+			b.Fatalf("-agents: %q is not a positive number", s)
 		}
 		b.Run(fmt.Sprintf("agents=%d", n), func(b *testing.B) {
 			for range b.N {
-				idleHub(b, bin, filepath.Join(dir, fmt.Sprintf("n%d", n)), n)
+				s := &hubScale{b: b, bin: bin, dir: filepath.Join(dir, fmt.Sprintf("n%d", n)), n: n}
+				s.run()
 			}
 		})
 	}
 }
 
-func idleHub(b *testing.B, bin, dir string, n int) {
-	ctx := context.Background()
-	ns := fmt.Sprintf("load-%d-%d", n, time.Now().UnixNano()%100000)
-	hub, err := load.StartHub(ctx, env.Client, load.HubOptions{Binary: bin, Dir: filepath.Join(dir, "hub"), Config: env.Config, Namespace: ns,
-		Args: []string{"--enroll-rate", "1000", "--enroll-burst", "1000"}})
+type hubScale struct {
+	b   *testing.B
+	bin string
+	dir string
+	n   int
+
+	hub    *load.Hub
+	agents *load.Agents
+	rep    *results.Report
+	// steadyRSS is the hub's RSS with every agent connected and idle.
+	steadyRSS int64
+	// emptyWatches are the watches open on the API server before any
+	// agent connected.
+	emptyWatches float64
+
+	// Desired-state latency samples: agent index → what it waits for.
+	waitMu  sync.Mutex
+	waiting map[int]*latencySample
+}
+
+type latencySample struct {
+	claim   types.UID
+	written time.Time
+	acked   time.Time // the API server answered the write
+	watched atomic.Int64 // UnixNano when a watch of this process saw it
+	got     atomic.Int64 // UnixNano when the agent held it
+}
+
+func (s *hubScale) logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "[%s] agents=%d: %s\n", time.Now().Format("15:04:05"), s.n, fmt.Sprintf(format, args...))
+}
+
+func (s *hubScale) run() {
+	b, ctx := s.b, context.Background()
+	cmd := fmt.Sprintf("go test ./bench -run '^$' -bench HubScale -benchtime 1x -timeout 120m -args -agents=%d -idle=%s", s.n, *idleWindow)
+	s.rep = results.New(fmt.Sprintf("hub-%05d", s.n), "hub", fmt.Sprintf("The hub under %s agents", commas(s.n)), cmd)
+	s.rep.Size = s.n
+	ns := fmt.Sprintf("load-%d-%d", s.n, time.Now().UnixNano()%100000)
+	var err error
+	s.hub, err = load.StartHub(ctx, env.Client, load.HubOptions{Binary: s.bin, Dir: filepath.Join(s.dir, "hub"), Config: env.Config, Namespace: ns,
+		Args: append([]string{"--enroll-rate", "1000", "--enroll-burst", "1000"}, strings.Fields(*hubArgs)...), Env: strings.Fields(*hubEnv)})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer hub.Stop()
+	defer s.hub.Stop()
 	time.Sleep(5 * time.Second) // settle the empty hub
-	rss0, heap0 := hubMemory(b, hub)
+	empty := s.memory()
+	empty.live = s.saveProfiles(s.profiles("empty"))
+	if l, err := load.ReadAPIServerLoad(ctx, env.Config); err == nil {
+		s.emptyWatches = l.TotalWatches()
+	} else {
+		b.Fatal(err)
+	}
 
-	agents, err := load.NewAgents(ctx, env.Client, hub, load.AgentOptions{N: n, Dir: filepath.Join(dir, "agents"), Sources: 1 + n/10000})
+	s.waiting = map[int]*latencySample{}
+	s.agents, err = load.NewAgents(ctx, env.Client, s.hub, load.AgentOptions{N: s.n, Dir: filepath.Join(s.dir, "agents"),
+		Sources: 1 + s.n/10000, OnDesired: s.desired})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer agents.Stop()
+	defer s.agents.Stop()
 	b.ResetTimer()
-	agents.Start(0)
-	enrollTook, err := hub.WaitSessions(ctx, n, 10*time.Minute, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
+
+	// Enrollment and first connection.
+	s.logf("enrolling and connecting")
+	s.agents.Start(0)
+	took, line := s.waitAll("enroll", func() int { n, _ := s.hub.Sessions(ctx); return n })
+	s.rep.Add(results.Figure{Key: "enroll-s", Name: "new agents enroll and connect (one token per 100)", Value: took.Seconds(), Unit: "s"})
+	s.rep.Series = append(s.rep.Series, results.Series{Key: "enroll", Title: fmt.Sprintf("%s new agents enroll and connect", commas(s.n)),
+		XLabel: "seconds", YLabel: "sessions", Lines: []results.Line{line}})
+
 	time.Sleep(20 * time.Second) // the first status writes and reconciles settle
-	rss1, heap1 := hubMemory(b, hub)
-	if *profileDir != "" {
-		saveProfiles(b, hub, filepath.Join(*profileDir, fmt.Sprintf("agents-%d", n)))
-	}
-
-	// Reconnect storm: the hub crashes and comes back under N agents that
-	// hold identities.
-	hub.Kill()
-	if err := hub.Restart(); err != nil {
-		b.Fatal(err)
-	}
-	var peak int64
-	stormTook, err := hub.WaitSessions(ctx, n, 10*time.Minute, func(int, time.Duration) {
-		if r, err := hub.RSS(); err == nil && r > peak {
-			peak = r
-		}
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
+	s.idleMemory(empty)
+	s.apiLoad()
+	s.latency()
+	s.coldStart()
+	s.storm()
 	b.StopTimer()
-	b.ReportMetric(float64(rss1-rss0)/float64(n)/1024, "KiB-RSS/agent")
-	b.ReportMetric(float64(heap1-heap0)/float64(n)/1024, "KiB-heap/agent")
-	b.ReportMetric(float64(rss1)/(1<<20), "MiB-RSS-steady")
-	b.ReportMetric(enrollTook.Seconds(), "s-enroll+connect")
-	b.ReportMetric(stormTook.Seconds(), "s-reconnect-all")
-	b.ReportMetric(float64(n)/stormTook.Seconds(), "reconnects/s")
-	b.ReportMetric(float64(peak)/(1<<20), "MiB-RSS-peak-storm")
-	fmt.Fprintf(os.Stderr, "idle hub, %d agents: empty hub RSS %d MiB heap %d MiB; with agents RSS %d MiB heap %d MiB; enroll+connect %s; reconnect storm %s, peak RSS %d MiB\n",
-		n, rss0>>20, heap0>>20, rss1>>20, heap1>>20, enrollTook.Round(time.Millisecond), stormTook.Round(time.Millisecond), peak>>20)
-}
 
-func hubMemory(b *testing.B, hub *load.Hub) (rss, heap int64) {
-	rss, err := hub.RSS()
+	p, err := s.rep.Write(*resultsDir)
 	if err != nil {
 		b.Fatal(err)
 	}
-	m, err := hub.Metrics(context.Background())
-	if err != nil {
-		b.Fatal(err)
+	for _, f := range s.rep.Figures {
+		b.ReportMetric(f.Value, strings.ReplaceAll(f.Key, " ", "-"))
 	}
-	return rss, int64(m["go_memstats_heap_inuse_bytes"])
+	s.logf("results in %s", p)
 }
 
-// saveProfiles fetches the hub's heap and goroutine profiles, for `go tool
-// pprof`.
-func saveProfiles(b *testing.B, hub *load.Hub, dir string) {
+// desired is every agent's OnDesired: it completes latency samples.
+func (s *hubScale) desired(i int, d *wire.DesiredState) {
+	if d.Assignment == nil {
+		return
+	}
+	s.waitMu.Lock()
+	w := s.waiting[i]
+	s.waitMu.Unlock()
+	if w != nil && d.Assignment.ClaimUID == w.claim {
+		w.got.CompareAndSwap(0, time.Now().UnixNano())
+	}
+}
+
+type hubMemory struct {
+	rss, heap, stack int64
+	goroutines       float64
+	live             int64 // live heap after a forced GC, from a profile
+}
+
+func (s *hubScale) memory() hubMemory {
+	rss, err := s.hub.RSS()
+	if err != nil {
+		s.b.Fatal(err)
+	}
+	m, err := s.hub.Metrics(context.Background())
+	if err != nil {
+		s.b.Fatal(err)
+	}
+	return hubMemory{rss: rss, heap: int64(m["go_memstats_heap_inuse_bytes"]), stack: int64(m["go_memstats_stack_inuse_bytes"]),
+		goroutines: m["go_goroutines"]}
+}
+
+// waitAll samples count every 250 ms until it reaches N and returns how
+// long that took and the samples as a line to plot.
+func (s *hubScale) waitAll(what string, count func() int) (time.Duration, results.Line) {
+	start := time.Now()
+	line := results.Line{Name: what}
+	last := time.Time{}
+	for {
+		n := count()
+		el := time.Since(start)
+		line.Points = append(line.Points, [2]float64{el.Seconds(), float64(n)})
+		if n >= s.n {
+			return el, line
+		}
+		if el > 15*time.Minute {
+			s.b.Fatalf("%s: %d of %d after %s", what, n, s.n, el)
+		}
+		if time.Since(last) > 10*time.Second {
+			s.logf("%s: %d of %d after %s", what, n, s.n, el.Round(time.Second))
+			last = time.Now()
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+const kib = 1024.0
+
+// idleMemory measures memory per agent and where it goes.
+func (s *hubScale) idleMemory(empty hubMemory) {
+	full := s.memory()
+	n := float64(s.n)
+	s.logf("memory: empty RSS %d MiB, with agents %d MiB", empty.rss>>20, full.rss>>20)
+	s.rep.Add(results.Figure{Key: "rss-per-agent", Name: "hub RSS per idle agent", Value: float64(full.rss-empty.rss) / n / kib, Unit: "KiB",
+		Target: "≤ 32 KiB at 10,000 agents", Limit: results.Limit(32), Below: true})
+	dir := s.profiles("idle")
+	live := s.saveProfiles(dir)
+	s.rep.Add(results.Figure{Key: "heap-per-agent", Name: "Go heap in use per idle agent (as the hub's metric reads it, garbage included)",
+		Value: float64(full.heap-empty.heap) / n / kib, Unit: "KiB"})
+	s.rep.Add(results.Figure{Key: "live-per-agent", Name: "live Go heap per idle agent (heap profile after a forced GC)",
+		Value: float64(live-empty.live) / n / kib, Unit: "KiB"})
+	s.rep.Add(results.Figure{Key: "stack-per-agent", Name: "goroutine stacks per idle agent", Value: float64(full.stack-empty.stack) / n / kib, Unit: "KiB"})
+	s.rep.Add(results.Figure{Key: "goroutines-per-session", Name: "hub goroutines per idle session", Value: (full.goroutines - empty.goroutines) / n})
+	s.rep.Add(results.Figure{Key: "rss-steady", Name: "hub RSS with every agent connected and idle", Value: float64(full.rss) / (1 << 20), Unit: "MiB"})
+	s.rep.Add(results.Figure{Key: "rss-empty", Name: "hub RSS with no agent", Value: float64(empty.rss) / (1 << 20), Unit: "MiB"})
+	s.steadyRSS = full.rss
+	s.rep.Tables = append(s.rep.Tables, heapTable(filepath.Join(dir, "heap.pb.gz"), s.n), goroutineTable(filepath.Join(dir, "goroutine.txt"), s.n))
+}
+
+// profiles is where this run's profiles of a phase go.
+func (s *hubScale) profiles(phase string) string {
+	dir := *profileDir
+	if dir == "" {
+		dir = s.dir
+	}
+	return filepath.Join(dir, fmt.Sprintf("agents-%d", s.n), phase)
+}
+
+// saveProfiles keeps the hub's heap profile (after a forced GC) and
+// goroutine dump, and returns the live heap in bytes.
+func (s *hubScale) saveProfiles(dir string) int64 {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		b.Fatal(err)
+		s.b.Fatal(err)
 	}
-	for _, p := range []string{"heap?gc=1", "goroutine"} {
-		resp, err := http.Get(hub.PprofURL + "/" + p)
+	for _, p := range []struct{ url, file string }{{"heap?gc=1", "heap.pb.gz"}, {"goroutine?debug=1", "goroutine.txt"}} {
+		resp, err := http.Get(s.hub.PprofURL + "/" + p.url)
 		if err != nil {
-			b.Fatal(err)
+			s.b.Fatal(err)
 		}
 		body, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if err != nil {
-			b.Fatal(err)
+			s.b.Fatal(err)
 		}
-		name := strings.SplitN(p, "?", 2)[0] + ".pb.gz"
-		if err := os.WriteFile(filepath.Join(dir, name), body, 0o644); err != nil {
-			b.Fatal(err)
+		if err := os.WriteFile(filepath.Join(dir, p.file), body, 0o644); err != nil {
+			s.b.Fatal(err)
 		}
 	}
+	live, err := heapTotal(filepath.Join(dir, "heap.pb.gz"))
+	if err != nil {
+		s.b.Fatal(err)
+	}
+	return live
+}
+
+// heapTotal reads the total in-use heap from `pprof -top`'s header
+// ("Showing nodes accounting for …, …% of 43135.65kB total").
+func heapTotal(profile string) (int64, error) {
+	out, err := exec.Command("go", "tool", "pprof", "-sample_index=inuse_space", "-top", "-nodecount=1", profile).Output()
+	if err != nil {
+		return 0, fmt.Errorf("reading the heap profile %s: %w", profile, err)
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		if i := strings.Index(l, "% of "); i > 0 && strings.HasSuffix(l, " total") {
+			return parseSize(strings.TrimSuffix(l[i+len("% of "):], " total")), nil
+		}
+	}
+	return 0, fmt.Errorf("no total in pprof's output for %s", profile)
+}
+
+// heapTable is the top allocation sites of the live heap, per agent.
+func heapTable(profile string, n int) results.Table {
+	t := results.Table{Title: fmt.Sprintf("Live heap by allocation site (`go tool pprof -sample_index=inuse_space -top` of the hub's heap profile after a forced GC, %s agents)", commas(n)),
+		Header: []string{"site", "in use", "per agent"}}
+	out, err := exec.Command("go", "tool", "pprof", "-sample_index=inuse_space", "-top", "-nodecount=12", profile).Output()
+	if err != nil {
+		t.Rows = append(t.Rows, []string{"(pprof failed: " + err.Error() + ")", "", ""})
+		return t
+	}
+	started := false
+	for _, l := range strings.Split(string(out), "\n") {
+		f := strings.Fields(l)
+		if len(f) >= 6 && f[0] == "flat" {
+			started = true
+			continue
+		}
+		if !started || len(f) < 6 {
+			continue
+		}
+		bytes := parseSize(f[0])
+		t.Rows = append(t.Rows, []string{"`" + strings.Join(f[5:], " ") + "`", f[0], fmt.Sprintf("%.1f KiB", float64(bytes)/float64(n)/kib)})
+	}
+	return t
+}
+
+func parseSize(s string) int64 {
+	mult := 1.0
+	for _, u := range []struct {
+		suffix string
+		m      float64
+	}{{"GB", 1 << 30}, {"MB", 1 << 20}, {"kB", 1 << 10}, {"B", 1}} {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSuffix(s, u.suffix), u.m
+			break
+		}
+	}
+	v, _ := strconv.ParseFloat(s, 64)
+	return int64(v * mult)
+}
+
+// goroutineTable groups the hub's goroutines by the function that started
+// them (the last frame of each stack in a debug=1 dump).
+func goroutineTable(dump string, n int) results.Table {
+	t := results.Table{Title: "Hub goroutines by what started them (`/debug/pprof/goroutine?debug=1`)", Header: []string{"started by", "goroutines", "per agent"}}
+	f, err := os.Open(dump)
+	if err != nil {
+		t.Rows = append(t.Rows, []string{err.Error(), "", ""})
+		return t
+	}
+	defer f.Close()
+	counts := map[string]int{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	count, entry := 0, ""
+	flush := func() {
+		if count > 0 && entry != "" {
+			counts[entry] += count
+		}
+		count, entry = 0, ""
+	}
+	for sc.Scan() {
+		l := sc.Text()
+		switch {
+		case strings.Contains(l, " @ 0x"):
+			flush()
+			count, _ = strconv.Atoi(strings.Fields(l)[0])
+		case strings.HasPrefix(l, "#\t"):
+			if fs := strings.Fields(l); len(fs) >= 3 {
+				entry = fs[2]
+				if i := strings.LastIndex(entry, "+0x"); i > 0 {
+					entry = entry[:i]
+				}
+			}
+		}
+	}
+	flush()
+	type kv struct {
+		k string
+		v int
+	}
+	var all []kv
+	for k, v := range counts {
+		all = append(all, kv{k, v})
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].v > all[j].v })
+	for i, e := range all {
+		if i == 8 {
+			break
+		}
+		t.Rows = append(t.Rows, []string{"`" + e.k + "`", strconv.Itoa(e.v), fmt.Sprintf("%.2f", float64(e.v)/float64(n))})
+	}
+	return t
+}
+
+// apiLoad counts the API requests of the idle fleet over -idle, from the
+// API server's own counters (nothing else talks to it meanwhile).
+func (s *hubScale) apiLoad() {
+	ctx := context.Background()
+	s.logf("counting API requests of the idle fleet for %s", *idleWindow)
+	before, err := load.ReadAPIServerLoad(ctx, env.Config)
+	if err != nil {
+		s.b.Fatal(err)
+	}
+	time.Sleep(*idleWindow)
+	after, err := load.ReadAPIServerLoad(ctx, env.Config)
+	if err != nil {
+		s.b.Fatal(err)
+	}
+	d := after.Since(before)
+	per5 := func(v float64) float64 { return v / float64(s.n) / (idleWindow.Minutes() / 5) }
+	var writes, fleetWrites, reads float64
+	t := results.Table{Title: fmt.Sprintf("API requests of %s idle agents over %s, by verb and resource (the API server's `apiserver_request_total`; this includes the API server's own housekeeping)", commas(s.n), *idleWindow),
+		Header: []string{"request", "count", "per agent per 5 min"}}
+	keys := make([]load.Request, 0, len(d.Requests))
+	for r := range d.Requests {
+		keys = append(keys, r)
+	}
+	sort.Slice(keys, func(i, j int) bool { return d.Requests[keys[i]] > d.Requests[keys[j]] })
+	for _, r := range keys {
+		v := d.Requests[r]
+		if r.Write() {
+			writes += v
+			if r.Group == infrav1.GroupVersion.Group {
+				fleetWrites += v
+			}
+		} else if r.Verb != "WATCH" {
+			reads += v
+		}
+		t.Rows = append(t.Rows, []string{r.String(), strconv.Itoa(int(v)), fmt.Sprintf("%.3f", per5(v))})
+	}
+	s.rep.Tables = append(s.rep.Tables, t)
+	s.rep.Add(results.Figure{Key: "writes-per-agent-5min", Name: fmt.Sprintf("API writes per idle agent per 5 minutes (all writes the API server counted in %s)", *idleWindow),
+		Value: per5(writes), Target: "≤ 1", Limit: results.Limit(1), Below: true})
+	s.rep.Add(results.Figure{Key: "fleet-writes-per-agent-5min", Name: "of which on fleet objects (EdgeHosts …)", Value: per5(fleetWrites)})
+	s.rep.Add(results.Figure{Key: "reads-per-agent-5min", Name: "API reads (GET/LIST) per idle agent per 5 minutes", Value: per5(reads)})
+	var watches float64
+	wt := results.Table{Title: "Watches open on the API server at the end of the window (`apiserver_longrunning_requests{verb=\"WATCH\"}`): none per agent",
+		Header: []string{"resource", "watches"}}
+	wkeys := make([]load.Request, 0, len(d.Watches))
+	for r, v := range d.Watches {
+		if v > 0 {
+			wkeys = append(wkeys, r)
+		}
+	}
+	sort.Slice(wkeys, func(i, j int) bool { return wkeys[i].String() < wkeys[j].String() })
+	for _, r := range wkeys {
+		watches += d.Watches[r]
+		wt.Rows = append(wt.Rows, []string{r.String(), strconv.Itoa(int(d.Watches[r]))})
+	}
+	s.rep.Tables = append(s.rep.Tables, wt)
+	s.rep.Add(results.Figure{Key: "watches", Name: "watches open on the API server (all clients)", Value: watches})
+	s.rep.Add(results.Figure{Key: "watches-added", Name: fmt.Sprintf("watches added by %s connected agents (against the empty hub's %d)", commas(s.n), int(s.emptyWatches)),
+		Value: watches - s.emptyWatches, Target: "0: no per-agent watches", Limit: results.Limit(0), Below: true})
+	s.logf("API load: %.3f writes per agent per 5 min, %v watches", per5(writes), watches)
+}
+
+// latency assigns hosts to their agents one after another (20 a second)
+// and times each from the API write to the agent holding the assignment.
+func (s *hubScale) latency() {
+	ctx := context.Background()
+	m := min(*latencySamples, s.n)
+	if m <= 0 {
+		return
+	}
+	ns := s.hub.Namespace
+	s.logf("timing %d assignments", m)
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bench-bootstrap"},
+		Data: map[string][]byte{"value": []byte("#cloud-config\n"), "format": []byte("cloud-config")}}
+	if err := env.Client.Create(ctx, secret); client.IgnoreAlreadyExists(err) != nil {
+		s.b.Fatal(err)
+	}
+	idx := make([]int, m)
+	for k := range m {
+		idx[k] = k * s.n / m
+	}
+	samples := make([]*latencySample, m)
+	// The EdgeMachines first (not timed): a claim names one.
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for k, i := range idx {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			em := &infrav1.EdgeMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bench-" + s.agents.Name(i)}}
+			if err := env.Client.Create(ctx, em); err != nil {
+				s.b.Error(err)
+				return
+			}
+			samples[k] = &latencySample{claim: em.UID}
+		}()
+	}
+	wg.Wait()
+	if s.b.Failed() {
+		s.b.FailNow()
+	}
+	// A watch of our own tells how long the API server takes to announce
+	// the write: the hub's informer cannot hear it sooner.
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		s.b.Fatal(err)
+	}
+	byClaim := map[types.UID]*latencySample{}
+	for _, w := range samples {
+		byClaim[w.claim] = w
+	}
+	watch, err := wc.Watch(ctx, &infrav1.EdgeHostList{}, client.InNamespace(ns))
+	if err != nil {
+		s.b.Fatal(err)
+	}
+	defer watch.Stop()
+	go func() {
+		for ev := range watch.ResultChan() {
+			if h, ok := ev.Object.(*infrav1.EdgeHost); ok && h.Spec.ClaimRef != nil {
+				if w := byClaim[h.Spec.ClaimRef.UID]; w != nil {
+					w.watched.CompareAndSwap(0, time.Now().UnixNano())
+				}
+			}
+		}
+	}()
+	apiBefore, err := load.ReadAPIServerLoad(ctx, env.Config)
+	if err != nil {
+		s.b.Fatal(err)
+	}
+	tick := time.NewTicker(time.Duration(float64(time.Second) / *latencyRate))
+	defer tick.Stop()
+	for k, i := range idx {
+		<-tick.C
+		w := samples[k]
+		s.waitMu.Lock()
+		s.waiting[i] = w
+		s.waitMu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			host := &infrav1.EdgeHost{}
+			key := client.ObjectKey{Namespace: ns, Name: s.agents.Name(i)}
+			err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				if err := env.Client.Get(ctx, key, host); err != nil {
+					return err
+				}
+				host.Spec.ClaimRef = &infrav1.HostClaimReference{Name: "bench-" + s.agents.Name(i), UID: w.claim, BootstrapDataSecretName: secret.Name}
+				w.written = time.Now()
+				err := env.Client.Update(ctx, host)
+				w.acked = time.Now()
+				return err
+			})
+			if err != nil {
+				s.b.Errorf("assigning %s: %v", key, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if s.b.Failed() {
+		s.b.FailNow()
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	var ms, writes, watched []float64
+	for {
+		ms, writes, watched = ms[:0], writes[:0], watched[:0]
+		for _, w := range samples {
+			if got := w.got.Load(); got != 0 {
+				ms = append(ms, float64(got-w.written.UnixNano())/1e6)
+				writes = append(writes, float64(w.acked.Sub(w.written))/1e6)
+				if seen := w.watched.Load(); seen != 0 {
+					watched = append(watched, float64(seen-w.written.UnixNano())/1e6)
+				}
+			}
+		}
+		if len(ms) == m || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// Let the provisioning each assignment starts finish, then count what
+	// an assignment costs the API server.
+	time.Sleep(10 * time.Second)
+	if apiAfter, err := load.ReadAPIServerLoad(ctx, env.Config); err == nil {
+		var w, all float64
+		t := results.Table{Title: fmt.Sprintf("API requests during the %d timed assignments, by verb and resource", m), Header: []string{"request", "count", "per assignment"}}
+		d := apiAfter.Since(apiBefore).Requests
+		keys := make([]load.Request, 0, len(d))
+		for r, v := range d {
+			if r.Verb == "WATCH" {
+				continue
+			}
+			all += v
+			if r.Write() {
+				w += v
+			}
+			keys = append(keys, r)
+		}
+		sort.Slice(keys, func(i, j int) bool { return d[keys[i]] > d[keys[j]] })
+		for _, r := range keys[:min(len(keys), 12)] {
+			t.Rows = append(t.Rows, []string{r.String(), strconv.Itoa(int(d[r])), fmt.Sprintf("%.2f", d[r]/float64(m))})
+		}
+		s.rep.Tables = append(s.rep.Tables, t)
+		s.rep.Add(results.Figure{Key: "requests-per-assignment", Name: "API requests per assignment (all clients: the bench's write, the hub's reads and writes as the agent provisions and reports)", Value: all / float64(m)})
+		s.rep.Add(results.Figure{Key: "writes-per-assignment", Name: "of which writes", Value: w / float64(m)})
+	}
+	if len(ms) < m {
+		s.b.Fatalf("desired-state latency: only %d of %d agents received their assignment within 2 minutes", len(ms), m)
+	}
+	slices.Sort(ms)
+	q := func(p float64) float64 { return ms[min(len(ms)-1, int(p*float64(len(ms))))] }
+	s.rep.Add(results.Figure{Key: "latency-p50-ms", Name: fmt.Sprintf("desired-state latency p50 (%d assignments, %g/s, API write → agent)", m, *latencyRate), Value: q(0.50), Unit: "ms",
+		Target: "≤ 50 ms", Limit: results.Limit(50), Below: true})
+	s.rep.Add(results.Figure{Key: "latency-p90-ms", Name: "desired-state latency p90", Value: q(0.90), Unit: "ms"})
+	s.rep.Add(results.Figure{Key: "latency-p99-ms", Name: "desired-state latency p99", Value: q(0.99), Unit: "ms",
+		Target: "≤ 250 ms", Limit: results.Limit(250), Below: true})
+	s.rep.Add(results.Figure{Key: "latency-max-ms", Name: "desired-state latency max", Value: ms[len(ms)-1], Unit: "ms"})
+	slices.Sort(writes)
+	s.rep.Add(results.Figure{Key: "latency-write-p50-ms", Name: "of which the API write itself (the API server's answer to the Update), p50", Value: writes[len(writes)/2], Unit: "ms"})
+	if len(watched) > 0 {
+		slices.Sort(watched)
+		s.rep.Add(results.Figure{Key: "latency-watch-p50-ms", Name: "of which until a watch hears of the write (the earliest the hub's informer can), p50", Value: watched[len(watched)/2], Unit: "ms"})
+	}
+	s.rep.Series = append(s.rep.Series, results.Series{Key: "latency", Kind: "histogram", Title: fmt.Sprintf("desired-state latency, %d assignments with %s agents connected", m, commas(s.n)),
+		XLabel: "milliseconds from the API write to the agent", YLabel: "assignments", Values: slices.Clone(ms)})
+	if m, err := s.hub.Metrics(ctx); err == nil && m["fleet_gateway_push_latency_seconds_count"] > 0 {
+		s.rep.Add(results.Figure{Key: "hub-push-mean-ms", Name: "of which in the hub: mean from the EdgeHost event to the desired state sent (`fleet_gateway_push_latency_seconds`)",
+			Value: 1000 * m["fleet_gateway_push_latency_seconds_sum"] / m["fleet_gateway_push_latency_seconds_count"], Unit: "ms"})
+	}
+	s.logf("latency p50 %.1f ms p99 %.1f ms", q(0.5), q(0.99))
+}
+
+// coldStart stops every agent and starts them all at once: each holds its
+// identity, so this is N handshakes through the hub's admission limit.
+func (s *hubScale) coldStart() {
+	ctx := context.Background()
+	s.logf("cold start")
+	s.agents.Stop()
+	for {
+		n, err := s.hub.Sessions(ctx)
+		if err == nil && n == 0 {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	m0, err := s.hub.Metrics(ctx)
+	if err != nil {
+		s.b.Fatal(err)
+	}
+	s.agents.Start(0)
+	took, line := s.waitAll("cold start", func() int { n, _ := s.hub.Sessions(ctx); return n })
+	m1, err := s.hub.Metrics(ctx)
+	if err != nil {
+		s.b.Fatal(err)
+	}
+	busy := m1[`fleet_gateway_handshakes_total{result="busy"}`] - m0[`fleet_gateway_handshakes_total{result="busy"}`]
+	s.rep.Add(results.Figure{Key: "cold-start-s", Name: "cold start: agents holding identities all connected", Value: took.Seconds(), Unit: "s",
+		Target: "≤ 30 s at 10,000", Limit: results.Limit(30), Below: true})
+	s.rep.Add(results.Figure{Key: "handshake-rate", Name: "cold start: handshakes per second", Value: float64(s.n) / took.Seconds(), Unit: "/s"})
+	s.rep.Add(results.Figure{Key: "cold-start-busy", Name: "cold start: handshakes turned away by the admission limit (503, retried)", Value: busy})
+	s.rep.Series = append(s.rep.Series, results.Series{Key: "cold-start", Title: fmt.Sprintf("cold start: %s agents holding identities connect at once", commas(s.n)),
+		XLabel: "seconds", YLabel: "sessions", Lines: []results.Line{line}})
+	time.Sleep(20 * time.Second)
+	s.steadyRSS = s.memory().rss
+}
+
+// storm kills the hub under N connected agents and restarts it.
+func (s *hubScale) storm() {
+	ctx := context.Background()
+	s.logf("reconnect storm")
+	killed := time.Now()
+	s.hub.Kill()
+	if err := s.hub.Restart(); err != nil {
+		s.b.Fatal(err)
+	}
+	// Sessions are sampled from the restart; the plot counts from the kill.
+	off := time.Since(killed)
+	var peak int64
+	resynced := results.Line{Name: "resynced (received a desired state)"}
+	took, line := s.waitAll("storm", func() int {
+		if r, err := s.hub.RSS(); err == nil && r > peak {
+			peak = r
+		}
+		n, _ := s.hub.Sessions(ctx)
+		return n
+	})
+	line.Name = "sessions on the restarted hub"
+	// Resynced: every agent received a desired state after the kill.
+	var resyncTook time.Duration
+	for {
+		n := s.agents.DesiredSince(killed)
+		el := time.Since(killed)
+		resynced.Points = append(resynced.Points, [2]float64{el.Seconds(), float64(n)})
+		if n >= s.n {
+			resyncTook = el
+			break
+		}
+		if el > 15*time.Minute {
+			s.b.Fatalf("storm: %d of %d agents resynced after %s", n, s.n, el)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	took += off
+	s.rep.Add(results.Figure{Key: "storm-s", Name: "reconnect storm: all sessions back after the hub is killed and restarted", Value: took.Seconds(), Unit: "s",
+		Target: "≤ 60 s", Limit: results.Limit(60), Below: true})
+	s.rep.Add(results.Figure{Key: "storm-resync-s", Name: "reconnect storm: every agent resynced (holds a fresh desired state)", Value: resyncTook.Seconds(), Unit: "s",
+		Target: "≤ 60 s", Limit: results.Limit(60), Below: true})
+	s.rep.Add(results.Figure{Key: "storm-peak-ratio", Name: fmt.Sprintf("reconnect storm: hub peak RSS (%d MiB) / steady RSS (%d MiB)", peak>>20, s.steadyRSS>>20),
+		Value: float64(peak) / float64(s.steadyRSS), Unit: "×", Target: "≤ 2", Limit: results.Limit(2), Below: true})
+	gaveUp := s.n - s.agents.Connected()
+	s.rep.Add(results.Figure{Key: "storm-gave-up", Name: "reconnect storm: agents not connected at the end", Value: float64(gaveUp),
+		Target: "0", Limit: results.Limit(0), Below: true})
+	for i := range line.Points {
+		line.Points[i][0] += off.Seconds()
+	}
+	s.rep.Series = append(s.rep.Series, results.Series{Key: "storm", Title: fmt.Sprintf("reconnect storm: fleet-hub killed (SIGKILL) and restarted under %s agents", commas(s.n)),
+		XLabel: "seconds since the kill", YLabel: "agents", Lines: []results.Line{line, resynced}})
+	s.logf("storm: sessions back in %s, resynced in %s, peak RSS %d MiB", took.Round(time.Millisecond), resyncTook.Round(time.Millisecond), peak>>20)
+}
+
+func commas(n int) string {
+	s := strconv.Itoa(n)
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
 }

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -26,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/pkg/agent"
+	"github.com/edgefleet/fleet/pkg/contract/wire"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
@@ -58,6 +60,7 @@ type Hub struct {
 	done chan struct{}
 	log  *os.File
 	args []string
+	env  []string
 	bin  string
 }
 
@@ -68,6 +71,7 @@ type HubOptions struct {
 	Config    *rest.Config
 	Namespace string
 	Args      []string // extra flags
+	Env       []string // extra environment (e.g. GOGC=50)
 }
 
 func freePort() (int, error) {
@@ -114,7 +118,7 @@ func StartHub(ctx context.Context, c client.Client, o HubOptions) (*Hub, error) 
 		return nil, err
 	}
 	h := &Hub{Namespace: o.Namespace, URL: fmt.Sprintf("https://127.0.0.1:%d", gw), MetricsURL: fmt.Sprintf("http://127.0.0.1:%d/metrics", metrics),
-		PprofURL: fmt.Sprintf("http://127.0.0.1:%d/debug/pprof", pprof), bin: o.Binary}
+		PprofURL: fmt.Sprintf("http://127.0.0.1:%d/debug/pprof", pprof), bin: o.Binary, env: o.Env}
 	h.args = append([]string{"--kubeconfig", kubeconfig, "--leader-elect=false", "--hub-namespace", o.Namespace,
 		"--gateway-bind-address", fmt.Sprintf("127.0.0.1:%d", gw), "--gateway-ips", "127.0.0.1",
 		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", metrics), "--metrics-secure=false",
@@ -154,6 +158,7 @@ func StartHub(ctx context.Context, c client.Client, o HubOptions) (*Hub, error) 
 func (h *Hub) start() error {
 	h.cmd = exec.Command(h.bin, h.args...)
 	h.cmd.Stdout, h.cmd.Stderr = h.log, h.log
+	h.cmd.Env = append(os.Environ(), h.env...)
 	h.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := h.cmd.Start(); err != nil {
 		return fmt.Errorf("starting fleet-hub: %w", err)
@@ -236,13 +241,19 @@ type Agents struct {
 	dir    string
 	hubURL string
 	pin    string
-	token  string
+
+	onDesired func(int, *wire.DesiredState)
 }
 
 type edge struct {
 	cfg    agent.Config
+	name   string
 	cancel context.CancelFunc
 	done   chan struct{}
+	ag     *agent.Agent
+	// desiredAt is when the agent last received a desired state
+	// (UnixNano).
+	desiredAt atomic.Int64
 }
 
 // AgentOptions describe a set of agents.
@@ -254,18 +265,34 @@ type AgentOptions struct {
 	Sources int
 	// LinkInterval and ResyncInterval as the agent's (defaults: off, 1m).
 	LinkInterval time.Duration
+	// OnDesired hears every desired state agent i receives, as it
+	// arrives; it must not block.
+	OnDesired func(i int, d *wire.DesiredState)
+	// PerToken is how many agents share one enrollment token (default
+	// 100, a large site).
+	PerToken int
 }
 
-// NewAgents prepares n agents (state dirs, a token good for all of them).
+// NewAgents prepares n agents (state dirs, and enrollment tokens, one per PerToken agents).
 func NewAgents(ctx context.Context, c client.Client, hub *Hub, o AgentOptions) (*Agents, error) {
-	tok, _, err := enrollment.Create(ctx, c, hub.Namespace, enrollment.Options{TTL: 24 * time.Hour, HostNamespace: hub.Namespace,
-		HostLabels: map[string]string{"fleet.bench/load": "true"}}, time.Now())
-	if err != nil {
-		return nil, err
-	}
-	a := &Agents{dir: o.Dir, hubURL: hub.URL, pin: hub.Pin, token: tok}
+	a := &Agents{dir: o.Dir, hubURL: hub.URL, pin: hub.Pin, onDesired: o.OnDesired}
 	sources := max(o.Sources, 1)
+	perToken := o.PerToken
+	if perToken <= 0 {
+		perToken = 100
+	}
+	var tok string
 	for i := range o.N {
+		if i%perToken == 0 {
+			// One token per site-sized group: hosts of one token enroll
+			// one at a time (the hub counts its uses), as a site's do.
+			var err error
+			tok, _, err = enrollment.Create(ctx, c, hub.Namespace, enrollment.Options{TTL: 24 * time.Hour, HostNamespace: hub.Namespace,
+				HostLabels: map[string]string{"fleet.bench/load": "true"}}, time.Now())
+			if err != nil {
+				return nil, fmt.Errorf("creating an enrollment token: %w", err)
+			}
+		}
 		root := filepath.Join(o.Dir, fmt.Sprintf("a%05d", i))
 		if err := os.MkdirAll(filepath.Join(root, "etc"), 0o755); err != nil {
 			return nil, err
@@ -288,7 +315,7 @@ func NewAgents(ctx context.Context, c client.Client, hub *Hub, o AgentOptions) (
 		if err := cfg.Validate(); err != nil {
 			return nil, err
 		}
-		a.edges = append(a.edges, &edge{cfg: cfg})
+		a.edges = append(a.edges, &edge{cfg: cfg, name: name})
 	}
 	return a, nil
 }
@@ -298,15 +325,52 @@ func (a *Agents) Start(spread time.Duration) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	step := spread / time.Duration(max(len(a.edges), 1))
-	for _, e := range a.edges {
+	for i, e := range a.edges {
 		ctx, cancel := context.WithCancel(context.Background())
 		e.cancel, e.done = cancel, make(chan struct{})
 		ag := agent.New(e.cfg, &agent.Recorder{}, logr.Discard())
+		ag.OnDesired = func(d *wire.DesiredState) {
+			e.desiredAt.Store(time.Now().UnixNano())
+			if a.onDesired != nil {
+				a.onDesired(i, d)
+			}
+		}
+		e.ag = ag
 		go func(done chan struct{}) { defer close(done); _ = ag.Run(ctx, nil) }(e.done)
 		if step > 0 {
 			time.Sleep(step)
 		}
 	}
+}
+
+// Name is agent i's hostname, which is also its EdgeHost's name.
+func (a *Agents) Name(i int) string { return a.edges[i].name }
+
+// Len is the number of agents.
+func (a *Agents) Len() int { return len(a.edges) }
+
+// DesiredSince counts the agents that received a desired state after t.
+func (a *Agents) DesiredSince(t time.Time) int {
+	n := 0
+	for _, e := range a.edges {
+		if e.desiredAt.Load() > t.UnixNano() {
+			n++
+		}
+	}
+	return n
+}
+
+// Connected counts the agents that hold a session now.
+func (a *Agents) Connected() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := 0
+	for _, e := range a.edges {
+		if e.ag != nil && e.ag.Connected() {
+			n++
+		}
+	}
+	return n
 }
 
 // Stop stops every agent and waits.

@@ -81,6 +81,8 @@ type options struct {
 	proxyAdvertiseURL  string
 	proxyMaxTunnels    int
 	proxyPeerDomain    string
+	kubeAPIQPS         float64
+	kubeAPIBurst       int
 }
 
 func (o *options) bind(fs *flag.FlagSet) {
@@ -119,6 +121,8 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.proxyAdvertiseURL, "proxy-advertise-url", "", "URL Cluster API's controllers reach the edge-reach proxy at, http://host:port (written as proxy-url into each fleet cluster's kubeconfig Secret); required unless --proxy-bind-address names a host.")
 	fs.StringVar(&o.proxyPeerDomain, "proxy-peer-domain", "", "DNS domain under which each hub replica's proxy is <pod name>.<domain> (a headless Service); a CONNECT for a cluster whose agents hold sessions on another replica is forwarded there. Empty: one replica, no forwarding.")
 	fs.IntVar(&o.proxyMaxTunnels, "proxy-max-tunnels", 4096, "Edge-reach tunnels this replica carries at once (each agent carries at most 32).")
+	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 100, "Requests per second the hub sends the API server at most (client-side limit). Its idle load is one lastSeenTime write per connected host per --last-seen-interval: 10,000 hosts need 33/s.")
+	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 200, "Requests the hub may send at once above --kube-api-qps.")
 	o.zap.BindFlags(fs)
 }
 
@@ -144,6 +148,11 @@ func main() {
 		fmt.Fprintf(os.Stderr, "fleet-hub: loading kubeconfig: %v\n", err)
 		os.Exit(1)
 	}
+	if o.kubeAPIQPS <= 0 || o.kubeAPIBurst <= 0 {
+		fmt.Fprintf(os.Stderr, "fleet-hub: --kube-api-qps and --kube-api-burst must be positive (got %v and %d)\n", o.kubeAPIQPS, o.kubeAPIBurst)
+		os.Exit(2)
+	}
+	cfg.QPS, cfg.Burst = float32(o.kubeAPIQPS), o.kubeAPIBurst
 	if err := run(ctrl.SetupSignalHandler(), cfg, o); err != nil {
 		fmt.Fprintf(os.Stderr, "fleet-hub: %v\n", err)
 		os.Exit(1)

@@ -42,6 +42,10 @@ type Agent struct {
 	// OnStatus, when set, hears a one-line status on every connection
 	// change and provisioning step (systemd's STATUS=).
 	OnStatus func(string)
+	// OnDesired, when set, hears every desired state as it arrives from
+	// the hub, before the worker acts on it (the scale benchmarks time
+	// pushes with it). It must not block.
+	OnDesired func(*wire.DesiredState)
 	// lastLoop is when the sync loop last went round (UnixNano), for the
 	// watchdog.
 	lastLoop atomic.Int64
@@ -357,8 +361,12 @@ func truncate(s string, n int) string {
 	return s[:n]
 }
 
+// statusMinInterval is the least time between two status reports.
+const statusMinInterval = 500 * time.Millisecond
+
 // statusManager holds the latest full status and sends it whenever it
-// changes, and again on every new session.
+// changes (at most every statusMinInterval), and again on every new
+// session.
 type statusManager struct {
 	mu      sync.Mutex
 	current *wire.Status
@@ -424,6 +432,14 @@ func (m *statusManager) run(ctx context.Context) {
 		}
 		if err := send(cur); err != nil {
 			continue // the session source reattaches on reconnect
+		}
+		// Changes that come quicker than this (the steps of a short
+		// bootstrap) go out together in the next report: each report is
+		// an API write at the hub.
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(statusMinInterval):
 		}
 		m.mu.Lock()
 		if m.epoch != epoch {

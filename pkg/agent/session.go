@@ -222,6 +222,9 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 		}
 		switch m := msg.(type) {
 		case *wire.DesiredState:
+			if a.OnDesired != nil {
+				a.OnDesired(m)
+			}
 			a.setReach(m.Reach)
 			a.interruptIfReleased(m)
 			// Latest wins: replace a desired state the worker has not

@@ -104,7 +104,13 @@ func (r *Reconciler) reconcileOrphanedClaim(ctx context.Context, host *infrav1.E
 		return nil
 	}
 	em := &infrav1.EdgeMachine{}
-	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: host.Namespace, Name: claim.Name}, em)
+	key := client.ObjectKey{Namespace: host.Namespace, Name: claim.Name}
+	if err := r.Client.Get(ctx, key, em); err == nil && em.UID == claim.UID {
+		return nil // the common case, from the cache: every status change of a claimed host comes here
+	}
+	// The cache may not have seen a claim made a moment ago: only the API
+	// server can say the EdgeMachine is really gone.
+	err := r.APIReader.Get(ctx, key, em)
 	switch {
 	case err == nil && em.UID == claim.UID:
 		return nil

@@ -1,0 +1,138 @@
+package load
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"k8s.io/client-go/rest"
+)
+
+// Request is one kind of API request, as the API server counts it.
+type Request struct {
+	Verb        string
+	Group       string
+	Resource    string
+	Subresource string
+}
+
+func (r Request) String() string {
+	res := r.Resource
+	if r.Group != "" {
+		res += "." + r.Group
+	}
+	if r.Subresource != "" {
+		res += "/" + r.Subresource
+	}
+	return r.Verb + " " + res
+}
+
+// Write tells whether the verb changes state.
+func (r Request) Write() bool {
+	switch r.Verb {
+	case "POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION", "CREATE", "UPDATE", "APPLY":
+		return true
+	}
+	return false
+}
+
+// APIServerLoad is a reading of the API server's own request counters
+// (apiserver_request_total) and open watches
+// (apiserver_longrunning_requests{verb="WATCH"}).
+type APIServerLoad struct {
+	Requests map[Request]float64
+	Watches  map[Request]float64
+}
+
+// ReadAPIServerLoad scrapes the API server's /metrics.
+func ReadAPIServerLoad(ctx context.Context, cfg *rest.Config) (*APIServerLoad, error) {
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(cfg.Host, "/")+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("reading the API server's metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("reading the API server's metrics: %s", resp.Status)
+	}
+	out := &APIServerLoad{Requests: map[Request]float64{}, Watches: map[Request]float64{}}
+	s := bufio.NewScanner(resp.Body)
+	s.Buffer(make([]byte, 1<<20), 1<<20)
+	for s.Scan() {
+		line := s.Text()
+		var into map[Request]float64
+		switch {
+		case strings.HasPrefix(line, "apiserver_request_total{"):
+			into = out.Requests
+		case strings.HasPrefix(line, "apiserver_longrunning_requests{"):
+			into = out.Watches
+		default:
+			continue
+		}
+		lb, rb := strings.IndexByte(line, '{'), strings.LastIndexByte(line, '}')
+		if rb < lb {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(line[rb+1:]), 64)
+		if err != nil {
+			continue
+		}
+		l := labels(line[lb+1 : rb])
+		r := Request{Verb: l["verb"], Group: l["group"], Resource: l["resource"], Subresource: l["subresource"]}
+		if strings.HasPrefix(line, "apiserver_longrunning_requests{") && r.Verb != "WATCH" {
+			continue
+		}
+		into[r] += v
+	}
+	return out, s.Err()
+}
+
+// Since is what happened between before and l: request counts minus
+// before's; watches as they are now.
+func (l *APIServerLoad) Since(before *APIServerLoad) *APIServerLoad {
+	out := &APIServerLoad{Requests: map[Request]float64{}, Watches: l.Watches}
+	for r, v := range l.Requests {
+		if d := v - before.Requests[r]; d > 0 {
+			out.Requests[r] = d
+		}
+	}
+	return out
+}
+
+func labels(s string) map[string]string {
+	out := map[string]string{}
+	for s != "" {
+		eq := strings.IndexByte(s, '=')
+		if eq < 0 || eq+1 >= len(s) || s[eq+1] != '"' {
+			break
+		}
+		key := s[:eq]
+		rest := s[eq+2:]
+		end := strings.IndexByte(rest, '"')
+		if end < 0 {
+			break
+		}
+		out[key] = rest[:end]
+		s = strings.TrimPrefix(rest[end+1:], ",")
+	}
+	return out
+}
+
+// TotalWatches is the number of watches open.
+func (l *APIServerLoad) TotalWatches() float64 {
+	var n float64
+	for _, v := range l.Watches {
+		n += v
+	}
+	return n
+}

@@ -1,0 +1,269 @@
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
+)
+
+const nodeFile = "/var/lib/fleet-sim/node"
+
+// Simulator runs kubeadm subcommands against a workload cluster.
+type Simulator struct {
+	// Client reaches the workload cluster.
+	Client kubernetes.Interface
+	// Root is the machine's root directory: "/" inside a sandbox, a
+	// host's directory when many simulated hosts share one process.
+	Root string
+	// Out hears what kubeadm would print (nil: nothing).
+	Out io.Writer
+}
+
+func (s *Simulator) path(p string) string { return filepath.Join(s.Root, p) }
+
+func (s *Simulator) printf(format string, args ...any) {
+	if s.Out != nil {
+		fmt.Fprintf(s.Out, format, args...)
+	}
+}
+
+// Run does `kubeadm <args>`: init, join (--config FILE) or reset.
+func (s *Simulator) Run(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return errors.New("usage: kubeadm init|join|reset …")
+	}
+	switch args[0] {
+	case "init", "join":
+		fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		config := fs.String("config", "", "kubeadm configuration file")
+		fs.Int("v", 0, "verbosity")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		if *config == "" {
+			return errors.New(args[0] + " needs --config")
+		}
+		name, providerID, controlPlane, err := s.readConfig(*config)
+		if err != nil {
+			return err
+		}
+		if err := s.register(ctx, name, providerID, controlPlane); err != nil {
+			return err
+		}
+		if args[0] == "init" {
+			return s.uploadConfig(ctx, *config)
+		}
+		return nil
+	case "reset":
+		return s.reset(ctx)
+	case "version":
+		s.printf("kubeadm version: fleet-node-simulator\n")
+		return nil
+	default:
+		return fmt.Errorf("unsupported subcommand %q", args[0])
+	}
+}
+
+// readConfig finds nodeRegistration.name and the kubelet's provider-id in
+// the Init/JoinConfiguration, in kubeadm v1beta4 (list) or v1beta3 (map)
+// form, and whether the node is a control-plane one (init, or a join with
+// a controlPlane section).
+func (s *Simulator) readConfig(path string) (name, providerID string, controlPlane bool, err error) {
+	b, err := os.ReadFile(s.path(path))
+	if err != nil {
+		return "", "", false, err
+	}
+	for _, doc := range strings.Split(string(b), "\n---") {
+		var d struct {
+			Kind             string          `json:"kind"`
+			ControlPlane     json.RawMessage `json:"controlPlane"`
+			NodeRegistration struct {
+				Name             string          `json:"name"`
+				KubeletExtraArgs json.RawMessage `json:"kubeletExtraArgs"`
+			} `json:"nodeRegistration"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &d); err != nil {
+			return "", "", false, fmt.Errorf("parsing %s: %w", path, err)
+		}
+		if d.Kind != "InitConfiguration" && d.Kind != "JoinConfiguration" {
+			continue
+		}
+		controlPlane = d.Kind == "InitConfiguration" || (len(d.ControlPlane) > 0 && string(d.ControlPlane) != "null")
+		name = d.NodeRegistration.Name
+		var list []struct{ Name, Value string }
+		var m map[string]string
+		if json.Unmarshal(d.NodeRegistration.KubeletExtraArgs, &list) == nil {
+			for _, a := range list {
+				if a.Name == "provider-id" {
+					providerID = a.Value
+				}
+			}
+		} else if json.Unmarshal(d.NodeRegistration.KubeletExtraArgs, &m) == nil {
+			providerID = m["provider-id"]
+		}
+	}
+	if name == "" {
+		h, _ := os.ReadFile(s.path("/etc/hostname"))
+		name = strings.TrimSpace(string(h))
+	}
+	if name == "" || providerID == "" {
+		return "", "", false, fmt.Errorf("%s names no node (%q) or no kubelet provider-id (%q)", path, name, providerID)
+	}
+	return strings.ToLower(name), providerID, controlPlane, nil
+}
+
+// register does what the kubelet does on first start: a Node with the
+// providerID, then Ready; on a control-plane node also what kubeadm and the
+// kubelet leave for KubeadmControlPlane to inspect: the control-plane role
+// label and Running mirror pods of the static control-plane pods.
+func (s *Simulator) register(ctx context.Context, name, providerID string, controlPlane bool) error {
+	cs := s.Client
+	labels := map[string]string{"kubernetes.io/hostname": name}
+	if controlPlane {
+		labels[controlPlaneRole] = ""
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec: corev1.NodeSpec{ProviderID: providerID}}
+	if _, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("registering node %s: %w", name, err)
+	}
+	n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	now := metav1.Now()
+	// What a healthy kubelet reports; Cluster API's NodeHealthy looks at
+	// all four.
+	cond := func(t corev1.NodeConditionType, s corev1.ConditionStatus, reason string) corev1.NodeCondition {
+		return corev1.NodeCondition{Type: t, Status: s, Reason: reason, Message: "fleet node simulator",
+			LastHeartbeatTime: now, LastTransitionTime: now}
+	}
+	n.Status.Conditions = []corev1.NodeCondition{
+		cond(corev1.NodeReady, corev1.ConditionTrue, "KubeletReady"),
+		cond(corev1.NodeMemoryPressure, corev1.ConditionFalse, "KubeletHasSufficientMemory"),
+		cond(corev1.NodeDiskPressure, corev1.ConditionFalse, "KubeletHasNoDiskPressure"),
+		cond(corev1.NodePIDPressure, corev1.ConditionFalse, "KubeletHasSufficientPID"),
+	}
+	n.Status.NodeInfo.KubeletVersion = "v1.36.3"
+	if _, err := cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("marking node %s Ready: %w", name, err)
+	}
+	if controlPlane {
+		if err := mirrorPods(ctx, cs, name); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(s.path("/var/lib/fleet-sim"), 0o755); err != nil {
+		return err
+	}
+	s.printf("[fleet-sim] node %s registered with providerID %s (control plane: %t)\n", name, providerID, controlPlane)
+	return os.WriteFile(s.path(nodeFile), []byte(name), 0o644)
+}
+
+// uploadConfig does what `kubeadm init` does in its upload-config phase:
+// the ClusterConfiguration goes into kube-system/kubeadm-config, which is
+// how KubeadmControlPlane learns that the control plane is initialised.
+func (s *Simulator) uploadConfig(ctx context.Context, path string) error {
+	b, err := os.ReadFile(s.path(path))
+	if err != nil {
+		return err
+	}
+	clusterConfig := ""
+	for _, doc := range strings.Split(string(b), "\n---") {
+		var d struct {
+			Kind string `json:"kind"`
+		}
+		if yaml.Unmarshal([]byte(doc), &d) == nil && d.Kind == "ClusterConfiguration" {
+			clusterConfig = strings.TrimPrefix(doc, "\n")
+		}
+	}
+	cs := s.Client
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kubeadm-config", Namespace: metav1.NamespaceSystem},
+		Data: map[string]string{"ClusterConfiguration": clusterConfig}}
+	if _, err := cs.CoreV1().ConfigMaps(metav1.NamespaceSystem).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("uploading kubeadm-config: %w", err)
+	}
+	s.printf("[fleet-sim] uploaded the cluster configuration to kube-system/kubeadm-config\n")
+	return nil
+}
+
+const controlPlaneRole = "node-role.kubernetes.io/control-plane"
+
+// The static pods kubeadm writes on a control-plane node (etcd is left out:
+// the simulator's clusters use external etcd).
+var staticPods = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"}
+
+// mirrorPods creates, as the kubelet does for static pods, a mirror pod
+// for each control-plane component, Running and Ready.
+func mirrorPods(ctx context.Context, cs kubernetes.Interface, node string) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: metav1.NamespaceSystem}}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating %s: %w", metav1.NamespaceSystem, err)
+	}
+	now := metav1.Now()
+	for _, component := range staticPods {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: component + "-" + node, Namespace: metav1.NamespaceSystem,
+				Labels:      map[string]string{"component": component, "tier": "control-plane"},
+				Annotations: map[string]string{"kubernetes.io/config.mirror": "fleet-node-simulator", "kubernetes.io/config.source": "file"}},
+			Spec: corev1.PodSpec{NodeName: node, PriorityClassName: "system-node-critical",
+				Containers: []corev1.Container{{Name: component, Image: "registry.k8s.io/" + component + ":v1.36.3"}}},
+		}
+		created, err := cs.CoreV1().Pods(metav1.NamespaceSystem).Create(ctx, pod, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			created, err = cs.CoreV1().Pods(metav1.NamespaceSystem).Get(ctx, pod.Name, metav1.GetOptions{})
+		}
+		if err != nil {
+			return fmt.Errorf("creating mirror pod %s: %w", pod.Name, err)
+		}
+		ready := func(t corev1.PodConditionType) corev1.PodCondition {
+			return corev1.PodCondition{Type: t, Status: corev1.ConditionTrue, LastTransitionTime: now}
+		}
+		created.Status = corev1.PodStatus{Phase: corev1.PodRunning, StartTime: &now,
+			Conditions: []corev1.PodCondition{ready(corev1.PodScheduled), ready(corev1.PodInitialized), ready(corev1.ContainersReady), ready(corev1.PodReady)},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: component, Ready: true, Started: ptrTrue(), Image: created.Spec.Containers[0].Image,
+				State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}}}}
+		if _, err := cs.CoreV1().Pods(metav1.NamespaceSystem).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("marking mirror pod %s Running: %w", pod.Name, err)
+		}
+	}
+	return nil
+}
+
+func ptrTrue() *bool { t := true; return &t }
+
+func (s *Simulator) reset(ctx context.Context) error {
+	b, err := os.ReadFile(s.path(nodeFile))
+	if errors.Is(err, os.ErrNotExist) {
+		s.printf("[fleet-sim] nothing to reset\n")
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	cs := s.Client
+	name := strings.TrimSpace(string(b))
+	for _, component := range staticPods {
+		if err := cs.CoreV1().Pods(metav1.NamespaceSystem).Delete(ctx, component+"-"+name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("removing mirror pod %s-%s: %w", component, name, err)
+		}
+	}
+	if err := cs.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("removing node %s: %w", name, err)
+	}
+	s.printf("[fleet-sim] node %s reset\n", name)
+	return os.Remove(s.path(nodeFile))
+}
