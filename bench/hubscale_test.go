@@ -107,7 +107,7 @@ type hubScale struct {
 type latencySample struct {
 	claim   types.UID
 	written time.Time
-	acked   time.Time // the API server answered the write
+	acked   time.Time    // the API server answered the write
 	watched atomic.Int64 // UnixNano when a watch of this process saw it
 	got     atomic.Int64 // UnixNano when the agent held it
 }

@@ -13,8 +13,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"golang.org/x/time/rate"
-	"k8s.io/client-go/util/workqueue"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"

@@ -149,7 +149,7 @@ func startHub(t *testing.T, o hubOptions) *hub {
 		ClientCertValidity: o.certValid, MaxConcurrentHandshakes: o.handshakes,
 		LastSeenInterval: o.lastSeen, KeepAlive: 2 * time.Second, HelloTimeout: 2 * time.Second,
 		HousekeepingInterval: 200 * time.Millisecond,
-		LinkThresholds: linkhealth.DefaultThresholds(),
+		LinkThresholds:       linkhealth.DefaultThresholds(),
 	})
 	if err != nil {
 		t.Fatal(err)
