@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 		os.Exit(m.Run())
 	}
 	var err error
-	env, err = testenv.Start(context.Background(), testenv.Options{APIServerOnly: true})
+	env, err = testenv.Start(context.Background(), testenv.Options{APIServerOnly: true, KubeadmBootstrap: true})
 	if err != nil {
 		if errors.Is(err, testenv.ErrNoAssets) && os.Getenv("CI") != "true" {
 			fmt.Fprintf(os.Stderr, "SKIP: %v\n", err)

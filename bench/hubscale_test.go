@@ -64,12 +64,7 @@ func BenchmarkHubScale(b *testing.B) {
 		b.Fatal(err)
 	}
 	dir := b.TempDir()
-	bin := filepath.Join(dir, "fleet-hub")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/fleet-hub")
-	build.Dir = ".."
-	if out, err := build.CombinedOutput(); err != nil {
-		b.Fatalf("building fleet-hub: %v\n%s", err, out)
-	}
+	bin := buildHub(b)
 	for _, s := range strings.Split(*agentCounts, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n <= 0 {
@@ -110,6 +105,16 @@ type latencySample struct {
 	acked   time.Time    // the API server answered the write
 	watched atomic.Int64 // UnixNano when a watch of this process saw it
 	got     atomic.Int64 // UnixNano when the agent held it
+}
+
+// fatalf fails the run with the tail of the hub's log.
+func (s *hubScale) fatalf(format string, args ...any) {
+	s.b.Helper()
+	log, _ := os.ReadFile(filepath.Join(s.dir, "hub", "hub.log"))
+	if len(log) > 8<<10 {
+		log = log[len(log)-8<<10:]
+	}
+	s.b.Fatalf("%s\nfleet-hub log (tail):\n%s", fmt.Sprintf(format, args...), log)
 }
 
 func (s *hubScale) logf(format string, args ...any) {
@@ -155,7 +160,7 @@ func (s *hubScale) run() {
 	s.rep.Series = append(s.rep.Series, results.Series{Key: "enroll", Title: fmt.Sprintf("%s new agents enroll and connect", commas(s.n)),
 		XLabel: "seconds", YLabel: "sessions", Lines: []results.Line{line}})
 
-	time.Sleep(20 * time.Second) // the first status writes and reconciles settle
+	s.settle("enrollment")
 	s.idleMemory(empty)
 	s.apiLoad()
 	s.latency()
@@ -397,6 +402,39 @@ func goroutineTable(dump string, n int) results.Table {
 	return t
 }
 
+// settle waits until the fleet is quiet: the first status reports and
+// reconciles after a wave of connections are written (fewer API writes in
+// 10 s than 1 % of the agents), at most 10 minutes.
+func (s *hubScale) settle(after string) {
+	ctx := context.Background()
+	start := time.Now()
+	writes := func() float64 {
+		l, err := load.ReadAPIServerLoad(ctx, env.Config)
+		if err != nil {
+			s.b.Fatal(err)
+		}
+		var w float64
+		for r, v := range l.Requests {
+			if r.Write() {
+				w += v
+			}
+		}
+		return w
+	}
+	last := writes()
+	for {
+		time.Sleep(10 * time.Second)
+		now := writes()
+		if now-last < float64(s.n)/100 || time.Since(start) > 10*time.Minute {
+			s.logf("settled %s after %s (%d API writes in the last 10 s)", after, time.Since(start).Round(time.Second), int(now-last))
+			s.rep.Add(results.Figure{Key: "settle-" + after + "-s", Name: fmt.Sprintf("quiet after the %s (API writes in 10 s below 1 %% of the agents)", after),
+				Value: time.Since(start).Seconds(), Unit: "s"})
+			return
+		}
+		last = now
+	}
+}
+
 // apiLoad counts the API requests of the idle fleet over -idle, from the
 // API server's own counters (nothing else talks to it meanwhile).
 func (s *hubScale) apiLoad() {
@@ -457,6 +495,9 @@ func (s *hubScale) apiLoad() {
 	s.rep.Add(results.Figure{Key: "watches-added", Name: fmt.Sprintf("watches added by %s connected agents (against the empty hub's %d)", commas(s.n), int(s.emptyWatches)),
 		Value: watches - s.emptyWatches, Target: "0: no per-agent watches", Limit: results.Limit(0), Below: true})
 	s.logf("API load: %.3f writes per agent per 5 min, %v watches", per5(writes), watches)
+	for _, row := range t.Rows[:min(len(t.Rows), 6)] {
+		s.logf("  %s", strings.Join(row, "  "))
+	}
 }
 
 // latency assigns hosts to their agents one after another (20 a second)
@@ -605,7 +646,16 @@ func (s *hubScale) latency() {
 		s.rep.Add(results.Figure{Key: "writes-per-assignment", Name: "of which writes", Value: w / float64(m)})
 	}
 	if len(ms) < m {
-		s.b.Fatalf("desired-state latency: only %d of %d agents received their assignment within 2 minutes", len(ms), m)
+		for k, w := range samples {
+			if w.got.Load() == 0 {
+				i := idx[k]
+				host := &infrav1.EdgeHost{}
+				_ = env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: s.agents.Name(i)}, host)
+				s.logf("agent %d (%s) never received claim %s: connected %v; host generation %d, claim %+v, status %+v",
+					i, s.agents.Name(i), w.claim, s.agents.IsConnected(i), host.Generation, host.Spec.ClaimRef, host.Status)
+			}
+		}
+		s.fatalf("desired-state latency: only %d of %d agents received their assignment within 2 minutes", len(ms), m)
 	}
 	slices.Sort(ms)
 	q := func(p float64) float64 { return ms[min(len(ms)-1, int(p*float64(len(ms))))] }
@@ -660,7 +710,7 @@ func (s *hubScale) coldStart() {
 	s.rep.Add(results.Figure{Key: "cold-start-busy", Name: "cold start: handshakes turned away by the admission limit (503, retried)", Value: busy})
 	s.rep.Series = append(s.rep.Series, results.Series{Key: "cold-start", Title: fmt.Sprintf("cold start: %s agents holding identities connect at once", commas(s.n)),
 		XLabel: "seconds", YLabel: "sessions", Lines: []results.Line{line}})
-	time.Sleep(20 * time.Second)
+	s.settle("cold start")
 	s.steadyRSS = s.memory().rss
 }
 

@@ -242,7 +242,8 @@ type Agents struct {
 	hubURL string
 	pin    string
 
-	onDesired func(int, *wire.DesiredState)
+	onDesired   func(int, *wire.DesiredState)
+	provisioner func(int, agent.Config) agent.Provisioner
 }
 
 type edge struct {
@@ -271,33 +272,52 @@ type AgentOptions struct {
 	// PerToken is how many agents share one enrollment token (default
 	// 100, a large site).
 	PerToken int
+	// NamePrefix starts every agent's hostname (default "load"): Node
+	// names are cluster-wide, so runs sharing a workload cluster need their
+	// own.
+	NamePrefix string
+	// HostLabels gives agent i's EdgeHost labels (default: all alike).
+	HostLabels func(i int) map[string]string
+	// Provisioner makes agent i's provisioner (default agent.Recorder:
+	// it records assignments and writes nothing).
+	Provisioner func(i int, cfg agent.Config) agent.Provisioner
 }
 
 // NewAgents prepares n agents (state dirs, and enrollment tokens, one per PerToken agents).
 func NewAgents(ctx context.Context, c client.Client, hub *Hub, o AgentOptions) (*Agents, error) {
-	a := &Agents{dir: o.Dir, hubURL: hub.URL, pin: hub.Pin, onDesired: o.OnDesired}
+	a := &Agents{dir: o.Dir, hubURL: hub.URL, pin: hub.Pin, onDesired: o.OnDesired, provisioner: o.Provisioner}
 	sources := max(o.Sources, 1)
 	perToken := o.PerToken
 	if perToken <= 0 {
 		perToken = 100
 	}
-	var tok string
+	var tok, tokLabels string
 	for i := range o.N {
-		if i%perToken == 0 {
-			// One token per site-sized group: hosts of one token enroll
-			// one at a time (the hub counts its uses), as a site's do.
+		labels := map[string]string{"fleet.bench/load": "true"}
+		if o.HostLabels != nil {
+			labels = o.HostLabels(i)
+		}
+		if key := fmt.Sprint(labels); i%perToken == 0 || key != tokLabels {
+			// One token per site-sized group (and per label set): hosts of
+			// one token enroll one at a time (the hub counts its uses), as
+			// a site's do.
 			var err error
 			tok, _, err = enrollment.Create(ctx, c, hub.Namespace, enrollment.Options{TTL: 24 * time.Hour, HostNamespace: hub.Namespace,
-				HostLabels: map[string]string{"fleet.bench/load": "true"}}, time.Now())
+				HostLabels: labels}, time.Now())
 			if err != nil {
 				return nil, fmt.Errorf("creating an enrollment token: %w", err)
 			}
+			tokLabels = key
 		}
 		root := filepath.Join(o.Dir, fmt.Sprintf("a%05d", i))
 		if err := os.MkdirAll(filepath.Join(root, "etc"), 0o755); err != nil {
 			return nil, err
 		}
-		name := fmt.Sprintf("load-%05d", i)
+		prefix := o.NamePrefix
+		if prefix == "" {
+			prefix = "load"
+		}
+		name := fmt.Sprintf("%s-%05d", prefix, i)
 		if err := os.WriteFile(filepath.Join(root, "etc", "hostname"), []byte(name+"\n"), 0o644); err != nil {
 			return nil, err
 		}
@@ -328,7 +348,11 @@ func (a *Agents) Start(spread time.Duration) {
 	for i, e := range a.edges {
 		ctx, cancel := context.WithCancel(context.Background())
 		e.cancel, e.done = cancel, make(chan struct{})
-		ag := agent.New(e.cfg, &agent.Recorder{}, logr.Discard())
+		var prov agent.Provisioner = &agent.Recorder{}
+		if a.provisioner != nil {
+			prov = a.provisioner(i, e.cfg)
+		}
+		ag := agent.New(e.cfg, prov, logr.Discard())
 		ag.OnDesired = func(d *wire.DesiredState) {
 			e.desiredAt.Store(time.Now().UnixNano())
 			if a.onDesired != nil {
@@ -358,6 +382,13 @@ func (a *Agents) DesiredSince(t time.Time) int {
 		}
 	}
 	return n
+}
+
+// IsConnected tells whether agent i holds a session now.
+func (a *Agents) IsConnected(i int) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.edges[i].ag != nil && a.edges[i].ag.Connected()
 }
 
 // Connected counts the agents that hold a session now.

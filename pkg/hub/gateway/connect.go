@@ -21,11 +21,12 @@ import (
 
 var upgrader = websocket.Upgrader{
 	HandshakeTimeout: 10 * time.Second,
-	// Zero sizes reuse the buffers the HTTP server already holds for the
-	// hijacked connection, and the pool lends a write buffer only while a
-	// frame is written: an idle session keeps no buffers of its own (a
+	// A small read buffer of its own instead of the HTTP server's 4 KiB
+	// one (which is then freed): it holds frame headers, and the session's
+	// 4 KiB reads bypass it. The pool lends a write buffer only while a
+	// frame is written. An idle session keeps few buffers of its own (a
 	// hub holds thousands).
-	ReadBufferSize:  0,
+	ReadBufferSize:  512,
 	WriteBufferSize: 0,
 	WriteBufferPool: &sync.Pool{},
 	// Agents are not browsers and send no Origin. A request that carries
@@ -88,8 +89,15 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 	release()
 	handshakes.WithLabelValues("ok").Inc()
 	s.register(ss)
-	ss.run(r.Context())
-	s.unregister(ss)
+	// The session goes on in a goroutine of its own, and this handler
+	// returns: net/http's goroutine for the connection (its stack grown
+	// by the TLS handshake) and the request it holds are freed, and the
+	// hijacked connection is the session's alone. An idle hub holds
+	// thousands of sessions.
+	go func() {
+		ss.run(s.ctx)
+		s.unregister(ss)
+	}()
 }
 
 var errRevoked = errors.New("host identity revoked: its EdgeHost was deleted; enroll again")

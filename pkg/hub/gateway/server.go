@@ -142,6 +142,8 @@ type Server struct {
 	connMu   sync.Map // "namespace/name" → *sync.Mutex
 	listener net.Listener
 	ready    chan struct{}
+	// ctx lives as long as Start: sessions run under it.
+	ctx context.Context
 }
 
 // Setup creates the gateway and adds it to mgr as a runnable on every
@@ -220,6 +222,7 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	}
 	s.ca = ca
+	s.ctx = ctx
 	if err := s.publishInfo(ctx); err != nil {
 		return err
 	}

@@ -1,0 +1,301 @@
+package bench
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/edgefleet/fleet/bench/load"
+	"github.com/edgefleet/fleet/bench/results"
+	"github.com/edgefleet/fleet/internal/clusterapi"
+	"github.com/edgefleet/fleet/pkg/agent"
+	"github.com/edgefleet/fleet/pkg/agent/provision"
+	"github.com/edgefleet/fleet/pkg/cli/create"
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/test/nodesim/sim"
+)
+
+var (
+	machineCount    = flag.Int("machines", 500, "Worker machines BenchmarkProvisioning scales its MachineDeployment to.")
+	capiConcurrency = flag.Int("capi-concurrency", 50, "Workers per Cluster API reconciler in BenchmarkProvisioning (capi-controller-manager's defaults: 100 machine, 50 machineset/machinedeployment; CABPK 100).")
+)
+
+// Cluster API's managers can start once per process (their informer
+// names are global).
+var capiOnce sync.Once
+
+// BenchmarkProvisioning scales a MachineDeployment from 0 to -machines
+// with the real Cluster API core and kubeadm bootstrap reconcilers (in
+// this process), a real fleet-hub process and -machines+1 real agents (in
+// this process) whose provisioner runs the real CABPK cloud-config and the
+// node simulator for kubeadm. The workload cluster is the same API server
+// (a kubeconfig Secret pointing at it). It records, every second, how many
+// machines have passed each stage, and writes a plot.
+//
+//	go test ./bench -run '^$' -bench Provisioning -benchtime 1x -timeout 60m -args -machines=500
+func BenchmarkProvisioning(b *testing.B) {
+	if _, err := load.RaiseFileLimit(); err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	ctrl.SetLogger(logr.Discard())
+	// Cluster API as its own binaries talk to the API server (the in-memory
+	// provider's scale tests use the same 100/200).
+	capiCfg := rest.CopyConfig(env.Config)
+	capiCfg.QPS, capiCfg.Burst = 100, 200
+	capiOnce.Do(func() {
+		o := clusterapi.Options{Name: "capi-bench", Concurrency: *capiConcurrency, ConnectionRetryInterval: 2 * time.Second,
+			GracefulShutdownTimeout: 5 * time.Second, SkipNameValidation: true, Logger: logr.Discard()}
+		core, err := clusterapi.NewCoreManager(ctx, capiCfg, env.Scheme, o)
+		if err != nil {
+			b.Fatal(err)
+		}
+		o.Name = "cabpk-bench"
+		cabpk, err := clusterapi.NewKubeadmBootstrapManager(ctx, capiCfg, env.Scheme, o)
+		if err != nil {
+			b.Fatal(err)
+		}
+		go func() { _ = core.Start(ctx) }()
+		go func() { _ = cabpk.Start(ctx) }()
+	})
+	bin := buildHub(b)
+	for range b.N {
+		provisioning(b, bin, *machineCount)
+	}
+}
+
+// buildHub builds fleet-hub into a temporary directory.
+func buildHub(b *testing.B) string {
+	bin := filepath.Join(b.TempDir(), "fleet-hub")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/fleet-hub")
+	build.Dir = ".."
+	if out, err := build.CombinedOutput(); err != nil {
+		b.Fatalf("building fleet-hub: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func provisioning(b *testing.B, bin string, n int) {
+	ctx := context.Background()
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "[%s] machines=%d: %s\n", time.Now().Format("15:04:05"), n, fmt.Sprintf(format, args...))
+	}
+	dir := b.TempDir()
+	ns := fmt.Sprintf("prov-%d", time.Now().UnixNano()%100000)
+	hub, err := load.StartHub(ctx, env.Client, load.HubOptions{Binary: bin, Dir: filepath.Join(dir, "hub"), Config: env.Config, Namespace: ns,
+		Args: []string{"--enroll-rate", "1000", "--enroll-burst", "1000", "--proxy-bind-address", "0"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer hub.Stop()
+
+	workload := rest.CopyConfig(env.Config)
+	workload.QPS, workload.Burst = 1000, 2000
+	cs, err := kubernetes.NewForConfig(workload)
+	if err != nil {
+		b.Fatal(err)
+	}
+	role := func(i int) string {
+		if i == 0 {
+			return "control-plane"
+		}
+		return "worker"
+	}
+	agents, err := load.NewAgents(ctx, env.Client, hub, load.AgentOptions{N: n + 1, Dir: filepath.Join(dir, "agents"), NamePrefix: ns,
+		HostLabels: func(i int) map[string]string { return map[string]string{"fleet.bench/role": role(i)} },
+		Provisioner: func(_ int, cfg agent.Config) agent.Provisioner {
+			return provision.New(provision.Options{Root: cfg.RootDir, StateDir: cfg.StateDir,
+				Runner: load.SimRunner{Sim: &sim.Simulator{Client: cs, Root: cfg.RootDir}}})
+		}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer agents.Stop()
+	logf("starting %d agents", n+1)
+	agents.Start(0)
+	if _, err := hub.WaitSessions(ctx, n+1, 10*time.Minute, nil); err != nil {
+		b.Fatal(err)
+	}
+
+	// The cluster: one control-plane Machine (kubeadm init on the
+	// simulator), and a MachineDeployment at 0.
+	objs := create.Objects(create.Spec{Name: "prov", Namespace: ns, KubernetesVersion: "v1.36.3", ControlPlane: "machines",
+		ControlPlaneMachines: 1, WorkerMachines: 0,
+		ControlPlaneSelector: map[string]string{"fleet.bench/role": "control-plane"},
+		WorkerSelector:       map[string]string{"fleet.bench/role": "worker"},
+		Endpoint:             infrav1.APIEndpoint{Host: "prov." + ns + ".fleet.internal", Port: 6443}})
+	for _, o := range objs {
+		if c, ok := o.(*clusterv1.Cluster); ok {
+			c.Annotations = map[string]string{infrav1.EdgeReachAnnotation: "disabled"}
+		}
+		if err := env.Client.Create(ctx, o); err != nil {
+			b.Fatalf("creating %T %s: %v", o, o.GetName(), err)
+		}
+		if c, ok := o.(*clusterv1.Cluster); ok {
+			// The workload cluster is this API server: Cluster API reads
+			// Nodes through this kubeconfig.
+			if err := env.CreateKubeconfigSecret(ctx, c); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+
+	// Count stages from an informer cache: polling lists of thousands of
+	// objects every second would load the API server being measured.
+	cc, err := cache.New(env.Config, cache.Options{Scheme: env.Scheme, DefaultNamespaces: map[string]cache.Config{ns: {}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() { _ = cc.Start(cctx) }()
+	if !cc.WaitForCacheSync(cctx) {
+		b.Fatal("cache did not sync")
+	}
+	// Informers for the kinds read below.
+	for _, l := range []client.ObjectList{&clusterv1.MachineList{}, &infrav1.EdgeMachineList{}} {
+		if err := cc.List(ctx, l); err != nil {
+			b.Fatal(err)
+		}
+	}
+	logf("waiting for the control plane")
+	if _, err := waitStages(ctx, cc, ns, 1, 10*time.Minute, nil); err != nil {
+		b.Fatalf("control plane: %v", err)
+	}
+
+	logf("scaling the MachineDeployment 0 → %d", n)
+	b.ResetTimer()
+	start := time.Now()
+	md := &clusterv1.MachineDeployment{}
+	if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "prov-md-0"}, md); err != nil {
+		b.Fatal(err)
+	}
+	patch := client.MergeFrom(md.DeepCopy())
+	md.Spec.Replicas = ptr.To(int32(n))
+	if err := env.Client.Patch(ctx, md, patch); err != nil {
+		b.Fatal(err)
+	}
+	lines, err := waitStages(ctx, cc, ns, n+1, 30*time.Minute, func(s stageCounts, el time.Duration) {
+		logf("%s: %+v", el.Round(time.Second), s)
+	})
+	took := time.Since(start)
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
+
+	rep := results.New(fmt.Sprintf("provisioning-%05d", n), "provisioning", fmt.Sprintf("Provisioning: a MachineDeployment scaled 0 → %s", commas(n)),
+		fmt.Sprintf("go test ./bench -run '^$' -bench Provisioning -benchtime 1x -timeout 60m -args -machines=%d -capi-concurrency=%d", n, *capiConcurrency))
+	rep.Size = n
+	rep.Add(results.Figure{Key: "all-running-s", Name: fmt.Sprintf("all %s worker Machines Running (nodeRef set) after the scale", commas(n)), Value: took.Seconds(), Unit: "s",
+		Target: "≤ 300 s", Limit: results.Limit(300), Below: true})
+	rep.Add(results.Figure{Key: "machines-per-minute", Name: "throughput", Value: float64(n) / took.Minutes(), Unit: "Machines/min"})
+	t := results.Table{Title: "Where the time goes: when the last Machine passed each stage (seconds after the scale)", Header: []string{"stage", "who", "all done at"}}
+	for _, l := range lines {
+		done := "—"
+		for _, p := range l.line.Points {
+			if int(p[1]) >= n+1 {
+				done = fmt.Sprintf("%.1f s", p[0])
+				break
+			}
+		}
+		t.Rows = append(t.Rows, []string{l.line.Name, l.who, done})
+	}
+	rep.Tables = append(rep.Tables, t)
+	series := results.Series{Key: "stages", Title: fmt.Sprintf("%s Machines through their stages after the scale (the control plane's Machine included)", commas(n)),
+		XLabel: "seconds after the scale", YLabel: "Machines"}
+	for _, l := range lines {
+		series.Lines = append(series.Lines, l.line)
+	}
+	rep.Series = append(rep.Series, series)
+	rep.Notes = append(rep.Notes, fmt.Sprintf("Everything shares the 2 cores: the API server and etcd (also the workload cluster's), Cluster API core and CABPK "+
+		"(in the benchmark process, %d workers per reconciler, 100 QPS), fleet-hub (its defaults), %s agents running the real provisioner on CABPK's "+
+		"cloud-config with the node simulator for kubeadm.", *capiConcurrency, commas(n+1)))
+	if _, err := rep.Write(*resultsDir); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(took.Seconds(), "s-all-running")
+	logf("all running in %s", took.Round(time.Second))
+}
+
+type stageCounts struct {
+	Created, BootstrapReady, Claimed, Provisioned, Running int
+}
+
+type stageLine struct {
+	who  string
+	line results.Line
+}
+
+// waitStages samples the stages every second until want Machines are
+// Running.
+func waitStages(ctx context.Context, c client.Reader, ns string, want int, timeout time.Duration, progress func(stageCounts, time.Duration)) ([]stageLine, error) {
+	lines := []stageLine{
+		{"Cluster API (MachineSet)", results.Line{Name: "Machine created"}},
+		{"CABPK", results.Line{Name: "bootstrap data ready"}},
+		{"fleet hub", results.Line{Name: "host claimed"}},
+		{"agent + hub", results.Line{Name: "bootstrap run, infrastructure provisioned"}},
+		{"Cluster API (Node seen)", results.Line{Name: "Running"}},
+	}
+	start := time.Now()
+	last := time.Time{}
+	for {
+		var s stageCounts
+		machines := &clusterv1.MachineList{}
+		if err := c.List(ctx, machines, client.InNamespace(ns)); err != nil {
+			return nil, err
+		}
+		for _, m := range machines.Items {
+			s.Created++
+			if ptr.Deref(m.Status.Initialization.BootstrapDataSecretCreated, false) {
+				s.BootstrapReady++
+			}
+			if ptr.Deref(m.Status.Initialization.InfrastructureProvisioned, false) {
+				s.Provisioned++
+			}
+			if m.Status.Phase == string(clusterv1.MachinePhaseRunning) {
+				s.Running++
+			}
+		}
+		ems := &infrav1.EdgeMachineList{}
+		if err := c.List(ctx, ems, client.InNamespace(ns)); err != nil {
+			return nil, err
+		}
+		for _, em := range ems.Items {
+			if em.Status.HostRef != "" {
+				s.Claimed++
+			}
+		}
+		el := time.Since(start)
+		for i, v := range []int{s.Created, s.BootstrapReady, s.Claimed, s.Provisioned, s.Running} {
+			lines[i].line.Points = append(lines[i].line.Points, [2]float64{el.Seconds(), float64(v)})
+		}
+		if s.Running >= want {
+			return lines, nil
+		}
+		if el > timeout {
+			return lines, fmt.Errorf("%+v after %s, want %d Running", s, el, want)
+		}
+		if progress != nil && time.Since(last) > 10*time.Second {
+			progress(s, el)
+			last = time.Now()
+		}
+		time.Sleep(time.Second)
+	}
+}
