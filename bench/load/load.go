@@ -204,6 +204,26 @@ func (h *Hub) RSS() (int64, error) {
 	return 0, errors.New("no VmRSS")
 }
 
+// CPU is the CPU time the hub process has used (user + system).
+func (h *Hub) CPU() (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", h.PID()))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the command (which may hold spaces) start after ")".
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 13 {
+		return 0, errors.New("short /proc stat")
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, err
+	}
+	// USER_HZ is 100 on Linux.
+	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
+}
+
 // Metrics scrapes the hub's Prometheus metrics: name{labels} -> value.
 func (h *Hub) Metrics(ctx context.Context) (map[string]float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.MetricsURL, nil)
@@ -367,8 +387,18 @@ func (a *Agents) Start(spread time.Duration) {
 	}
 }
 
-// Name is agent i's hostname, which is also its EdgeHost's name.
+// Name is agent i's hostname.
 func (a *Agents) Name(i int) string { return a.edges[i].name }
+
+// Host is the name of the EdgeHost agent i holds the identity of (its
+// hostname, unless that was taken), or "" before it enrolled.
+func (a *Agents) Host(i int) string {
+	id, _, _, _, ok, err := agent.Store{Dir: a.edges[i].cfg.StateDir}.LoadIdentity()
+	if err != nil || !ok {
+		return ""
+	}
+	return id.Host
+}
 
 // Len is the number of agents.
 func (a *Agents) Len() int { return len(a.edges) }
@@ -433,6 +463,29 @@ func Connected(ctx context.Context, c client.Client, ns string) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// Requests reads the hub's own count of API requests by method (client-go's
+// rest_client_requests_total).
+func (h *Hub) Requests(ctx context.Context) (map[string]float64, error) {
+	m, err := h.Metrics(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for k, v := range m {
+		if !strings.HasPrefix(k, "rest_client_requests_total{") {
+			continue
+		}
+		if i := strings.Index(k, `method="`); i >= 0 {
+			method := k[i+len(`method="`):]
+			out[method[:strings.IndexByte(method, '"')]] += v
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("the hub exposes no rest_client_requests_total")
+	}
+	return out, nil
 }
 
 // Sessions reads the hub's gauge of open agent sessions.

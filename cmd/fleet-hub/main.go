@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -83,6 +84,7 @@ type options struct {
 	proxyPeerDomain    string
 	kubeAPIQPS         float64
 	kubeAPIBurst       int
+	gcPercent          int
 }
 
 func (o *options) bind(fs *flag.FlagSet) {
@@ -123,6 +125,7 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.IntVar(&o.proxyMaxTunnels, "proxy-max-tunnels", 4096, "Edge-reach tunnels this replica carries at once (each agent carries at most 32).")
 	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 100, "Requests per second the hub sends the API server at most (client-side limit). Its idle load is one lastSeenTime write per connected host per --last-seen-interval: 10,000 hosts need 33/s.")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 200, "Requests the hub may send at once above --kube-api-qps.")
+	fs.IntVar(&o.gcPercent, "gc-percent", 25, "Go garbage-collector target: the heap may grow this many percent above live data before a collection. The hub's live heap is mostly its idle sessions and caches, so a low value keeps memory per agent low for little CPU (docs/PERFORMANCE.md); the GOGC environment variable, when set, wins.")
 	o.zap.BindFlags(fs)
 }
 
@@ -153,6 +156,9 @@ func main() {
 		os.Exit(2)
 	}
 	cfg.QPS, cfg.Burst = float32(o.kubeAPIQPS), o.kubeAPIBurst
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(o.gcPercent)
+	}
 	if err := run(ctrl.SetupSignalHandler(), cfg, o); err != nil {
 		fmt.Fprintf(os.Stderr, "fleet-hub: %v\n", err)
 		os.Exit(1)

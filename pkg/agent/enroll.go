@@ -96,9 +96,13 @@ func (a *Agent) enroll(ctx context.Context) error {
 		return err
 	}
 	facts := Facts(a.cfg.RootDir)
-	keyPEM, csrPEM, err := pki.NewKeyAndCSR(facts.Hostname)
+	keyPEM, err := a.store.EnrollKey()
 	if err != nil {
-		return fmt.Errorf("generating host key: %w", err)
+		return fmt.Errorf("host key for enrolling: %w", err)
+	}
+	csrPEM, err := pki.CSRForKey(keyPEM, facts.Hostname)
+	if err != nil {
+		return fmt.Errorf("host key for enrolling: %w", err)
 	}
 	body, _ := json.Marshal(wire.EnrollRequest{Token: a.cfg.Token, CSR: csrPEM, Facts: facts, Addresses: Addresses(facts.Hostname)})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(a.cfg.Hub, "/")+wire.PathEnroll, bytes.NewReader(body))
@@ -135,6 +139,7 @@ func (a *Agent) enroll(ctx context.Context) error {
 	if err := a.store.SaveIdentity(id, caPEM, keyPEM, er.Certificate); err != nil {
 		return fmt.Errorf("saving identity: %w", err)
 	}
+	_ = a.store.ForgetEnrollKey() // part of the identity now
 	a.log.Info("Enrolled", "EdgeHost", er.Namespace+"/"+er.Host)
 	a.enrollments.Add(1)
 	return nil

@@ -12,6 +12,7 @@ import (
 
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
+	"github.com/edgefleet/fleet/pkg/pki"
 )
 
 // Identity is who the hub says this host is.
@@ -51,7 +52,11 @@ const (
 	// rotation replaces both in one atomic rename.
 	fileCredentials = "client.pem"
 	fileDesired     = "desired.json"
-	fileApplied     = "applied.json"
+	// fileEnrollKey is the key of an enrollment not yet answered: a retry
+	// asks for the same key, so the hub can hand back the host it already
+	// made instead of making a second one.
+	fileEnrollKey = "enroll-key.pem"
+	fileApplied   = "applied.json"
 )
 
 func (s Store) path(name string) string { return filepath.Join(s.Dir, name) }
@@ -148,9 +153,36 @@ func (s Store) LoadIdentity() (id Identity, caPEM, keyPEM, certPEM []byte, ok bo
 	return id, caPEM, creds, creds, true, nil
 }
 
+// EnrollKey returns the key for enrolling, made and kept on first use
+// until ForgetEnrollKey.
+func (s Store) EnrollKey() ([]byte, error) {
+	if b, err := s.read(fileEnrollKey); err == nil {
+		return b, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	keyPEM, _, err := pki.NewKeyAndCSR("enroll")
+	if err != nil {
+		return nil, err
+	}
+	if err := s.write(fileEnrollKey, keyPEM, 0o600); err != nil {
+		return nil, err
+	}
+	return keyPEM, nil
+}
+
+// ForgetEnrollKey removes the enrollment key once it is part of an
+// identity (or the identity is gone, and the next enrollment is a new one).
+func (s Store) ForgetEnrollKey() error {
+	if err := os.Remove(s.path(fileEnrollKey)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
 // ForgetIdentity removes the identity after the hub revoked it.
 func (s Store) ForgetIdentity() error {
-	for _, f := range []string{fileIdentity, fileCredentials} {
+	for _, f := range []string{fileIdentity, fileCredentials, fileEnrollKey} {
 		if err := os.Remove(s.path(f)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}

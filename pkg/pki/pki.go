@@ -214,6 +214,33 @@ func NewKeyAndCSR(commonName string) (keyPEM, csrPEM []byte, err error) {
 		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), nil
 }
 
+// CSRForKey makes a CSR for an existing key (PEM, as NewKeyAndCSR
+// returns it): an agent retrying an enrollment asks again for the same key.
+func CSRForKey(keyPEM []byte, commonName string) ([]byte, error) {
+	block, _ := pem.Decode(keyPEM)
+	if block == nil {
+		return nil, errors.New("no PEM key")
+	}
+	key, err := x509.ParseECPrivateKey(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("parsing key: %w", err)
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+		Subject: pkix.Name{CommonName: commonName},
+	}, key)
+	if err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), nil
+}
+
+// KeyID names a CSR's public key: "sha256:" and the hex digest of its
+// SubjectPublicKeyInfo.
+func KeyID(csr *x509.CertificateRequest) string {
+	sum := sha256.Sum256(csr.RawSubjectPublicKeyInfo)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
 // ParseCertPEM returns the first certificate in PEM data.
 func ParseCertPEM(b []byte) (*x509.Certificate, error) {
 	block, _ := pem.Decode(b)

@@ -10,9 +10,11 @@ import (
 
 // Settings shared by both ends of a session.
 const (
-	// KeepAliveInterval is how often yamux pings; a missed answer within
-	// WriteTimeout closes the session, so a dead link is noticed in about
-	// KeepAliveInterval+WriteTimeout even when nothing else is sent.
+	// KeepAliveInterval is how often the agent's yamux pings; a missed
+	// answer within WriteTimeout closes the session, so the agent notices a
+	// dead link in about KeepAliveInterval+WriteTimeout even when nothing
+	// else is sent. The hub does not ping; it closes a session silent for
+	// 4 × KeepAliveInterval.
 	KeepAliveInterval = 15 * time.Second
 	// WriteTimeout bounds every write, so a peer that stops reading cannot
 	// hold a writer forever.

@@ -36,6 +36,12 @@ const (
 	// a cluster whose API server the management cluster can dial itself).
 	EdgeReachAnnotation = "fleet.edgefleet.io/edge-reach"
 
+	// EnrollmentKeyAnnotation on an EdgeHost names the public key its
+	// enrollment certified ("sha256:<hex of the SubjectPublicKeyInfo>"):
+	// an agent whose enrollment answer was lost retries with the same key
+	// and is given the same host, not a second one.
+	EnrollmentKeyAnnotation = "fleet.edgefleet.io/enrollment-key"
+
 	// EdgeClusterFinalizer lets the hub clean up before an EdgeCluster goes.
 	EdgeClusterFinalizer = "edgecluster.infrastructure.cluster.x-k8s.io"
 

@@ -180,6 +180,16 @@ func atoi(s string) (int, error) {
 // more host. reader should not be a cache: a token's use count must be read
 // fresh.
 func Authenticate(ctx context.Context, reader client.Reader, hubNamespace, presented string, now time.Time) (*Token, error) {
+	return authenticate(ctx, reader, hubNamespace, presented, now, true)
+}
+
+// Verify is Authenticate without the usage limit: an enrollment that is
+// being retried (its answer was lost) already counted its use.
+func Verify(ctx context.Context, reader client.Reader, hubNamespace, presented string, now time.Time) (*Token, error) {
+	return authenticate(ctx, reader, hubNamespace, presented, now, false)
+}
+
+func authenticate(ctx context.Context, reader client.Reader, hubNamespace, presented string, now time.Time, usage bool) (*Token, error) {
 	m := tokenRE.FindStringSubmatch(presented)
 	if m == nil {
 		return nil, ErrMalformed
@@ -205,7 +215,7 @@ func Authenticate(ctx context.Context, reader client.Reader, hubNamespace, prese
 		return nil, ErrRevoked
 	case t.Expiration != nil && !now.Before(*t.Expiration):
 		return nil, ErrExpired
-	case t.UsageLimit > 0 && t.Usages >= t.UsageLimit:
+	case usage && t.UsageLimit > 0 && t.Usages >= t.UsageLimit:
 		return nil, ErrUsedUp
 	}
 	return t, nil

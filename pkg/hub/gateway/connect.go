@@ -148,8 +148,10 @@ func (s *Server) register(ss *session) {
 	} else {
 		connectedAgents.Inc()
 	}
-	s.markConnected(context.Background(), ss)
+	// The desired state first: recording the connection is an API write
+	// that may wait its turn behind thousands of others after a restart.
 	ss.kickPush(time.Now())
+	s.markConnected(context.Background(), ss)
 }
 
 func (s *Server) unregister(ss *session) {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -117,22 +118,35 @@ func tokenID(token string) string {
 func (s *Server) enroll(ctx context.Context, req *wire.EnrollRequest) (*wire.EnrollResponse, int, string, error) {
 	// Everything that can be checked without the token is checked first,
 	// so a bad request never spends a one-time token.
-	if _, err := pki.ParseCSR(req.CSR); err != nil {
+	csr, err := pki.ParseCSR(req.CSR)
+	if err != nil {
 		return nil, http.StatusBadRequest, "BadRequest", fmt.Errorf("csr refused: %w", err)
 	}
 	if hostName(req.Facts.Hostname) == "" {
 		return nil, http.StatusBadRequest, "BadRequest", fmt.Errorf("%w: %q", errBadHostname, req.Facts.Hostname)
 	}
-	tok, status, code, err := s.consumeToken(ctx, req.Token)
+	// An agent that gave up waiting retries; what was started here is
+	// finished (or undone) rather than cut off half-way with its request,
+	// which would leave a host no agent holds.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	keyID := pki.KeyID(csr)
+	host, err := s.resumedHost(ctx, req, keyID)
 	if err != nil {
-		return nil, status, code, err
-	}
-	host, err := s.createHost(ctx, tok, req)
-	if err != nil {
-		if errors.Is(err, errHostExists) {
-			return nil, http.StatusConflict, "HostExists", err
-		}
 		return nil, http.StatusInternalServerError, "Internal", err
+	}
+	if host == nil {
+		tok, status, code, err := s.consumeToken(ctx, req.Token)
+		if err != nil {
+			return nil, status, code, err
+		}
+		host, err = s.createHost(ctx, tok, req, keyID)
+		if err != nil {
+			if errors.Is(err, errHostExists) {
+				return nil, http.StatusConflict, "HostExists", err
+			}
+			return nil, http.StatusInternalServerError, "Internal", err
+		}
 	}
 	id := pki.Identity{Namespace: host.Namespace, Name: host.Name, UID: string(host.UID)}
 	cert, err := s.ca.SignClient(req.CSR, id, s.opts.ClientCertValidity)
@@ -200,10 +214,8 @@ var errHostExists = errors.New("this machine already has an EdgeHost")
 // Two machines with the same hostname get distinct names; a machine that
 // enrolls again while its old EdgeHost exists is refused until an operator
 // deletes that EdgeHost.
-func (s *Server) createHost(ctx context.Context, tok *enrollment.Token, req *wire.EnrollRequest) (*infrav1.EdgeHost, error) {
-	base := hostName(req.Facts.Hostname)
-	sum := sha256.Sum256([]byte(req.Facts.MachineID))
-	candidates := []string{base, base + "-" + hex.EncodeToString(sum[:3])}
+func (s *Server) createHost(ctx context.Context, tok *enrollment.Token, req *wire.EnrollRequest, keyID string) (*infrav1.EdgeHost, error) {
+	candidates := hostCandidates(req)
 	labels := map[string]string{TokenIDLabel: tok.ID}
 	for k, v := range tok.HostLabels {
 		labels[k] = v
@@ -212,7 +224,8 @@ func (s *Server) createHost(ctx context.Context, tok *enrollment.Token, req *wir
 		labels[infrav1.ApprovalLabel] = infrav1.ApprovalPending
 	}
 	for _, name := range candidates {
-		h := &infrav1.EdgeHost{ObjectMeta: metav1.ObjectMeta{Namespace: tok.HostNamespace, Name: name, Labels: labels}}
+		h := &infrav1.EdgeHost{ObjectMeta: metav1.ObjectMeta{Namespace: tok.HostNamespace, Name: name, Labels: labels,
+			Annotations: map[string]string{infrav1.EnrollmentKeyAnnotation: keyID}}}
 		if err := s.client.Create(ctx, h); err != nil {
 			if apierrors.IsAlreadyExists(err) {
 				continue
@@ -229,6 +242,48 @@ func (s *Server) createHost(ctx context.Context, tok *enrollment.Token, req *wir
 	}
 	return nil, fmt.Errorf("%w: EdgeHosts %s/%s exist; if this machine was reinstalled, delete the old EdgeHost and enroll again",
 		errHostExists, tok.HostNamespace, strings.Join(candidates, " and "))
+}
+
+// hostCandidates are the names an enrolling machine's EdgeHost may get:
+// its hostname, then the hostname with a digest of its machine-id.
+func hostCandidates(req *wire.EnrollRequest) []string {
+	base := hostName(req.Facts.Hostname)
+	sum := sha256.Sum256([]byte(req.Facts.MachineID))
+	return []string{base, base + "-" + hex.EncodeToString(sum[:3])}
+}
+
+// resumedHost finds the host an earlier attempt of this same enrollment
+// created, when its answer never reached the agent: same token, same key
+// (the agent keeps its enrollment key until it holds an identity), and no
+// agent has ever connected as it. Anyone else asking with that key gains
+// nothing: the certificate is useless without the private key.
+func (s *Server) resumedHost(ctx context.Context, req *wire.EnrollRequest, keyID string) (*infrav1.EdgeHost, error) {
+	tok, err := enrollment.Verify(ctx, s.apiReader, s.opts.HubNamespace, req.Token, time.Now())
+	if err != nil {
+		return nil, nil // refused below, with the right answer
+	}
+	for _, name := range hostCandidates(req) {
+		h := &infrav1.EdgeHost{}
+		err := s.apiReader.Get(ctx, client.ObjectKey{Namespace: tok.HostNamespace, Name: name}, h)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("looking up EdgeHost %s: %w", name, err)
+		}
+		if h.Annotations[infrav1.EnrollmentKeyAnnotation] != keyID || h.Labels[TokenIDLabel] != tok.ID || !h.DeletionTimestamp.IsZero() ||
+			meta.FindStatusCondition(h.Status.Conditions, infrav1.AgentConnectedCondition) != nil {
+			continue
+		}
+		if h.Status.Facts.MachineID == "" {
+			if err := s.reportFacts(ctx, h, req); err != nil {
+				return nil, err
+			}
+		}
+		s.log.Info("Resuming an enrollment whose answer was lost", "EdgeHost", h.Namespace+"/"+h.Name)
+		return h, nil
+	}
+	return nil, nil
 }
 
 func (s *Server) reportFacts(ctx context.Context, h *infrav1.EdgeHost, req *wire.EnrollRequest) error {

@@ -1,19 +1,28 @@
 package gateway_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/pkg/agent"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/contract/wire"
 	"github.com/edgefleet/fleet/pkg/hub/enrollment"
+	"github.com/edgefleet/fleet/pkg/pki"
 )
 
 // A new agent with a valid token and pin gets an EdgeHost with its facts
@@ -125,4 +134,71 @@ func names(hs []infrav1.EdgeHost) []string {
 		out = append(out, h.Name)
 	}
 	return out
+}
+
+// An enrollment whose answer is lost (the agent gave up waiting) is
+// retried with the same key and gets the same host, even on a one-time
+// token; it makes no second host that no agent would ever hold. Once an
+// agent has connected as the host, the same request gets nothing.
+func TestEnrollmentRetryGetsTheSameHost(t *testing.T) {
+	ns := newNamespace(t)
+	h := startHub(t, hubOptions{ns: ns})
+	ctx := context.Background()
+	tok := newToken(t, ns, enrollment.Options{UsageLimit: 1})
+	keyPEM, _, err := pki.NewKeyAndCSR("x")
+	must(t, err)
+	csr, err := pki.CSRForKey(keyPEM, "kiosk")
+	must(t, err)
+	req := wire.EnrollRequest{Token: tok, CSR: csr, Facts: infrav1.HostFacts{Hostname: "kiosk", MachineID: "0123456789abcdef0123456789abcdef"}}
+	pool := x509.NewCertPool()
+	pool.AddCert(h.srv.CA().Cert)
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}}}
+	post := func(r wire.EnrollRequest) (int, wire.EnrollResponse) {
+		t.Helper()
+		body, _ := json.Marshal(r)
+		resp, err := hc.Post(h.url+wire.PathEnroll, "application/json", bytes.NewReader(body))
+		must(t, err)
+		defer resp.Body.Close()
+		var er wire.EnrollResponse
+		_ = json.NewDecoder(resp.Body).Decode(&er)
+		return resp.StatusCode, er
+	}
+	code, first := post(req)
+	if code != http.StatusOK {
+		t.Fatalf("first enrollment: %d", code)
+	}
+	// The answer was lost: the agent asks again with the same key.
+	code, again := post(req)
+	if code != http.StatusOK || again.Host != first.Host || again.UID != first.UID {
+		t.Fatalf("retried enrollment: %d %s/%s, want 200 and the same host %s/%s", code, again.Host, again.UID, first.Host, first.UID)
+	}
+	// Another key with the spent token: refused.
+	otherKey, _, err := pki.NewKeyAndCSR("y")
+	must(t, err)
+	other := req
+	other.CSR, err = pki.CSRForKey(otherKey, "kiosk")
+	must(t, err)
+	if code, _ := post(other); code != http.StatusUnauthorized {
+		t.Errorf("another key on the spent token: %d, want 401", code)
+	}
+	// An agent connected as the host: the same request no longer resumes.
+	host, err := getHost(ns, first.Host)
+	must(t, err)
+	patch := client.MergeFrom(host.DeepCopy())
+	meta.SetStatusCondition(&host.Status.Conditions, metav1.Condition{Type: infrav1.AgentConnectedCondition, Status: metav1.ConditionTrue, Reason: "Connected"})
+	must(t, env.Client.Status().Patch(ctx, host, patch))
+	eventually(t, "no resume once connected", func() error {
+		if code, _ := post(req); code != http.StatusUnauthorized {
+			return fmt.Errorf("same key after the host connected: %d, want 401 (token spent, no resume)", code)
+		}
+		return nil
+	})
+	hosts := &infrav1.EdgeHostList{}
+	must(t, env.Client.List(ctx, hosts, client.InNamespace(ns)))
+	if len(hosts.Items) != 1 {
+		t.Errorf("EdgeHosts %v, want one", names(hosts.Items))
+	}
+	if tk, err := enrollment.Verify(ctx, env.Client, ns, tok, time.Now()); err != nil || tk.Usages != 1 {
+		t.Errorf("token usages %v %v, want 1", tk, err)
+	}
 }

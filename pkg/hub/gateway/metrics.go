@@ -35,8 +35,12 @@ var (
 		Name: "fleet_gateway_status_writes_total",
 		Help: "EdgeHost status writes by cause (report, connected, disconnected, last_seen).",
 	}, []string{"cause"})
+	skippedStatusWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fleet_gateway_status_writes_skipped_total",
+		Help: "EdgeHost status writes found unnecessary by cause (connected: a reconnect to a host that already reads as connected to this replica).",
+	}, []string{"cause"})
 )
 
 func init() {
-	metrics.Registry.MustRegister(connectedAgents, handshakes, enrollments, messages, rejectedFrames, pushLatency, statusWrites)
+	metrics.Registry.MustRegister(connectedAgents, handshakes, enrollments, messages, rejectedFrames, pushLatency, statusWrites, skippedStatusWrites)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/hashicorp/yamux"
 	dto "github.com/prometheus/client_model/go"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -410,4 +411,60 @@ func TestRotationAndRevocation(t *testing.T) {
 	if after := metricValue(t, "fleet_gateway_enrollments_total", map[string]string{"result": "used_up"}); after <= usedUpBefore {
 		t.Errorf("no refused re-enrollment was counted (%v → %v)", usedUpBefore, after)
 	}
+}
+
+// A host that already reads as connected to this replica is not written
+// again when its agent comes back (after a hub restart thousands do at
+// once); one this hub recorded as disconnected is.
+func TestReconnectWritesOnlyWhatChanged(t *testing.T) {
+	ns := newNamespace(t)
+	h := startHub(t, hubOptions{ns: ns})
+	tok := newToken(t, ns, enrollment.Options{})
+	e := newEdge(t, "kiosk", h.url, h.srv.CA().Pin(), tok)
+	must(t, agentEnroll(e))
+	pair, caPEM := credentials(t, e)
+	connected := func(want metav1.ConditionStatus) {
+		t.Helper()
+		eventually(t, "AgentConnected "+string(want), func() error {
+			if s, err := connectedStatus(ns, "kiosk"); err != nil || s != want {
+				return fmt.Errorf("AgentConnected %s %v", s, err)
+			}
+			return nil
+		})
+	}
+	skipped := func() float64 {
+		return metricValue(t, "fleet_gateway_status_writes_skipped_total", map[string]string{"cause": "connected"})
+	}
+
+	first, _, err := dialRaw(t, h.url, caPEM, &pair)
+	must(t, err)
+	first.send(t, &wire.Hello{Host: "kiosk"})
+	first.expectDesiredState(t)
+	connected("True")
+	time.Sleep(500 * time.Millisecond) // the cache sees the write
+
+	// The same agent again, its old session not yet gone: nothing to write.
+	before, skippedBefore := h.writes.to("/edgehosts/kiosk/status"), skipped()
+	second, _, err := dialRaw(t, h.url, caPEM, &pair)
+	must(t, err)
+	second.send(t, &wire.Hello{Host: "kiosk"})
+	second.expectDesiredState(t)
+	time.Sleep(500 * time.Millisecond)
+	if d := h.writes.to("/edgehosts/kiosk/status") - before; d != 0 {
+		t.Errorf("%d status writes for a reconnect to a host already shown connected, want 0", d)
+	}
+	if skipped()-skippedBefore != 1 {
+		t.Errorf("skipped connected writes grew by %v, want 1", skipped()-skippedBefore)
+	}
+
+	// Gone, recorded as disconnected; back: written again at once, even
+	// if the hub's cache still showed the old "connected".
+	_ = first.mux.Close()
+	_ = second.mux.Close()
+	connected("False")
+	third, _, err := dialRaw(t, h.url, caPEM, &pair)
+	must(t, err)
+	third.send(t, &wire.Hello{Host: "kiosk"})
+	third.expectDesiredState(t)
+	connected("True")
 }

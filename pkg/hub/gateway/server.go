@@ -139,9 +139,12 @@ type Server struct {
 	// connMu serialises AgentConnected/lastSeenTime writes per host, so a
 	// reconnect's "connected" and the old session's "disconnected" cannot
 	// land in the wrong order.
-	connMu   sync.Map // "namespace/name" → *sync.Mutex
-	listener net.Listener
-	ready    chan struct{}
+	connMu sync.Map // "namespace/name" → *sync.Mutex
+	// wroteDisconnect holds the hosts this process last recorded as
+	// disconnected ("namespace/name" → true).
+	wroteDisconnect sync.Map
+	listener        net.Listener
+	ready           chan struct{}
 	// ctx lives as long as Start: sessions run under it.
 	ctx context.Context
 }

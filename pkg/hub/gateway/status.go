@@ -120,6 +120,10 @@ func (s *Server) setConnectivity(ctx context.Context, ss *session, connected boo
 		default:
 		}
 	}
+	if connected && s.alreadyConnected(ctx, ss) {
+		skippedStatusWrites.WithLabelValues(cause).Inc()
+		return
+	}
 	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		host := &infrav1.EdgeHost{}
 		if err := s.apiReader.Get(ctx, client.ObjectKey{Namespace: ss.id.Namespace, Name: ss.id.Name}, host); err != nil {
@@ -154,6 +158,11 @@ func (s *Server) setConnectivity(ctx context.Context, ss *session, connected boo
 			return err
 		}
 		statusWrites.WithLabelValues(cause).Inc()
+		if connected {
+			s.wroteDisconnect.Delete(ss.id.String())
+		} else {
+			s.wroteDisconnect.Store(ss.id.String(), true)
+		}
 		if link != nil && connected {
 			ss.wroteLink(link)
 		}
@@ -162,6 +171,24 @@ func (s *Server) setConnectivity(ctx context.Context, ss *session, connected boo
 	if err != nil {
 		s.log.Error(err, "Recording agent connectivity", "EdgeHost", ss.id.String(), "connected", connected)
 	}
+}
+
+// alreadyConnected tells, from the cache, that the host already reads as
+// connected to this replica with a fresh lastSeenTime, so a reconnect need
+// not write it again: after a hub restart, thousands of agents come back to
+// hosts that still say so. Not when this process itself wrote "disconnected"
+// for the host (the cache may not show that write yet).
+func (s *Server) alreadyConnected(ctx context.Context, ss *session) bool {
+	if _, wrote := s.wroteDisconnect.Load(ss.id.String()); wrote {
+		return false
+	}
+	host := &infrav1.EdgeHost{}
+	if err := s.client.Get(ctx, client.ObjectKey{Namespace: ss.id.Namespace, Name: ss.id.Name}, host); err != nil || string(host.UID) != ss.id.UID {
+		return false
+	}
+	c := meta.FindStatusCondition(host.Status.Conditions, infrav1.AgentConnectedCondition)
+	return c != nil && c.Status == metav1.ConditionTrue && host.Status.HubReplica == s.opts.ReplicaName &&
+		host.Status.LastSeenTime != nil && time.Since(host.Status.LastSeenTime.Time) < s.opts.LastSeenInterval
 }
 
 func (s *Server) markConnected(ctx context.Context, ss *session) {
