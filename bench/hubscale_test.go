@@ -326,7 +326,7 @@ func heapTable(profile string, n int) results.Table {
 	started := false
 	for _, l := range strings.Split(string(out), "\n") {
 		f := strings.Fields(l)
-		if len(f) >= 6 && f[0] == "flat" {
+		if len(f) >= 5 && f[0] == "flat" {
 			started = true
 			continue
 		}

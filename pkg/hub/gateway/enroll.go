@@ -228,6 +228,12 @@ func (s *Server) createHost(ctx context.Context, tok *enrollment.Token, req *wir
 			Annotations: map[string]string{infrav1.EnrollmentKeyAnnotation: keyID}}}
 		if err := s.client.Create(ctx, h); err != nil {
 			if apierrors.IsAlreadyExists(err) {
+				// Another attempt of this same enrollment (the agent gave
+				// up waiting on this one and asked again) got there first:
+				// one host for both, not a second one nobody holds.
+				if same := s.sameEnrollment(ctx, tok, name, keyID); same != nil {
+					return same, nil
+				}
 				continue
 			}
 			return nil, fmt.Errorf("creating EdgeHost %s: %w", name, err)
@@ -242,6 +248,26 @@ func (s *Server) createHost(ctx context.Context, tok *enrollment.Token, req *wir
 	}
 	return nil, fmt.Errorf("%w: EdgeHosts %s/%s exist; if this machine was reinstalled, delete the old EdgeHost and enroll again",
 		errHostExists, tok.HostNamespace, strings.Join(candidates, " and "))
+}
+
+// sameEnrollment returns host name if an attempt of the same enrollment
+// (same token, same key) made it and no agent has connected as it yet.
+func (s *Server) sameEnrollment(ctx context.Context, tok *enrollment.Token, name, keyID string) *infrav1.EdgeHost {
+	h := &infrav1.EdgeHost{}
+	if err := s.apiReader.Get(ctx, client.ObjectKey{Namespace: tok.HostNamespace, Name: name}, h); err != nil {
+		return nil
+	}
+	if !resumable(h, tok, keyID) {
+		return nil
+	}
+	return h
+}
+
+// resumable tells that h was made by an enrollment with this token and key
+// and no agent has connected as it yet.
+func resumable(h *infrav1.EdgeHost, tok *enrollment.Token, keyID string) bool {
+	return h.Annotations[infrav1.EnrollmentKeyAnnotation] == keyID && h.Labels[TokenIDLabel] == tok.ID && h.DeletionTimestamp.IsZero() &&
+		meta.FindStatusCondition(h.Status.Conditions, infrav1.AgentConnectedCondition) == nil
 }
 
 // hostCandidates are the names an enrolling machine's EdgeHost may get:
@@ -263,16 +289,17 @@ func (s *Server) resumedHost(ctx context.Context, req *wire.EnrollRequest, keyID
 		return nil, nil // refused below, with the right answer
 	}
 	for _, name := range hostCandidates(req) {
+		// From the cache: a retry comes after the agent's 30-s timeout,
+		// long after the informer has seen the host its first try made.
 		h := &infrav1.EdgeHost{}
-		err := s.apiReader.Get(ctx, client.ObjectKey{Namespace: tok.HostNamespace, Name: name}, h)
+		err := s.client.Get(ctx, client.ObjectKey{Namespace: tok.HostNamespace, Name: name}, h)
 		if apierrors.IsNotFound(err) {
 			continue
 		}
 		if err != nil {
 			return nil, fmt.Errorf("looking up EdgeHost %s: %w", name, err)
 		}
-		if h.Annotations[infrav1.EnrollmentKeyAnnotation] != keyID || h.Labels[TokenIDLabel] != tok.ID || !h.DeletionTimestamp.IsZero() ||
-			meta.FindStatusCondition(h.Status.Conditions, infrav1.AgentConnectedCondition) != nil {
+		if !resumable(h, tok, keyID) {
 			continue
 		}
 		if h.Status.Facts.MachineID == "" {

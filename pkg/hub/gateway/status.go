@@ -174,7 +174,8 @@ func (s *Server) setConnectivity(ctx context.Context, ss *session, connected boo
 }
 
 // alreadyConnected tells, from the cache, that the host already reads as
-// connected to this replica with a fresh lastSeenTime, so a reconnect need
+// connected to this replica with a lastSeenTime younger than two refresh
+// intervals (one, plus a restart's worth of slack), so a reconnect need
 // not write it again: after a hub restart, thousands of agents come back to
 // hosts that still say so. Not when this process itself wrote "disconnected"
 // for the host (the cache may not show that write yet).
@@ -188,7 +189,7 @@ func (s *Server) alreadyConnected(ctx context.Context, ss *session) bool {
 	}
 	c := meta.FindStatusCondition(host.Status.Conditions, infrav1.AgentConnectedCondition)
 	return c != nil && c.Status == metav1.ConditionTrue && host.Status.HubReplica == s.opts.ReplicaName &&
-		host.Status.LastSeenTime != nil && time.Since(host.Status.LastSeenTime.Time) < s.opts.LastSeenInterval
+		host.Status.LastSeenTime != nil && time.Since(host.Status.LastSeenTime.Time) < 2*s.opts.LastSeenInterval
 }
 
 func (s *Server) markConnected(ctx context.Context, ss *session) {
