@@ -28,6 +28,8 @@ import (
 
 var env *testenv.Env
 
+var etcdNoFsync = flag.Bool("etcd-no-fsync", false, "Run etcd with --unsafe-no-fsync (as on a memory disk), so the figures do not measure this machine's disk.")
+
 func TestMain(m *testing.M) {
 	flag.Parse()
 	if f := flag.Lookup("test.bench"); f == nil || f.Value.String() == "" {
@@ -35,7 +37,7 @@ func TestMain(m *testing.M) {
 		os.Exit(m.Run())
 	}
 	var err error
-	env, err = testenv.Start(context.Background(), testenv.Options{APIServerOnly: true, KubeadmBootstrap: true})
+	env, err = testenv.Start(context.Background(), testenv.Options{APIServerOnly: true, KubeadmBootstrap: true, EtcdNoFsync: *etcdNoFsync})
 	if err != nil {
 		if errors.Is(err, testenv.ErrNoAssets) && os.Getenv("CI") != "true" {
 			fmt.Fprintf(os.Stderr, "SKIP: %v\n", err)

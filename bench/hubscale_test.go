@@ -602,6 +602,7 @@ func (s *hubScale) latency() {
 	if err != nil {
 		s.b.Fatal(err)
 	}
+	fsyncs0, fsyncSecs0, fsyncErr := load.EtcdFsync(ctx, env.EtcdURL())
 	tick := time.NewTicker(time.Duration(float64(time.Second) / *latencyRate))
 	defer tick.Stop()
 	for k, i := range idx {
@@ -675,6 +676,10 @@ func (s *hubScale) latency() {
 			t.Rows = append(t.Rows, []string{r.String(), strconv.Itoa(int(d[r])), fmt.Sprintf("%.2f", d[r]/float64(m))})
 		}
 		s.rep.Tables = append(s.rep.Tables, t)
+		if fsyncs1, fsyncSecs1, err := load.EtcdFsync(ctx, env.EtcdURL()); err == nil && fsyncErr == nil && fsyncs1 > fsyncs0 {
+			s.rep.Add(results.Figure{Key: "etcd-fsync-ms", Name: fmt.Sprintf("etcd WAL fsync during the assignments, mean of %d (this machine's disk)", int(fsyncs1-fsyncs0)),
+				Value: 1000 * (fsyncSecs1 - fsyncSecs0) / (fsyncs1 - fsyncs0), Unit: "ms"})
+		}
 		s.rep.Add(results.Figure{Key: "requests-per-assignment", Name: "API requests per assignment (all clients: the bench's write, the hub's reads and writes as the agent provisions and reports)", Value: all / float64(m)})
 		s.rep.Add(results.Figure{Key: "writes-per-assignment", Name: "of which writes", Value: w / float64(m)})
 	}

@@ -180,6 +180,7 @@ func provisioning(b *testing.B, bin string, n int) {
 	}
 
 	logf("scaling the MachineDeployment 0 → %d", n)
+	fsyncs0, fsyncSecs0, fsyncErr := load.EtcdFsync(ctx, env.EtcdURL())
 	b.ResetTimer()
 	start := time.Now()
 	md := &clusterv1.MachineDeployment{}
@@ -200,12 +201,25 @@ func provisioning(b *testing.B, bin string, n int) {
 		b.Fatal(err)
 	}
 
-	rep := results.New(fmt.Sprintf("provisioning-%05d", n), "provisioning", fmt.Sprintf("Provisioning: a MachineDeployment scaled 0 → %s", commas(n)),
-		fmt.Sprintf("go test ./bench -run '^$' -bench Provisioning -benchtime 1x -timeout 60m -args -machines=%d -capi-concurrency=%d", n, *capiConcurrency))
+	name := fmt.Sprintf("provisioning-%05d", n)
+	if *etcdNoFsync {
+		name += "-nofsync"
+	}
+	title := fmt.Sprintf("Provisioning: a MachineDeployment scaled 0 → %s", commas(n))
+	if *etcdNoFsync {
+		title += " (etcd without fsync)"
+	}
+	rep := results.New(name, "provisioning", title,
+		fmt.Sprintf("go test ./bench -run '^$' -bench Provisioning -benchtime 1x -timeout 60m -args -machines=%d -capi-concurrency=%d%s", n, *capiConcurrency,
+			map[bool]string{true: " -etcd-no-fsync", false: ""}[*etcdNoFsync]))
 	rep.Size = n
 	rep.Add(results.Figure{Key: "all-running-s", Name: fmt.Sprintf("all %s worker Machines Running (nodeRef set) after the scale", commas(n)), Value: took.Seconds(), Unit: "s",
 		Target: "≤ 300 s", Limit: results.Limit(300), Below: true})
 	rep.Add(results.Figure{Key: "machines-per-minute", Name: "throughput", Value: float64(n) / took.Minutes(), Unit: "Machines/min"})
+	if fsyncs1, fsyncSecs1, err := load.EtcdFsync(ctx, env.EtcdURL()); err == nil && fsyncErr == nil && fsyncs1 > fsyncs0 {
+		rep.Add(results.Figure{Key: "etcd-fsync-ms", Name: fmt.Sprintf("etcd WAL fsync, mean over the %d during the scale (this machine's disk%s)", int(fsyncs1-fsyncs0), map[bool]string{true: "; --unsafe-no-fsync", false: ""}[*etcdNoFsync]),
+			Value: 1000 * (fsyncSecs1 - fsyncSecs0) / (fsyncs1 - fsyncs0), Unit: "ms"})
+	}
 	t := results.Table{Title: "Where the time goes: when the last Machine passed each stage (seconds after the scale)", Header: []string{"stage", "who", "all done at"}}
 	for _, l := range lines {
 		done := "—"

@@ -136,3 +136,33 @@ func (l *APIServerLoad) TotalWatches() float64 {
 	}
 	return n
 }
+
+// EtcdFsync reads etcd's WAL fsync histogram from its /metrics: how many
+// fsyncs and their total seconds.
+func EtcdFsync(ctx context.Context, etcdURL string) (count, seconds float64, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(etcdURL, "/")+"/metrics", nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, 0, fmt.Errorf("reading etcd's metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	s := bufio.NewScanner(resp.Body)
+	s.Buffer(make([]byte, 1<<20), 1<<20)
+	for s.Scan() {
+		f := strings.Fields(s.Text())
+		if len(f) != 2 {
+			continue
+		}
+		v, _ := strconv.ParseFloat(f[1], 64)
+		switch f[0] {
+		case "etcd_disk_wal_fsync_duration_seconds_count":
+			count = v
+		case "etcd_disk_wal_fsync_duration_seconds_sum":
+			seconds = v
+		}
+	}
+	return count, seconds, s.Err()
+}

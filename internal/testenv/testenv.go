@@ -59,6 +59,9 @@ type Options struct {
 	KubeadmControlPlane bool
 	// NoHub leaves fleet's hub reconcilers out (the test runs its own hub).
 	NoHub bool
+	// EtcdNoFsync runs etcd with --unsafe-no-fsync, as if its disk were
+	// memory: for benchmarks that must not measure this machine's disk.
+	EtcdNoFsync bool
 }
 
 // Start brings up the API server and both managers. Stop must be called.
@@ -99,6 +102,10 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 			Scheme:                scheme,
 		},
 		done: make(chan error, 3),
+	}
+	if opts.EtcdNoFsync {
+		e.env.ControlPlane.Etcd = &envtest.Etcd{}
+		e.env.ControlPlane.Etcd.Configure().Set("unsafe-no-fsync", "true")
 	}
 	cfg, err := e.env.Start()
 	if err != nil {
@@ -186,6 +193,14 @@ func (e *Env) start(ctx context.Context, managers []ctrl.Manager) {
 }
 
 // Stop shuts the managers down, then the API server and etcd.
+// EtcdURL is where etcd serves clients (and its /metrics).
+func (e *Env) EtcdURL() string {
+	if e.env.ControlPlane.Etcd == nil || e.env.ControlPlane.Etcd.URL == nil {
+		return ""
+	}
+	return e.env.ControlPlane.Etcd.URL.String()
+}
+
 func (e *Env) Stop() error {
 	e.cancel()
 	var errs []error
