@@ -71,6 +71,7 @@ type options struct {
 	advertiseURL       string
 	clientCertValidity time.Duration
 	maxHandshakes      int
+	maxEnrollments     int
 	lastSeenInterval   time.Duration
 	disableGateway     bool
 	pprofAddr          string
@@ -112,6 +113,7 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.advertiseURL, "gateway-advertise-url", "", "URL agents use to reach the gateway (published for `kubectl fleet token create`).")
 	fs.DurationVar(&o.clientCertValidity, "client-cert-validity", 90*24*time.Hour, "Lifetime of host client certificates; agents renew at 70-90 %.")
 	fs.IntVar(&o.maxHandshakes, "max-concurrent-handshakes", 256, "Session handshakes admitted at once; more are told to retry (503).")
+	fs.IntVar(&o.maxEnrollments, "max-concurrent-enrollments", 16, "Enrollments in progress at once; more are told to retry shortly (503). Each costs several API requests (see --kube-api-qps).")
 	fs.DurationVar(&o.lastSeenInterval, "last-seen-interval", 5*time.Minute, "How often a connected host's lastSeenTime is refreshed (its only idle API write).")
 	fs.BoolVar(&o.disableGateway, "disable-gateway", false, "Run only the reconcilers, without the agent gateway.")
 	fs.Float64Var(&o.enrollRate, "enroll-rate", 20, "Enrollments admitted per second across all agents (each signs a certificate and creates an EdgeHost).")
@@ -150,6 +152,10 @@ func main() {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "fleet-hub: loading kubeconfig: %v\n", err)
 		os.Exit(1)
+	}
+	if o.maxHandshakes < 0 || o.maxEnrollments < 0 {
+		fmt.Fprintf(os.Stderr, "fleet-hub: --max-concurrent-handshakes and --max-concurrent-enrollments must not be negative (got %d and %d)\n", o.maxHandshakes, o.maxEnrollments)
+		os.Exit(2)
 	}
 	if o.kubeAPIQPS <= 0 || o.kubeAPIBurst <= 0 {
 		fmt.Fprintf(os.Stderr, "fleet-hub: --kube-api-qps and --kube-api-burst must be positive (got %v and %d)\n", o.kubeAPIQPS, o.kubeAPIBurst)
@@ -235,18 +241,19 @@ func run(ctx context.Context, cfg *rest.Config, o options) error {
 		}
 		hostname, _ := os.Hostname()
 		gw, err := gateway.Setup(ctx, mgr, gateway.Options{
-			Addr:                    o.gatewayAddr,
-			HubNamespace:            o.hubNamespace,
-			DNSNames:                splitList(o.gatewayDNSNames),
-			IPs:                     ips,
-			ClientCertValidity:      o.clientCertValidity,
-			MaxConcurrentHandshakes: o.maxHandshakes,
-			LastSeenInterval:        o.lastSeenInterval,
-			ReplicaName:             hostname,
-			AdvertiseURL:            o.advertiseURL,
-			LinkThresholds:          thresholds,
-			EnrollRate:              rate.Limit(o.enrollRate),
-			EnrollBurst:             o.enrollBurst,
+			Addr:                     o.gatewayAddr,
+			HubNamespace:             o.hubNamespace,
+			DNSNames:                 splitList(o.gatewayDNSNames),
+			IPs:                      ips,
+			ClientCertValidity:       o.clientCertValidity,
+			MaxConcurrentHandshakes:  o.maxHandshakes,
+			MaxConcurrentEnrollments: o.maxEnrollments,
+			LastSeenInterval:         o.lastSeenInterval,
+			ReplicaName:              hostname,
+			AdvertiseURL:             o.advertiseURL,
+			LinkThresholds:           thresholds,
+			EnrollRate:               rate.Limit(o.enrollRate),
+			EnrollBurst:              o.enrollBurst,
 		})
 		if err != nil {
 			return err

@@ -60,6 +60,17 @@ func (s *Server) serveEnroll(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusTooManyRequests, "RateLimited", "too many enrollments; retry later")
 		return
 	}
+	select {
+	case s.enrolling <- struct{}{}:
+		defer func() { <-s.enrolling }()
+	default:
+		enrollments.WithLabelValues("busy").Inc()
+		// Not sooner: a fleet powering up at once is thousands of agents,
+		// and each try is a TLS handshake.
+		w.Header().Set("Retry-After", "5")
+		writeError(w, http.StatusServiceUnavailable, "Busy", "too many enrollments in progress; retry shortly")
+		return
+	}
 	var req wire.EnrollRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, wire.MaxEnrollRequestSize))
 	dec.DisallowUnknownFields()

@@ -3,10 +3,12 @@ package gateway
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -71,5 +73,27 @@ func TestEnrollOnAContendedTokenIsBusyNotAnError(t *testing.T) {
 	}
 	if updates != 4 {
 		t.Errorf("%d tries of the usage counter, want 4", updates)
+	}
+}
+
+// Enrollments beyond the concurrency limit are turned away at once, before
+// any work, with a Retry-After the agent honours; an admitted one gives its
+// place back however it ends.
+func TestEnrollmentsBeyondTheLimitAreBusy(t *testing.T) {
+	s := &Server{enrollLim: rate.NewLimiter(rate.Inf, 1), enrolling: make(chan struct{}, 1), opts: Options{HubNamespace: "fleet-system"}}
+	s.enrolling <- struct{}{} // one in progress
+	rec := httptest.NewRecorder()
+	s.serveEnroll(rec, httptest.NewRequest(http.MethodPost, wire.PathEnroll, strings.NewReader(`{}`)))
+	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") != "5" || !strings.Contains(rec.Body.String(), "Busy") {
+		t.Fatalf("over the limit: %d Retry-After %q %s", rec.Code, rec.Header().Get("Retry-After"), rec.Body)
+	}
+	<-s.enrolling
+	rec = httptest.NewRecorder()
+	s.serveEnroll(rec, httptest.NewRequest(http.MethodPost, wire.PathEnroll, strings.NewReader(`{"bogus":1}`)))
+	if rec.Code != http.StatusBadRequest {
+		t.Fatalf("admitted bad request: %d %s, want 400", rec.Code, rec.Body)
+	}
+	if len(s.enrolling) != 0 {
+		t.Error("an enrollment that ended kept its place")
 	}
 }

@@ -42,6 +42,12 @@ type Options struct {
 	// MaxConcurrentHandshakes admits at most this many session handshakes at
 	// once; the rest are told to come back later (503, Retry-After).
 	MaxConcurrentHandshakes int
+	// MaxConcurrentEnrollments admits at most this many enrollments at
+	// once (default 16); more are told to come back shortly (503). Each
+	// costs several API requests: without a bound, a fleet powering up at
+	// once queues more at the hub's client than it can send before the
+	// agents give up, and every retry adds to the queue.
+	MaxConcurrentEnrollments int
 	// EnrollRate and EnrollBurst limit enrollments across all callers.
 	EnrollRate  rate.Limit
 	EnrollBurst int
@@ -88,6 +94,9 @@ func (o *Options) Defaults() {
 	if o.MaxConcurrentHandshakes == 0 {
 		o.MaxConcurrentHandshakes = 256
 	}
+	if o.MaxConcurrentEnrollments == 0 {
+		o.MaxConcurrentEnrollments = 16
+	}
 	if o.EnrollRate == 0 {
 		o.EnrollRate, o.EnrollBurst = 20, 50
 	}
@@ -129,6 +138,7 @@ type Server struct {
 	// tokenLocks serialise enrollments per token (striped) on this replica.
 	tokenLocks [64]sync.Mutex
 	admission  chan struct{}
+	enrolling  chan struct{}
 	// pushes holds sessions whose desired state may have changed; the
 	// push workers drain it. One session is never pushed by two workers
 	// at once.
@@ -163,6 +173,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Server, error)
 		log:       ctrl.Log.WithName("gateway"),
 		enrollLim: rate.NewLimiter(opts.EnrollRate, opts.EnrollBurst),
 		admission: make(chan struct{}, opts.MaxConcurrentHandshakes),
+		enrolling: make(chan struct{}, opts.MaxConcurrentEnrollments),
 		sessions:  map[string]*session{},
 		ready:     make(chan struct{}),
 		pushes:    workqueue.NewTyped[*session](),
