@@ -159,7 +159,7 @@ func (s *hubScale) run() {
 	// the cores the hub and the API server use too; all at once, the
 	// driver's own TLS work would starve it (handshakes time out).
 	s.logf("enrolling and connecting (%g new agents a second)", *startRate)
-	s.agents.Start(time.Duration(float64(s.n) / *startRate * float64(time.Second)))
+	go s.agents.Start(time.Duration(float64(s.n) / *startRate * float64(time.Second)))
 	took, line := s.waitAll("enroll", func() int { n, _ := s.hub.Sessions(ctx); return n })
 	s.rep.Add(results.Figure{Key: "enroll-s", Name: fmt.Sprintf("new agents (started %g a second, one token per 100) all enrolled and connected", *startRate), Value: took.Seconds(), Unit: "s"})
 	s.rep.Series = append(s.rep.Series, results.Series{Key: "enroll", Title: fmt.Sprintf("%s new agents enroll and connect", commas(s.n)),
