@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -322,7 +323,7 @@ func heapTotal(profile string) (int64, error) {
 // heapTable is the top allocation sites of the live heap, per agent.
 func heapTable(profile string, n int) results.Table {
 	t := results.Table{Title: fmt.Sprintf("Live heap by allocation site (`go tool pprof -sample_index=inuse_space -top` of the hub's heap profile after a forced GC, %s agents)", commas(n)),
-		Header: []string{"site", "in use", "per agent"}}
+		Header: []string{"site", "in use", "÷ agents (the empty hub's share included)"}}
 	out, err := exec.Command("go", "tool", "pprof", "-sample_index=inuse_space", "-top", "-nodecount=12", profile).Output()
 	if err != nil {
 		t.Rows = append(t.Rows, []string{"(pprof failed: " + err.Error() + ")", "", ""})
@@ -362,7 +363,7 @@ func parseSize(s string) int64 {
 // goroutineTable groups the hub's goroutines by the function that started
 // them (the last frame of each stack in a debug=1 dump).
 func goroutineTable(dump string, n int) results.Table {
-	t := results.Table{Title: "Hub goroutines by what started them (`/debug/pprof/goroutine?debug=1`)", Header: []string{"started by", "goroutines", "per agent"}}
+	t := results.Table{Title: "Hub goroutines by what started them (`/debug/pprof/goroutine?debug=1`)", Header: []string{"started by", "goroutines", "÷ agents"}}
 	f, err := os.Open(dump)
 	if err != nil {
 		t.Rows = append(t.Rows, []string{err.Error(), "", ""})
@@ -701,7 +702,9 @@ func (s *hubScale) latency() {
 		s.fatalf("desired-state latency: only %d of %d agents received their assignment within 2 minutes", len(ms), m)
 	}
 	slices.Sort(ms)
-	q := func(p float64) float64 { return ms[min(len(ms)-1, int(p*float64(len(ms))))] }
+	// Nearest rank: the smallest value with at least p of the samples at
+	// or below it.
+	q := func(p float64) float64 { return ms[max(0, int(math.Ceil(p*float64(len(ms))))-1)] }
 	s.rep.Add(results.Figure{Key: "latency-p50-ms", Name: fmt.Sprintf("desired-state latency p50 (%d assignments, %g/s, API write → agent)", m, *latencyRate), Value: q(0.50), Unit: "ms",
 		Target: "≤ 50 ms", Limit: results.Limit(50), Below: true})
 	s.rep.Add(results.Figure{Key: "latency-p90-ms", Name: "desired-state latency p90", Value: q(0.90), Unit: "ms"})
@@ -729,10 +732,13 @@ func (s *hubScale) coldStart() {
 	ctx := context.Background()
 	s.logf("cold start")
 	s.agents.Stop()
-	for {
+	for start := time.Now(); ; {
 		n, err := s.hub.Sessions(ctx)
 		if err == nil && n == 0 {
 			break
+		}
+		if time.Since(start) > 5*time.Minute {
+			s.fatalf("cold start: the hub still holds %d sessions 5 minutes after every agent stopped (%v)", n, err)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}

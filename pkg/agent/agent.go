@@ -433,27 +433,24 @@ func (m *statusManager) run(ctx context.Context) {
 		if err := send(cur); err != nil {
 			continue // the session source reattaches on reconnect
 		}
+		m.mu.Lock()
+		if m.epoch == epoch {
+			m.sent = cur
+		}
+		changed := m.current != cur
+		m.mu.Unlock()
 		// Changes that come quicker than this (the steps of a short
 		// bootstrap) go out together in the next report: each report is
-		// an API write at the hub.
+		// an API write at the hub. What arrived meanwhile (a change, a
+		// resend, a new session) has poked the loop and goes out next.
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(statusMinInterval):
 		}
-		m.mu.Lock()
-		if m.epoch != epoch {
-			m.mu.Unlock()
-			continue // attach poked already; the new session gets it
-		}
-		if m.current == cur {
-			m.sent = cur
-		} else {
-			m.mu.Unlock()
+		if changed {
 			m.poke()
-			continue
 		}
-		m.mu.Unlock()
 	}
 }
 

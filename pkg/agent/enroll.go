@@ -102,7 +102,10 @@ func (a *Agent) enroll(ctx context.Context) error {
 	}
 	csrPEM, err := pki.CSRForKey(keyPEM, facts.Hostname)
 	if err != nil {
-		return fmt.Errorf("host key for enrolling: %w", err)
+		// A damaged key file must not keep the host out for ever: the
+		// next attempt starts a new enrollment.
+		_ = a.store.ForgetEnrollKey()
+		return fmt.Errorf("host key for enrolling (made anew for the next attempt): %w", err)
 	}
 	body, _ := json.Marshal(wire.EnrollRequest{Token: a.cfg.Token, CSR: csrPEM, Facts: facts, Addresses: Addresses(facts.Hostname)})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(a.cfg.Hub, "/")+wire.PathEnroll, bytes.NewReader(body))

@@ -207,4 +207,5 @@ func (s *Server) hostDeleted(obj any) {
 	if ss := s.sessionFor(h.Namespace, h.Name); ss != nil {
 		go ss.revoke()
 	}
+	s.wroteDisconnect.Delete(h.Namespace + "/" + h.Name)
 }

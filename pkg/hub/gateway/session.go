@@ -277,8 +277,13 @@ func (ss *session) push() (retry bool) {
 	}
 	seen := ss.pendingSince.Swap(0)
 	requeue := func() bool {
-		ss.pendingSince.CompareAndSwap(0, seen)
-		return true
+		// Keep the older of this push's and a newer kick's time.
+		for {
+			cur := ss.pendingSince.Load()
+			if (cur != 0 && cur <= seen) || ss.pendingSince.CompareAndSwap(cur, seen) {
+				return true
+			}
+		}
 	}
 	host := &infrav1.EdgeHost{}
 	if err := ss.srv.client.Get(context.Background(), client.ObjectKey{Namespace: ss.id.Namespace, Name: ss.id.Name}, host); err != nil {

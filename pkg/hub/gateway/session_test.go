@@ -192,3 +192,24 @@ func TestNoWritesForIdleAgents(t *testing.T) {
 		t.Errorf("the hub made %d API writes in 3 s of idle agents (~40 link reports), want 0", d)
 	}
 }
+
+// lastSeenTime is refreshed every interval while a host stays connected:
+// it is how a fleet's liveness shows without an API write per heartbeat,
+// and a reconnect's skipped write must not skip refreshes too.
+func TestLastSeenIsRefreshedEveryInterval(t *testing.T) {
+	ns := newNamespace(t)
+	h := startHub(t, hubOptions{ns: ns, lastSeen: time.Second})
+	tok := newToken(t, ns, enrollment.Options{})
+	last := map[string]string{"cause": "last_seen"}
+	written, skipped := metricValue(t, "fleet_gateway_status_writes_total", last), metricValue(t, "fleet_gateway_status_writes_skipped_total", last)
+	newEdge(t, "pulse", h.url, h.srv.CA().Pin(), tok).start()
+	eventually(t, "three refreshes written", func() error {
+		if n := metricValue(t, "fleet_gateway_status_writes_total", last) - written; n < 3 {
+			return fmt.Errorf("%v lastSeenTime refreshes written", n)
+		}
+		return nil
+	})
+	if n := metricValue(t, "fleet_gateway_status_writes_skipped_total", last) - skipped; n != 0 {
+		t.Errorf("%v lastSeenTime refreshes skipped, want none", n)
+	}
+}

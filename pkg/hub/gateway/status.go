@@ -120,7 +120,7 @@ func (s *Server) setConnectivity(ctx context.Context, ss *session, connected boo
 		default:
 		}
 	}
-	if connected && s.alreadyConnected(ctx, ss) {
+	if cause == "connected" && s.alreadyConnected(ctx, ss) {
 		skippedStatusWrites.WithLabelValues(cause).Inc()
 		return
 	}
