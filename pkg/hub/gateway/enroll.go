@@ -60,17 +60,6 @@ func (s *Server) serveEnroll(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusTooManyRequests, "RateLimited", "too many enrollments; retry later")
 		return
 	}
-	select {
-	case s.enrolling <- struct{}{}:
-		defer func() { <-s.enrolling }()
-	default:
-		enrollments.WithLabelValues("busy").Inc()
-		// Not sooner: a fleet powering up at once is thousands of agents,
-		// and each try is a TLS handshake.
-		w.Header().Set("Retry-After", "5")
-		writeError(w, http.StatusServiceUnavailable, "Busy", "too many enrollments in progress; retry shortly")
-		return
-	}
 	var req wire.EnrollRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, wire.MaxEnrollRequestSize))
 	dec.DisallowUnknownFields()
@@ -82,6 +71,19 @@ func (s *Server) serveEnroll(w http.ResponseWriter, r *http.Request) {
 	if req.Facts.Hostname == "" || req.Facts.MachineID == "" || len(req.CSR) == 0 {
 		enrollments.WithLabelValues("bad_request").Inc()
 		writeError(w, http.StatusBadRequest, "BadRequest", "enrollment request needs facts.hostname, facts.machineID and csr")
+		return
+	}
+	// A place is taken only once the request is read: a client sending
+	// its body slowly must not hold one.
+	select {
+	case s.enrolling <- struct{}{}:
+		defer func() { <-s.enrolling }()
+	default:
+		enrollments.WithLabelValues("busy").Inc()
+		// Not sooner: a fleet powering up at once is thousands of agents,
+		// and each try is a TLS handshake.
+		w.Header().Set("Retry-After", "5")
+		writeError(w, http.StatusServiceUnavailable, "Busy", "too many enrollments in progress; retry shortly")
 		return
 	}
 	resp, status, code, err := s.enroll(r.Context(), &req)

@@ -82,16 +82,18 @@ func TestEnrollOnAContendedTokenIsBusyNotAnError(t *testing.T) {
 func TestEnrollmentsBeyondTheLimitAreBusy(t *testing.T) {
 	s := &Server{enrollLim: rate.NewLimiter(rate.Inf, 1), enrolling: make(chan struct{}, 1), opts: Options{HubNamespace: "fleet-system"}}
 	s.enrolling <- struct{}{} // one in progress
+	body := `{"token":"abcdef.0123456789abcdef","csr":"bm90IGEgY3Ny","facts":{"hostname":"kiosk","machineID":"0123456789abcdef0123456789abcdef"}}`
 	rec := httptest.NewRecorder()
-	s.serveEnroll(rec, httptest.NewRequest(http.MethodPost, wire.PathEnroll, strings.NewReader(`{}`)))
+	s.serveEnroll(rec, httptest.NewRequest(http.MethodPost, wire.PathEnroll, strings.NewReader(body)))
 	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") != "5" || !strings.Contains(rec.Body.String(), "Busy") {
 		t.Fatalf("over the limit: %d Retry-After %q %s", rec.Code, rec.Header().Get("Retry-After"), rec.Body)
 	}
 	<-s.enrolling
+	// Admitted; its CSR is no CSR, so it ends at once with 400.
 	rec = httptest.NewRecorder()
-	s.serveEnroll(rec, httptest.NewRequest(http.MethodPost, wire.PathEnroll, strings.NewReader(`{"bogus":1}`)))
-	if rec.Code != http.StatusBadRequest {
-		t.Fatalf("admitted bad request: %d %s, want 400", rec.Code, rec.Body)
+	s.serveEnroll(rec, httptest.NewRequest(http.MethodPost, wire.PathEnroll, strings.NewReader(body)))
+	if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "csr refused") {
+		t.Fatalf("admitted request with a bad CSR: %d %s, want 400 csr refused", rec.Code, rec.Body)
 	}
 	if len(s.enrolling) != 0 {
 		t.Error("an enrollment that ended kept its place")
