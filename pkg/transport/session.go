@@ -24,8 +24,9 @@ const (
 
 	// ServerAcceptBacklog bounds the streams an agent may open towards the
 	// hub before the hub's timer refuses them: it opens none on purpose
-	// (only the control stream), so each one is a misbehaving peer's.
-	ServerAcceptBacklog = 4
+	// (only the control stream), so each one is a misbehaving peer's; yamux
+	// resets any beyond the backlog at once.
+	ServerAcceptBacklog = 1
 )
 
 func config(keepAlive time.Duration) *yamux.Config {

@@ -89,6 +89,12 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 	release()
 	handshakes.WithLabelValues("ok").Inc()
 	s.register(ss)
+	if s.ctx.Err() != nil {
+		// The hub is stopping: Start closed the sessions it knew of
+		// before this one registered.
+		s.unregister(ss)
+		return
+	}
 	// The session goes on in a goroutine of its own, and this handler
 	// returns: net/http's goroutine for the connection (its stack grown
 	// by the TLS handshake) and the request it holds are freed, and the
