@@ -73,6 +73,7 @@ type options struct {
 	maxHandshakes      int
 	maxEnrollments     int
 	lastSeenInterval   time.Duration
+	disconnectGrace    time.Duration
 	disableGateway     bool
 	pprofAddr          string
 	enrollRate         float64
@@ -112,9 +113,10 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.gatewayIPs, "gateway-ips", "", "Comma-separated IP addresses agents use to reach the gateway.")
 	fs.StringVar(&o.advertiseURL, "gateway-advertise-url", "", "URL agents use to reach the gateway (published for `kubectl fleet token create`).")
 	fs.DurationVar(&o.clientCertValidity, "client-cert-validity", 90*24*time.Hour, "Lifetime of host client certificates; agents renew at 70-90 %.")
-	fs.IntVar(&o.maxHandshakes, "max-concurrent-handshakes", 256, "Session handshakes admitted at once; more are told to retry (503).")
+	fs.IntVar(&o.maxHandshakes, "max-concurrent-handshakes", 256, "Session handshakes admitted at once; more wait up to 2 s for a slot, then are told to retry (503).")
 	fs.IntVar(&o.maxEnrollments, "max-concurrent-enrollments", 16, "Enrollments in progress at once; more are told to retry shortly (503). Each costs several API requests (see --kube-api-qps).")
 	fs.DurationVar(&o.lastSeenInterval, "last-seen-interval", 5*time.Minute, "How often a connected host's lastSeenTime is refreshed (its only idle API write).")
+	fs.DurationVar(&o.disconnectGrace, "disconnect-grace", 30*time.Second, "How long a host whose session ended still reads as connected: an agent back within it (a restart, a dropped connection, a hub restart) costs no API write. 0 records every disconnection at once.")
 	fs.BoolVar(&o.disableGateway, "disable-gateway", false, "Run only the reconcilers, without the agent gateway.")
 	fs.Float64Var(&o.enrollRate, "enroll-rate", 20, "Enrollments admitted per second across all agents (each signs a certificate and creates an EdgeHost).")
 	fs.IntVar(&o.enrollBurst, "enroll-burst", 50, "Enrollments admitted at once above --enroll-rate.")
@@ -155,6 +157,10 @@ func main() {
 	}
 	if o.maxHandshakes < 0 || o.maxEnrollments < 0 {
 		fmt.Fprintf(os.Stderr, "fleet-hub: --max-concurrent-handshakes and --max-concurrent-enrollments must not be negative (got %d and %d)\n", o.maxHandshakes, o.maxEnrollments)
+		os.Exit(2)
+	}
+	if o.disconnectGrace < 0 {
+		fmt.Fprintf(os.Stderr, "fleet-hub: --disconnect-grace must not be negative (got %s)\n", o.disconnectGrace)
 		os.Exit(2)
 	}
 	if o.gcPercent < 1 {
@@ -231,6 +237,9 @@ func run(ctx context.Context, cfg *rest.Config, o options) error {
 		Concurrency:      o.concurrency,
 		WatchFilterValue: o.watchFilter,
 		LinkThresholds:   thresholds,
+		// Twice the refresh interval (what the gateway itself takes for
+		// fresh), plus slack for a write that waited its turn.
+		ContactTimeout: 2*o.lastSeenInterval + time.Minute,
 	}); err != nil {
 		return err
 	}
@@ -253,6 +262,7 @@ func run(ctx context.Context, cfg *rest.Config, o options) error {
 			MaxConcurrentHandshakes:  o.maxHandshakes,
 			MaxConcurrentEnrollments: o.maxEnrollments,
 			LastSeenInterval:         o.lastSeenInterval,
+			DisconnectGrace:          disconnectGrace(o.disconnectGrace),
 			ReplicaName:              hostname,
 			AdvertiseURL:             o.advertiseURL,
 			LinkThresholds:           thresholds,
@@ -312,4 +322,13 @@ func run(ctx context.Context, cfg *rest.Config, o options) error {
 		return fmt.Errorf("running manager: %w", err)
 	}
 	return nil
+}
+
+// disconnectGrace maps the flag, where 0 means "at once", to
+// gateway.Options, where 0 means the default.
+func disconnectGrace(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }

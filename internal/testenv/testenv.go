@@ -48,6 +48,8 @@ type Env struct {
 type Options struct {
 	// HubConcurrency is the number of workers per fleet reconciler.
 	HubConcurrency int
+	// ContactTimeout is the EdgeHost reconciler's (0: off).
+	ContactTimeout time.Duration
 	// APIServerOnly starts the API server with the CRDs and no managers,
 	// for tests that run a hub of their own (such as the fleet-hub binary).
 	APIServerOnly bool
@@ -59,9 +61,10 @@ type Options struct {
 	KubeadmControlPlane bool
 	// NoHub leaves fleet's hub reconcilers out (the test runs its own hub).
 	NoHub bool
-	// EtcdNoFsync runs etcd with --unsafe-no-fsync, as if its disk were
-	// memory: for benchmarks that must not measure this machine's disk.
-	EtcdNoFsync bool
+	// EtcdFsync runs etcd with fsync, as in production. envtest turns it
+	// off by default (--unsafe-no-fsync, as if its disk were memory), which
+	// tests want; benchmarks of write paths should not.
+	EtcdFsync bool
 }
 
 // Start brings up the API server and both managers. Stop must be called.
@@ -103,9 +106,9 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 		},
 		done: make(chan error, 3),
 	}
-	if opts.EtcdNoFsync {
+	if opts.EtcdFsync {
 		e.env.ControlPlane.Etcd = &envtest.Etcd{}
-		e.env.ControlPlane.Etcd.Configure().Set("unsafe-no-fsync", "true")
+		e.env.ControlPlane.Etcd.Configure().Set("unsafe-no-fsync", "false")
 	}
 	cfg, err := e.env.Start()
 	if err != nil {
@@ -176,6 +179,7 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 	if err := hubcontrollers.Setup(ctx, hubMgr, hubcontrollers.Options{
 		Concurrency:        max(opts.HubConcurrency, 4),
 		SkipNameValidation: true,
+		ContactTimeout:     opts.ContactTimeout,
 	}); err != nil {
 		e.cancel()
 		_ = e.env.Stop()

@@ -38,6 +38,10 @@ type Options struct {
 	// threshold is off (fleet-hub's flags default to
 	// linkhealth.DefaultThresholds).
 	LinkThresholds linkhealth.Thresholds
+	// ContactTimeout: a host reading as connected whose lastSeenTime is
+	// older than this is marked AgentConnected=Unknown (fleet-hub uses
+	// twice --last-seen-interval plus a minute); 0 turns it off.
+	ContactTimeout time.Duration
 }
 
 // MaxRetryDelay caps the back-off of an object whose reconcile keeps
@@ -98,6 +102,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		APIReader:      mgr.GetAPIReader(),
 		Recorder:       mgr.GetEventRecorder("edgehost-controller"),
 		LinkThresholds: opts.LinkThresholds,
+		ContactTimeout: opts.ContactTimeout,
 	}).SetupWithManager(ctx, mgr, copts); err != nil {
 		return fmt.Errorf("setting up EdgeHost reconciler: %w", err)
 	}

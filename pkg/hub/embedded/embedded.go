@@ -156,7 +156,9 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("creating fleet hub manager: %w", err)
 	}
-	if err := hubcontrollers.Setup(ctx, hubMgr, hubcontrollers.Options{Concurrency: 10, LinkThresholds: linkhealth.DefaultThresholds()}); err != nil {
+	if err := hubcontrollers.Setup(ctx, hubMgr, hubcontrollers.Options{Concurrency: 10, LinkThresholds: linkhealth.DefaultThresholds(),
+		// Twice the gateway's default 5-minute lastSeenTime refresh, plus a minute.
+		ContactTimeout: 11 * time.Minute}); err != nil {
 		return err
 	}
 	gw, err := gateway.Setup(ctx, hubMgr, gateway.Options{

@@ -50,9 +50,7 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 		writeError(w, status, code, err.Error())
 		return
 	}
-	select {
-	case s.admission <- struct{}{}:
-	default:
+	if !s.admit(r.Context()) {
 		handshakes.WithLabelValues("busy").Inc()
 		w.Header().Set("Retry-After", "2")
 		writeError(w, http.StatusServiceUnavailable, "Busy", "too many handshakes in progress; retry later")
@@ -106,6 +104,28 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 	}()
 }
 
+// admit takes a handshake slot, waiting a moment for one: the agent has
+// already paid for its TLS handshake, the dearest part of connecting, and
+// in a crowd a slot frees within milliseconds. Turning it away at once
+// would make it pay again after its Retry-After.
+func (s *Server) admit(ctx context.Context) bool {
+	select {
+	case s.admission <- struct{}{}:
+		return true
+	default:
+	}
+	t := time.NewTimer(min(2*time.Second, s.opts.HelloTimeout/2))
+	defer t.Stop()
+	select {
+	case s.admission <- struct{}{}:
+		return true
+	case <-t.C:
+		return false
+	case <-ctx.Done():
+		return false
+	}
+}
+
 var errRevoked = errors.New("host identity revoked: its EdgeHost was deleted; enroll again")
 
 // authenticate maps the verified client certificate to a live EdgeHost.
@@ -146,7 +166,13 @@ func (s *Server) register(ss *session) {
 	s.mu.Lock()
 	old := s.sessions[ss.id.String()]
 	s.sessions[ss.id.String()] = ss
+	pending := s.pendingDisconnect[ss.id.String()]
+	delete(s.pendingDisconnect, ss.id.String())
 	s.mu.Unlock()
+	if pending != nil && pending.Stop() {
+		// Back within the grace: the host never read as disconnected.
+		skippedStatusWrites.WithLabelValues("disconnected").Inc()
+	}
 	if old != nil {
 		// The agent reconnected before the old session timed out.
 		old.replaced.Store(true)
@@ -170,8 +196,38 @@ func (s *Server) unregister(ss *session) {
 	s.mu.Unlock()
 	if current {
 		connectedAgents.Dec()
-		s.markDisconnected(context.Background(), ss)
+		s.disconnectLater(ss)
 	}
+}
+
+// disconnectLater records the host as disconnected once DisconnectGrace
+// has passed without a new session. A hub that stops records nothing: its
+// agents come back to a replica that records them connected.
+func (s *Server) disconnectLater(ss *session) {
+	if s.opts.DisconnectGrace < 0 {
+		s.markDisconnected(context.Background(), ss)
+		return
+	}
+	key := ss.id.String()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old := s.pendingDisconnect[key]; old != nil {
+		old.Stop()
+	}
+	var t *time.Timer
+	t = time.AfterFunc(s.opts.DisconnectGrace, func() {
+		s.mu.Lock()
+		mine := s.pendingDisconnect[key] == t && s.sessions[key] == nil
+		if s.pendingDisconnect[key] == t {
+			delete(s.pendingDisconnect, key)
+		}
+		s.mu.Unlock()
+		if !mine || s.ctx.Err() != nil {
+			return // the agent is back, or the hub is stopping
+		}
+		s.markDisconnected(context.Background(), ss)
+	})
+	s.pendingDisconnect[key] = t
 }
 
 func (s *Server) sessionFor(namespace, name string) *session {
@@ -213,5 +269,11 @@ func (s *Server) hostDeleted(obj any) {
 	if ss := s.sessionFor(h.Namespace, h.Name); ss != nil {
 		go ss.revoke()
 	}
+	s.mu.Lock()
+	if t := s.pendingDisconnect[h.Namespace+"/"+h.Name]; t != nil {
+		t.Stop()
+		delete(s.pendingDisconnect, h.Namespace+"/"+h.Name)
+	}
+	s.mu.Unlock()
 	s.wroteDisconnect.Delete(h.Namespace + "/" + h.Name)
 }

@@ -11,3 +11,8 @@ import (
 func (s *Server) ReachFor(ctx context.Context, h *infrav1.EdgeHost) *wire.Reach {
 	return s.reachFor(ctx, h)
 }
+
+// HasSession tells whether the gateway holds a session for the host.
+func (s *Server) HasSession(namespace, name string) bool {
+	return s.sessionFor(namespace, name) != nil
+}

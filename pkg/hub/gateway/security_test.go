@@ -468,3 +468,63 @@ func TestReconnectWritesOnlyWhatChanged(t *testing.T) {
 	third.expectDesiredState(t)
 	connected("True")
 }
+
+// An agent whose session drops and comes back within the disconnect grace
+// (an agent restart, a network blip) costs no status write: its host never
+// reads as disconnected. One that stays away is recorded once the grace
+// has passed.
+func TestDisconnectGraceAbsorbsAQuickReturn(t *testing.T) {
+	const grace = 3 * time.Second
+	ns := newNamespace(t)
+	h := startHub(t, hubOptions{ns: ns, disconnectGrace: grace})
+	tok := newToken(t, ns, enrollment.Options{})
+	e := newEdge(t, "till", h.url, h.srv.CA().Pin(), tok)
+	must(t, agentEnroll(e))
+	pair, caPEM := credentials(t, e)
+	connected := func(want metav1.ConditionStatus) {
+		t.Helper()
+		eventually(t, "AgentConnected "+string(want), func() error {
+			if s, err := connectedStatus(ns, "till"); err != nil || s != want {
+				return fmt.Errorf("AgentConnected %s %v", s, err)
+			}
+			return nil
+		})
+	}
+	absorbed := func() float64 {
+		return metricValue(t, "fleet_gateway_status_writes_skipped_total", map[string]string{"cause": "disconnected"})
+	}
+
+	first, _, err := dialRaw(t, h.url, caPEM, &pair)
+	must(t, err)
+	first.send(t, &wire.Hello{Host: "till"})
+	first.expectDesiredState(t)
+	connected("True")
+	time.Sleep(500 * time.Millisecond) // the cache sees the write
+
+	before, absorbedBefore := h.writes.to("/edgehosts/till/status"), absorbed()
+	_ = first.mux.Close()
+	eventually(t, "the first session ends", func() error {
+		if h.srv.HasSession(ns, "till") {
+			return errors.New("the hub still holds it")
+		}
+		return nil
+	})
+	second, _, err := dialRaw(t, h.url, caPEM, &pair)
+	must(t, err)
+	second.send(t, &wire.Hello{Host: "till"})
+	second.expectDesiredState(t)
+	time.Sleep(grace + time.Second) // past the grace the first session's end began
+	if d := h.writes.to("/edgehosts/till/status") - before; d != 0 {
+		t.Errorf("%d status writes for an agent back within the grace, want 0", d)
+	}
+	if s, err := connectedStatus(ns, "till"); err != nil || s != metav1.ConditionTrue {
+		t.Errorf("AgentConnected %s %v after a return within the grace, want True", s, err)
+	}
+	if d := absorbed() - absorbedBefore; d != 1 {
+		t.Errorf("disconnect writes absorbed grew by %v, want 1", d)
+	}
+
+	// Gone for good: recorded once the grace has passed.
+	_ = second.mux.Close()
+	connected("False")
+}

@@ -62,6 +62,13 @@ type Options struct {
 	// AgentIdleTimeout closes a session that sent nothing for this long
 	// (default 4 × KeepAlive: agents ping every KeepAlive).
 	AgentIdleTimeout time.Duration
+	// DisconnectGrace is how long a host whose session ended still reads
+	// as connected (default 30 s; negative: recorded at once). An agent
+	// that comes back within it (a restart, a dropped connection, a hub
+	// replica restarting) costs no API write at all, where recording
+	// every drop would cost two per agent: after a network blip, one per
+	// agent of the whole fleet, twice.
+	DisconnectGrace time.Duration
 	// HousekeepingInterval is how often each session's timer refuses
 	// streams an agent should not have opened (default 15 s).
 	HousekeepingInterval time.Duration
@@ -112,6 +119,9 @@ func (o *Options) Defaults() {
 	if o.HousekeepingInterval == 0 {
 		o.HousekeepingInterval = 15 * time.Second
 	}
+	if o.DisconnectGrace == 0 {
+		o.DisconnectGrace = 30 * time.Second
+	}
 	if o.PushWorkers == 0 {
 		o.PushWorkers = 32
 	}
@@ -146,6 +156,9 @@ type Server struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session // by "namespace/name"
+	// pendingDisconnect holds, under mu, a timer per host whose session
+	// ended less than DisconnectGrace ago ("namespace/name").
+	pendingDisconnect map[string]*time.Timer
 	// connMu serialises AgentConnected/lastSeenTime writes per host, so a
 	// reconnect's "connected" and the old session's "disconnected" cannot
 	// land in the wrong order.
@@ -167,16 +180,17 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Server, error)
 		return nil, errors.New("gateway: HubNamespace is required")
 	}
 	s := &Server{
-		opts:      opts,
-		client:    mgr.GetClient(),
-		apiReader: mgr.GetAPIReader(),
-		log:       ctrl.Log.WithName("gateway"),
-		enrollLim: rate.NewLimiter(opts.EnrollRate, opts.EnrollBurst),
-		admission: make(chan struct{}, opts.MaxConcurrentHandshakes),
-		enrolling: make(chan struct{}, opts.MaxConcurrentEnrollments),
-		sessions:  map[string]*session{},
-		ready:     make(chan struct{}),
-		pushes:    workqueue.NewTyped[*session](),
+		opts:              opts,
+		client:            mgr.GetClient(),
+		apiReader:         mgr.GetAPIReader(),
+		log:               ctrl.Log.WithName("gateway"),
+		enrollLim:         rate.NewLimiter(opts.EnrollRate, opts.EnrollBurst),
+		admission:         make(chan struct{}, opts.MaxConcurrentHandshakes),
+		enrolling:         make(chan struct{}, opts.MaxConcurrentEnrollments),
+		sessions:          map[string]*session{},
+		pendingDisconnect: map[string]*time.Timer{},
+		ready:             make(chan struct{}),
+		pushes:            workqueue.NewTyped[*session](),
 	}
 	inf, err := mgr.GetCache().GetInformer(ctx, &infrav1.EdgeHost{})
 	if err != nil {

@@ -109,17 +109,16 @@ func TestHubRestart(t *testing.T) {
 		return nil
 	})
 
-	// Cut: the hub goes away for a while.
+	// Cut: the hub goes away for a while. A stopping hub records no
+	// session ends (its agents come back to the next replica; the EdgeHost
+	// reconciler marks hosts whose lastSeenTime stops moving).
 	h.stop()
-	eventually(t, "hosts shown disconnected", func() error {
-		for i := range edges {
-			if s, err := connectedStatus(ns, fmt.Sprintf("till-%d", i)); err != nil || s != "False" {
-				return fmt.Errorf("till-%d AgentConnected %s %v", i, s, err)
-			}
-		}
-		return nil
-	})
 	time.Sleep(time.Second) // agents keep retrying meanwhile
+	for i := range edges {
+		if s, err := connectedStatus(ns, fmt.Sprintf("till-%d", i)); err != nil || s != "True" {
+			t.Errorf("till-%d AgentConnected %s %v after the hub stopped, want it left True", i, s, err)
+		}
+	}
 
 	h2 := startHub(t, hubOptions{ns: ns, addr: addr})
 	if h2.srv.CA().Pin() != pin {

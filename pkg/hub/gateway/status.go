@@ -124,12 +124,28 @@ func (s *Server) setConnectivity(ctx context.Context, ss *session, connected boo
 		skippedStatusWrites.WithLabelValues(cause).Inc()
 		return
 	}
+	// The first attempt reads the informer cache (the optimistic lock
+	// turns a stale read into a conflict); a retry asks the API server.
+	// At 10,000 agents that is one request per refresh instead of two.
+	var reader client.Reader = s.client
 	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		key := client.ObjectKey{Namespace: ss.id.Namespace, Name: ss.id.Name}
 		host := &infrav1.EdgeHost{}
-		if err := s.apiReader.Get(ctx, client.ObjectKey{Namespace: ss.id.Namespace, Name: ss.id.Name}, host); err != nil {
+		err := reader.Get(ctx, key, host)
+		if reader == s.client && (apierrors.IsNotFound(err) || err == nil && string(host.UID) != ss.id.UID) {
+			// The cache may not have seen a host enrolled a moment ago.
+			err = s.apiReader.Get(ctx, key, host)
+		}
+		reader = s.apiReader
+		if err != nil {
 			return client.IgnoreNotFound(err)
 		}
 		if string(host.UID) != ss.id.UID {
+			return nil
+		}
+		if !connected && host.Status.HubReplica != "" && host.Status.HubReplica != s.opts.ReplicaName {
+			// The agent holds a session on another replica now, which
+			// recorded itself: the condition is not ours to clear.
 			return nil
 		}
 		want := host.DeepCopy()
@@ -139,13 +155,7 @@ func (s *Server) setConnectivity(ctx context.Context, ss *session, connected boo
 		want.Status.HubReplica = s.opts.ReplicaName
 		if !connected {
 			cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, DisconnectedReason, "Session ended"
-			// The agent may already hold a session on another replica,
-			// which recorded itself: that is not ours to clear.
-			if host.Status.HubReplica == s.opts.ReplicaName {
-				want.Status.HubReplica = ""
-			} else {
-				want.Status.HubReplica = host.Status.HubReplica
-			}
+			want.Status.HubReplica = ""
 		}
 		meta.SetStatusCondition(&want.Status.Conditions, cond)
 		now := metav1.NewTime(time.Now().Truncate(time.Second))

@@ -121,12 +121,18 @@ type hubOptions struct {
 	certValid  time.Duration
 	handshakes int
 	lastSeen   time.Duration
+	// disconnectGrace defaults to 200 ms here: long enough to run the
+	// grace's timer, short enough for tests that wait for "disconnected".
+	disconnectGrace time.Duration
 }
 
 func startHub(t *testing.T, o hubOptions) *hub {
 	t.Helper()
 	if o.addr == "" {
 		o.addr = freeAddr(t)
+	}
+	if o.disconnectGrace == 0 {
+		o.disconnectGrace = 200 * time.Millisecond
 	}
 	h := &hub{done: make(chan struct{}), writes: &writeCounter{}}
 	cfg := rest.CopyConfig(env.Config)
@@ -148,8 +154,8 @@ func startHub(t *testing.T, o hubOptions) *hub {
 		Addr: o.addr, HubNamespace: o.ns, IPs: []net.IP{net.ParseIP("127.0.0.1")},
 		ClientCertValidity: o.certValid, MaxConcurrentHandshakes: o.handshakes,
 		LastSeenInterval: o.lastSeen, KeepAlive: 2 * time.Second, HelloTimeout: 2 * time.Second,
-		HousekeepingInterval: 200 * time.Millisecond,
-		LinkThresholds:       linkhealth.DefaultThresholds(),
+		HousekeepingInterval: 200 * time.Millisecond, DisconnectGrace: o.disconnectGrace,
+		LinkThresholds: linkhealth.DefaultThresholds(),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package edgehost
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -30,6 +31,9 @@ import (
 const (
 	// DeletionBlockedReason: the host is being deleted but still held or dirty.
 	DeletionBlockedReason = "DeletionBlocked"
+	// ContactLostReason (AgentConnected Unknown): the host read as connected
+	// but its hub replica stopped refreshing lastSeenTime.
+	ContactLostReason = "ContactLost"
 )
 
 // Reconciler reconciles EdgeHosts.
@@ -41,6 +45,11 @@ type Reconciler struct {
 	Recorder  events.EventRecorder
 	// LinkThresholds decide the LinkDegraded condition.
 	LinkThresholds linkhealth.Thresholds
+	// ContactTimeout marks a host AgentConnected=Unknown when it reads as
+	// connected but its lastSeenTime, refreshed by the replica holding the
+	// session every --last-seen-interval, is older than this: that replica
+	// crashed, or stopped, and the agent has not come back. 0 turns it off.
+	ContactTimeout time.Duration
 }
 
 // SetupWithManager registers the reconciler.
@@ -92,7 +101,28 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if !host.DeletionTimestamp.IsZero() {
 		r.reconcileDelete(host)
 	}
-	return ctrl.Result{}, nil
+	return ctrl.Result{RequeueAfter: r.reconcileContact(host)}, nil
+}
+
+// reconcileContact notices a host its hub replica has lost track of, and
+// tells when to look again. A replica records a session's end only after a
+// grace and not at all when it stops (its agents come back to another), so
+// without this a host that died while its replica was down would read as
+// connected for ever.
+func (r *Reconciler) reconcileContact(host *infrav1.EdgeHost) time.Duration {
+	if r.ContactTimeout <= 0 || !conditions.IsTrue(host, infrav1.AgentConnectedCondition) || host.Status.LastSeenTime == nil {
+		return 0
+	}
+	if wait := time.Until(host.Status.LastSeenTime.Add(r.ContactTimeout)); wait > 0 {
+		return wait + time.Second
+	}
+	msg := fmt.Sprintf("No word from hub replica %q since %s: it stopped or crashed, and the agent has not come back",
+		host.Status.HubReplica, host.Status.LastSeenTime.UTC().Format(time.RFC3339))
+	r.Recorder.Eventf(host, nil, corev1.EventTypeWarning, ContactLostReason, "Contact", "%s", msg)
+	conditions.Set(host, metav1.Condition{Type: infrav1.AgentConnectedCondition, Status: metav1.ConditionUnknown,
+		Reason: ContactLostReason, Message: msg})
+	host.Status.HubReplica = ""
+	return 0
 }
 
 // reconcileOrphanedClaim frees a claim whose EdgeMachine no longer exists
@@ -175,7 +205,7 @@ func (r *Reconciler) patch(ctx context.Context, host *infrav1.EdgeHost, h *patch
 // event when the verdict changes.
 func (r *Reconciler) setLinkDegraded(host *infrav1.EdgeHost) {
 	was := conditions.Get(host, infrav1.LinkDegradedCondition)
-	if conditions.IsFalse(host, infrav1.AgentConnectedCondition) {
+	if conditions.IsFalse(host, infrav1.AgentConnectedCondition) || conditions.GetReason(host, infrav1.AgentConnectedCondition) == ContactLostReason {
 		// The last report says nothing about a link that is down now.
 		conditions.Set(host, metav1.Condition{Type: infrav1.LinkDegradedCondition, Status: metav1.ConditionUnknown,
 			Reason: infrav1.LinkNotReportedReason, Message: "The agent is disconnected"})
