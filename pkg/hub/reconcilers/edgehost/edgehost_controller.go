@@ -29,6 +29,9 @@ import (
 
 // Reasons of the EdgeHost Ready condition.
 const (
+	// ReadyReason (Ready True): nothing is wrong with the host, whatever
+	// its phase.
+	ReadyReason = "Ready"
 	// DeletionBlockedReason: the host is being deleted but still held or dirty.
 	DeletionBlockedReason = "DeletionBlocked"
 	// ContactLostReason (AgentConnected Unknown): the host read as connected
@@ -186,9 +189,12 @@ func (r *Reconciler) patch(ctx context.Context, host *infrav1.EdgeHost, h *patch
 	}
 	host.Status.Phase = phase
 	if host.DeletionTimestamp.IsZero() {
-		cond := metav1.Condition{Type: infrav1.ReadyCondition, Status: metav1.ConditionTrue, Reason: string(phase)}
+		// The reason does not repeat the phase (status.phase has it): a
+		// condition that changes is a second status patch, and a host
+		// passes three phases per claim.
+		cond := metav1.Condition{Type: infrav1.ReadyCondition, Status: metav1.ConditionTrue, Reason: ReadyReason}
 		if phase == infrav1.HostNeedsAttention {
-			cond.Status = metav1.ConditionFalse
+			cond.Status, cond.Reason = metav1.ConditionFalse, string(phase)
 			if p := host.Status.Provisioning; p != nil {
 				cond.Message = fmt.Sprintf("Agent reported %s at %q: %s", p.State, p.Step, p.Message)
 			}
