@@ -53,6 +53,31 @@ var tokenRefusals = []struct {
 	{enrollment.ErrRevoked, "revoked"},
 }
 
+// takeEnrollPlace waits up to EnrollWait for one of the enrollment places.
+// A request turned away comes back after its Retry-After with two new TLS
+// handshakes (the CA, then the enrollment): when a fleet powers up at once,
+// waiting in line here costs the hub far less than the retries would.
+func (s *Server) takeEnrollPlace(ctx context.Context) bool {
+	select {
+	case s.enrolling <- struct{}{}:
+		return true
+	default:
+	}
+	if s.opts.EnrollWait <= 0 {
+		return false
+	}
+	t := time.NewTimer(s.opts.EnrollWait)
+	defer t.Stop()
+	select {
+	case s.enrolling <- struct{}{}:
+		return true
+	case <-t.C:
+		return false
+	case <-ctx.Done():
+		return false
+	}
+}
+
 func (s *Server) serveEnroll(w http.ResponseWriter, r *http.Request) {
 	if !s.enrollLim.Allow() {
 		enrollments.WithLabelValues("rate_limited").Inc()
@@ -75,10 +100,9 @@ func (s *Server) serveEnroll(w http.ResponseWriter, r *http.Request) {
 	}
 	// A place is taken only once the request is read: a client sending
 	// its body slowly must not hold one.
-	select {
-	case s.enrolling <- struct{}{}:
+	if s.takeEnrollPlace(r.Context()) {
 		defer func() { <-s.enrolling }()
-	default:
+	} else {
 		enrollments.WithLabelValues("busy").Inc()
 		// Not sooner: a fleet powering up at once is thousands of agents,
 		// and each try is a TLS handshake.

@@ -99,3 +99,37 @@ func TestEnrollmentsBeyondTheLimitAreBusy(t *testing.T) {
 		t.Error("an enrollment that ended kept its place")
 	}
 }
+
+// An enrollment beyond the limit waits in line for a place (EnrollWait)
+// instead of being turned away at once — a retry would cost the hub two
+// more TLS handshakes — and goes ahead when one frees; one that waits in
+// vain is turned away with Retry-After.
+func TestEnrollmentWaitsForAPlace(t *testing.T) {
+	s := &Server{enrollLim: rate.NewLimiter(rate.Inf, 1), enrolling: make(chan struct{}, 1),
+		opts: Options{HubNamespace: "fleet-system", EnrollWait: time.Minute}}
+	body := `{"token":"abcdef.0123456789abcdef","csr":"bm90IGEgY3Ny","facts":{"hostname":"kiosk","machineID":"0123456789abcdef0123456789abcdef"}}`
+	serve := func() *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		s.serveEnroll(rec, httptest.NewRequest(http.MethodPost, wire.PathEnroll, strings.NewReader(body)))
+		return rec
+	}
+	s.enrolling <- struct{}{} // one in progress
+	done := make(chan *httptest.ResponseRecorder, 1)
+	go func() { done <- serve() }()
+	select {
+	case rec := <-done:
+		t.Fatalf("answered %d while no place was free; want it to wait", rec.Code)
+	case <-time.After(300 * time.Millisecond):
+	}
+	<-s.enrolling // the one in progress ends
+	// Admitted; its CSR is no CSR, so it ends with 400.
+	if rec := <-done; rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "csr refused") {
+		t.Fatalf("the waiting enrollment: %d %s, want 400 csr refused", rec.Code, rec.Body)
+	}
+
+	s.opts.EnrollWait = 100 * time.Millisecond
+	s.enrolling <- struct{}{}
+	if rec := serve(); rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") != "5" {
+		t.Fatalf("waited in vain: %d Retry-After %q, want 503 and 5", rec.Code, rec.Header().Get("Retry-After"))
+	}
+}

@@ -48,6 +48,10 @@ type Options struct {
 	// once queues more at the hub's client than it can send before the
 	// agents give up, and every retry adds to the queue.
 	MaxConcurrentEnrollments int
+	// EnrollWait is how long an enrollment beyond MaxConcurrentEnrollments
+	// waits for a place before it is told to come back (default 15 s,
+	// within the agent's 30-s request timeout; negative: not at all).
+	EnrollWait time.Duration
 	// EnrollRate and EnrollBurst limit enrollments across all callers.
 	EnrollRate  rate.Limit
 	EnrollBurst int
@@ -103,6 +107,9 @@ func (o *Options) Defaults() {
 	}
 	if o.MaxConcurrentEnrollments == 0 {
 		o.MaxConcurrentEnrollments = 16
+	}
+	if o.EnrollWait == 0 {
+		o.EnrollWait = 15 * time.Second
 	}
 	if o.EnrollRate == 0 {
 		o.EnrollRate, o.EnrollBurst = 20, 50
