@@ -264,6 +264,7 @@ type Agents struct {
 
 	onDesired   func(int, *wire.DesiredState)
 	provisioner func(int, agent.Config) agent.Provisioner
+	perToken    int
 }
 
 type edge struct {
@@ -311,6 +312,7 @@ func NewAgents(ctx context.Context, c client.Client, hub *Hub, o AgentOptions) (
 	if perToken <= 0 {
 		perToken = 100
 	}
+	a.perToken = perToken
 	var tok, tokLabels string
 	for i := range o.N {
 		labels := map[string]string{"fleet.bench/load": "true"}
@@ -365,7 +367,8 @@ func (a *Agents) Start(spread time.Duration) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	step := spread / time.Duration(max(len(a.edges), 1))
-	for i, e := range a.edges {
+	for _, i := range a.startOrder() {
+		e := a.edges[i]
 		ctx, cancel := context.WithCancel(context.Background())
 		e.cancel, e.done = cancel, make(chan struct{})
 		var prov agent.Provisioner = &agent.Recorder{}
@@ -385,6 +388,23 @@ func (a *Agents) Start(spread time.Duration) {
 			time.Sleep(step)
 		}
 	}
+}
+
+// startOrder takes one agent of each token in turn: sites power up side
+// by side, and the hub counts one token's uses one at a time.
+func (a *Agents) startOrder() []int {
+	n := len(a.edges)
+	per := max(a.perToken, 1)
+	groups := (n + per - 1) / per
+	order := make([]int, 0, n)
+	for k := range per {
+		for g := range groups {
+			if i := g*per + k; i < n {
+				order = append(order, i)
+			}
+		}
+	}
+	return order
 }
 
 // Name is agent i's hostname.

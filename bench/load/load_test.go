@@ -81,3 +81,11 @@ func TestSmoke(t *testing.T) {
 	}
 	fmt.Fprintf(os.Stderr, "smoke: %d agents connected, survived a hub restart\n", n)
 }
+
+// Agents start one token at a time in turn, each exactly once.
+func TestStartOrderTakesTokensInTurn(t *testing.T) {
+	a := &Agents{edges: make([]*edge, 5), perToken: 2}
+	if got, want := fmt.Sprint(a.startOrder()), "[0 2 4 1 3]"; got != want {
+		t.Errorf("start order %s, want %s", got, want)
+	}
+}
