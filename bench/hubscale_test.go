@@ -128,6 +128,16 @@ func (s *hubScale) logf(format string, args ...any) {
 func (s *hubScale) run() {
 	b, ctx := s.b, context.Background()
 	cmd := fmt.Sprintf("go test ./bench -run '^$' -bench HubScale -benchtime 1x -timeout 120m -args -agents=%d -idle=%s", s.n, *idleWindow)
+	// The other flags given, and the driver's GOGC: the command must
+	// repeat the run.
+	flag.Visit(func(f *flag.Flag) {
+		if f.Name != "agents" && f.Name != "idle" && f.Name != "profiles" && !strings.HasPrefix(f.Name, "test.") {
+			cmd += fmt.Sprintf(" -%s=%s", f.Name, f.Value)
+		}
+	})
+	if gc := os.Getenv("GOGC"); gc != "" {
+		cmd = "GOGC=" + gc + " " + cmd
+	}
 	s.rep = results.New(fmt.Sprintf("hub-%05d", s.n), "hub", fmt.Sprintf("The hub under %s agents", commas(s.n)), cmd)
 	s.rep.Size = s.n
 	ns := fmt.Sprintf("load-%d-%d", s.n, time.Now().UnixNano()%100000)
@@ -138,6 +148,17 @@ func (s *hubScale) run() {
 		b.Fatal(err)
 	}
 	defer s.hub.Stop()
+	// A run that fails part-way still leaves what it measured, under a
+	// name of its own (a complete run's results stay).
+	defer func() {
+		if b.Failed() {
+			s.rep.Name += "-incomplete"
+			s.rep.Title += " (stopped early: the phases after the last figure failed; see the benchmark's log)"
+			if p, err := s.rep.Write(*resultsDir); err == nil {
+				s.logf("what was measured is in %s", p)
+			}
+		}
+	}()
 	time.Sleep(5 * time.Second) // settle the empty hub
 	empty := s.memory()
 	empty.live = s.saveProfiles(s.profiles("empty"))

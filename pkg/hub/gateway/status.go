@@ -3,7 +3,9 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -128,7 +131,13 @@ func (s *Server) setConnectivity(ctx context.Context, ss *session, connected boo
 	// turns a stale read into a conflict); a retry asks the API server.
 	// At 10,000 agents that is one request per refresh instead of two.
 	var reader client.Reader = s.client
-	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+	// Conflicts are retried at once (with a fresh read); an overloaded API
+	// server (timeouts, 429, 5xx: thousands of sessions ending together)
+	// for about a minute, or the host would read connected for ever.
+	err := retry.OnError(connectivityBackoff, retriable, func() error {
+		if !connected && s.sessionFor(ss.id.Namespace, ss.id.Name) != nil {
+			return nil // the agent is back meanwhile
+		}
 		key := client.ObjectKey{Namespace: ss.id.Namespace, Name: ss.id.Name}
 		host := &infrav1.EdgeHost{}
 		err := reader.Get(ctx, key, host)
@@ -181,6 +190,21 @@ func (s *Server) setConnectivity(ctx context.Context, ss *session, connected boo
 	if err != nil {
 		s.log.Error(err, "Recording agent connectivity", "EdgeHost", ss.id.String(), "connected", connected)
 	}
+}
+
+// connectivityBackoff spreads retries of a connectivity write over about a
+// minute.
+var connectivityBackoff = wait.Backoff{Steps: 8, Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.5, Cap: 20 * time.Second}
+
+func retriable(err error) bool {
+	return apierrors.IsConflict(err) || apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) ||
+		apierrors.IsTooManyRequests(err) || apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err) ||
+		apierrors.IsUnexpectedServerError(err) || errors.Is(err, context.DeadlineExceeded) || isNetError(err)
+}
+
+func isNetError(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne)
 }
 
 // alreadyConnected tells, from the cache, that the host already reads as

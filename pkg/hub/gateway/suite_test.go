@@ -1,9 +1,11 @@
 package gateway_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -73,9 +75,11 @@ func eventually(t *testing.T, what string, cond func() error) {
 // writeCounter counts the requests that change something, across every
 // client built from the hub's rest config.
 type writeCounter struct {
-	writes atomic.Int64
-	mu     sync.Mutex
-	paths  []string
+	// failDisconnects answers this many "disconnected" writes with 504.
+	failDisconnects atomic.Int64
+	writes          atomic.Int64
+	mu              sync.Mutex
+	paths           []string
 }
 
 // to counts the writes whose URL path contains s.
@@ -97,6 +101,20 @@ type countingTransport struct {
 }
 
 func (t countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodPatch && r.Body != nil && t.c.failDisconnects.Load() > 0 {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			return nil, err
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if bytes.Contains(body, []byte("Session ended")) && t.c.failDisconnects.Add(-1) >= 0 {
+			// An overloaded API server's answer.
+			return &http.Response{StatusCode: http.StatusGatewayTimeout, Request: r,
+				Header: http.Header{"Content-Type": {"application/json"}},
+				Body:   io.NopCloser(strings.NewReader(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Timeout","message":"the server was unable to return a response in the time allotted","code":504}`)),
+			}, nil
+		}
+	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		t.c.writes.Add(1)
 		t.c.mu.Lock()
