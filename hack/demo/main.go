@@ -179,7 +179,7 @@ func (d *demo) command(ctx context.Context, args []string) (quit bool) {
 		err = d.kubectlFleet(ctx, "describe", "cluster", clusterName)
 	case "stop":
 		if h := hostArg(); h != nil {
-			d.step("stopping the agent of %s (SIGTERM); the hub marks it disconnected as soon as its connection closes", h.name)
+			d.step("stopping the agent of %s (SIGTERM); the hub marks it disconnected 30 s after its connection closes, unless it comes back (--disconnect-grace)", h.name)
 			err = h.stop()
 		}
 	case "start":
@@ -223,7 +223,7 @@ Logs: %s (hub), %s (agents)
 func (d *demo) printCommands() {
 	fmt.Fprintf(d.out, `
 Commands here (type and press Enter):
-  stop <host>     stop a host's agent: the hub marks it disconnected within seconds
+  stop <host>     stop a host's agent: the hub marks it disconnected 30 s later
   start <host>    start it again: it reconnects with the identity it has, no new enrollment
   restart-hub     stop and start the embedded hub: the fleet is kept, the agents reconnect
   hosts           kubectl fleet get hosts

@@ -13,6 +13,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"golang.org/x/time/rate"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -73,6 +75,12 @@ type Options struct {
 	// every drop would cost two per agent: after a network blip, one per
 	// agent of the whole fleet, twice.
 	DisconnectGrace time.Duration
+	// ReturnGrace is how long after this replica starts the hosts it last
+	// recorded as connected (it stopped without recording their ends) have
+	// to come back before they are recorded disconnected (default 1 min:
+	// agents that held a session in the last 5 minutes retry every 10 s at
+	// most).
+	ReturnGrace time.Duration
 	// HousekeepingInterval is how often each session's timer refuses
 	// streams an agent should not have opened (default 15 s).
 	HousekeepingInterval time.Duration
@@ -128,6 +136,9 @@ func (o *Options) Defaults() {
 	}
 	if o.DisconnectGrace == 0 {
 		o.DisconnectGrace = 30 * time.Second
+	}
+	if o.ReturnGrace == 0 {
+		o.ReturnGrace = time.Minute
 	}
 	if o.PushWorkers == 0 {
 		o.PushWorkers = 32
@@ -305,6 +316,9 @@ func (s *Server) Start(ctx context.Context) error {
 		workers.Wait()
 	}()
 
+	sweep := time.AfterFunc(s.opts.ReturnGrace, func() { s.sweepUnreturned(ctx) })
+	defer sweep.Stop()
+
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(tls.NewListener(ln, tlsCfg)) }()
 	select {
@@ -325,6 +339,30 @@ func (s *Server) Start(ctx context.Context) error {
 		ss.close()
 	}
 	return nil
+}
+
+// sweepUnreturned records as disconnected the hosts that still read as
+// connected to this replica but whose agents did not come back since it
+// started: a stopping replica records no session ends (its agents come back
+// within seconds), so an agent that died meanwhile would read connected
+// until the EdgeHost reconciler's ContactLost.
+func (s *Server) sweepUnreturned(ctx context.Context) {
+	hosts := &infrav1.EdgeHostList{}
+	if err := s.client.List(ctx, hosts); err != nil {
+		s.log.Error(err, "Listing EdgeHosts to find agents that did not come back")
+		return
+	}
+	for i := range hosts.Items {
+		h := &hosts.Items[i]
+		c := meta.FindStatusCondition(h.Status.Conditions, infrav1.AgentConnectedCondition)
+		if c == nil || c.Status != metav1.ConditionTrue || h.Status.HubReplica != s.opts.ReplicaName ||
+			s.sessionFor(h.Namespace, h.Name) != nil || ctx.Err() != nil {
+			continue
+		}
+		gone := &session{srv: s, id: pki.Identity{Namespace: h.Namespace, Name: h.Name, UID: string(h.UID)}, done: make(chan struct{})}
+		close(gone.done)
+		s.markDisconnected(ctx, gone)
+	}
 }
 
 // pushWorker pushes desired states until the queue shuts down.

@@ -212,3 +212,44 @@ func TestLastSeenIsRefreshedEveryInterval(t *testing.T) {
 		t.Errorf("%v lastSeenTime refreshes skipped, want none", n)
 	}
 }
+
+// A replica that stops records no session ends; once it is back, the hosts
+// it last recorded as connected whose agents did not return within the
+// return grace (an agent that died while the hub was down) are recorded
+// disconnected, and the ones that came back stay connected.
+func TestAnAgentThatDoesNotComeBackAfterARestartIsMarked(t *testing.T) {
+	ns := newNamespace(t)
+	addr := freeAddr(t)
+	h := startHub(t, hubOptions{ns: ns, addr: addr})
+	pin := h.srv.CA().Pin()
+	tok := newToken(t, ns, enrollment.Options{})
+	back := newEdge(t, "back", h.url, pin, tok).start()
+	gone := newEdge(t, "gone", h.url, pin, tok).start()
+	for _, name := range []string{"back", "gone"} {
+		eventually(t, name+" connected", func() error {
+			if s, err := connectedStatus(ns, name); err != nil || s != "True" {
+				return fmt.Errorf("AgentConnected %s %v", s, err)
+			}
+			return nil
+		})
+	}
+
+	h.stop()
+	gone.stop() // dies while the hub is down
+	startHub(t, hubOptions{ns: ns, addr: addr, returnGrace: 3 * time.Second})
+	eventually(t, "the agent that died recorded disconnected", func() error {
+		if s, err := connectedStatus(ns, "gone"); err != nil || s != "False" {
+			return fmt.Errorf("gone: AgentConnected %s %v", s, err)
+		}
+		return nil
+	})
+	eventually(t, "the agent that came back connected", func() error {
+		if !back.agent.Connected() || back.agent.Sessions() < 2 {
+			return fmt.Errorf("back: connected %v sessions %d", back.agent.Connected(), back.agent.Sessions())
+		}
+		if s, err := connectedStatus(ns, "back"); err != nil || s != "True" {
+			return fmt.Errorf("back: AgentConnected %s %v", s, err)
+		}
+		return nil
+	})
+}

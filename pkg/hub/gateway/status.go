@@ -131,9 +131,10 @@ func (s *Server) setConnectivity(ctx context.Context, ss *session, connected boo
 	// turns a stale read into a conflict); a retry asks the API server.
 	// At 10,000 agents that is one request per refresh instead of two.
 	var reader client.Reader = s.client
-	// Conflicts are retried at once (with a fresh read); an overloaded API
-	// server (timeouts, 429, 5xx: thousands of sessions ending together)
-	// for about a minute, or the host would read connected for ever.
+	// A conflict is retried with a fresh read, and so is an overloaded API
+	// server's answer (timeouts, 429, 5xx: thousands of sessions ending
+	// together), for half a minute or so: a lost "disconnected" would leave
+	// the host reading connected until the reconciler's ContactLost.
 	err := retry.OnError(connectivityBackoff, retriable, func() error {
 		if !connected && s.sessionFor(ss.id.Namespace, ss.id.Name) != nil {
 			return nil // the agent is back meanwhile
@@ -192,7 +193,7 @@ func (s *Server) setConnectivity(ctx context.Context, ss *session, connected boo
 	}
 }
 
-// connectivityBackoff spreads retries of a connectivity write over about a
+// connectivityBackoff spreads retries of a connectivity write over half a
 // minute.
 var connectivityBackoff = wait.Backoff{Steps: 8, Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.5, Cap: 20 * time.Second}
 

@@ -142,6 +142,10 @@ type hubOptions struct {
 	// disconnectGrace defaults to 200 ms here: long enough to run the
 	// grace's timer, short enough for tests that wait for "disconnected".
 	disconnectGrace time.Duration
+	// returnGrace defaults to an hour here: the sweep it starts lists
+	// every namespace, and other tests' hosts must not be written under a
+	// running test.
+	returnGrace time.Duration
 }
 
 func startHub(t *testing.T, o hubOptions) *hub {
@@ -151,6 +155,9 @@ func startHub(t *testing.T, o hubOptions) *hub {
 	}
 	if o.disconnectGrace == 0 {
 		o.disconnectGrace = 200 * time.Millisecond
+	}
+	if o.returnGrace == 0 {
+		o.returnGrace = time.Hour
 	}
 	h := &hub{done: make(chan struct{}), writes: &writeCounter{}}
 	cfg := rest.CopyConfig(env.Config)
@@ -172,7 +179,7 @@ func startHub(t *testing.T, o hubOptions) *hub {
 		Addr: o.addr, HubNamespace: o.ns, IPs: []net.IP{net.ParseIP("127.0.0.1")},
 		ClientCertValidity: o.certValid, MaxConcurrentHandshakes: o.handshakes,
 		LastSeenInterval: o.lastSeen, KeepAlive: 2 * time.Second, HelloTimeout: 2 * time.Second,
-		HousekeepingInterval: 200 * time.Millisecond, DisconnectGrace: o.disconnectGrace,
+		HousekeepingInterval: 200 * time.Millisecond, DisconnectGrace: o.disconnectGrace, ReturnGrace: o.returnGrace,
 		LinkThresholds: linkhealth.DefaultThresholds(),
 	})
 	if err != nil {
