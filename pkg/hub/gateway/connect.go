@@ -109,15 +109,24 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 // in a crowd a slot frees within milliseconds. Turning it away at once
 // would make it pay again after its Retry-After.
 func (s *Server) admit(ctx context.Context) bool {
+	return takePlace(ctx, s.admission, min(2*time.Second, s.opts.HelloTimeout/2))
+}
+
+// takePlace takes a place in places, waiting up to wait (none if wait is
+// not positive) or until ctx ends.
+func takePlace(ctx context.Context, places chan struct{}, wait time.Duration) bool {
 	select {
-	case s.admission <- struct{}{}:
+	case places <- struct{}{}:
 		return true
 	default:
 	}
-	t := time.NewTimer(min(2*time.Second, s.opts.HelloTimeout/2))
+	if wait <= 0 {
+		return false
+	}
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
-	case s.admission <- struct{}{}:
+	case places <- struct{}{}:
 		return true
 	case <-t.C:
 		return false

@@ -58,24 +58,7 @@ var tokenRefusals = []struct {
 // handshakes (the CA, then the enrollment): when a fleet powers up at once,
 // waiting in line here costs the hub far less than the retries would.
 func (s *Server) takeEnrollPlace(ctx context.Context) bool {
-	select {
-	case s.enrolling <- struct{}{}:
-		return true
-	default:
-	}
-	if s.opts.EnrollWait <= 0 {
-		return false
-	}
-	t := time.NewTimer(s.opts.EnrollWait)
-	defer t.Stop()
-	select {
-	case s.enrolling <- struct{}{}:
-		return true
-	case <-t.C:
-		return false
-	case <-ctx.Done():
-		return false
-	}
+	return takePlace(ctx, s.enrolling, s.opts.EnrollWait)
 }
 
 func (s *Server) serveEnroll(w http.ResponseWriter, r *http.Request) {
