@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"runtime/pprof"
 	"slices"
 	"sort"
 	"strconv"
@@ -94,6 +96,8 @@ type hubScale struct {
 	rep    *results.Report
 	// steadyRSS is the hub's RSS with every agent connected and idle.
 	steadyRSS int64
+	// empty is the hub's memory with no agent.
+	empty hubMemory
 	// emptyWatches are the watches open on the API server before any
 	// agent connected.
 	emptyWatches float64
@@ -162,6 +166,7 @@ func (s *hubScale) run() {
 	time.Sleep(5 * time.Second) // settle the empty hub
 	empty := s.memory()
 	empty.live = s.saveProfiles(s.profiles("empty"))
+	s.empty = empty
 	if l, err := load.ReadAPIServerLoad(ctx, env.Config); err == nil {
 		s.emptyWatches = l.TotalWatches()
 	} else {
@@ -169,7 +174,7 @@ func (s *hubScale) run() {
 	}
 
 	s.waiting = map[int]*latencySample{}
-	s.agents, err = load.NewAgents(ctx, env.Client, s.hub, load.AgentOptions{N: s.n, Dir: filepath.Join(s.dir, "agents"),
+	s.agents, err = load.NewAgents(ctx, env.Client, s.hub, load.AgentOptions{N: s.n, Dir: agentStateDir(s.b, s.dir),
 		Sources: 1 + s.n/10000, OnDesired: s.desired})
 	if err != nil {
 		b.Fatal(err)
@@ -692,24 +697,7 @@ func (s *hubScale) latency() {
 	// an assignment costs the API server.
 	time.Sleep(10 * time.Second)
 	if apiAfter, err := load.ReadAPIServerLoad(ctx, env.Config); err == nil {
-		var w, all float64
-		t := results.Table{Title: fmt.Sprintf("API requests during the %d timed assignments, by verb and resource", m), Header: []string{"request", "count", "per assignment"}}
-		d := apiAfter.Since(apiBefore).Requests
-		keys := make([]load.Request, 0, len(d))
-		for r, v := range d {
-			if r.Verb == "WATCH" {
-				continue
-			}
-			all += v
-			if r.Write() {
-				w += v
-			}
-			keys = append(keys, r)
-		}
-		sort.Slice(keys, func(i, j int) bool { return d[keys[i]] > d[keys[j]] })
-		for _, r := range keys[:min(len(keys), 12)] {
-			t.Rows = append(t.Rows, []string{r.String(), strconv.Itoa(int(d[r])), fmt.Sprintf("%.2f", d[r]/float64(m))})
-		}
+		t, w, all := requestTable(fmt.Sprintf("API requests during the %d timed assignments, by verb and resource", m), "per assignment", apiAfter.Since(apiBefore).Requests, float64(m))
 		s.rep.Tables = append(s.rep.Tables, t)
 		if fsyncs1, fsyncSecs1, err := load.EtcdFsync(ctx, env.EtcdURL()); err == nil && fsyncErr == nil && fsyncs1 > fsyncs0 {
 			s.rep.Add(results.Figure{Key: "etcd-fsync-ms", Name: fmt.Sprintf("etcd WAL fsync during the assignments, mean of %d (this machine's disk)", int(fsyncs1-fsyncs0)),
@@ -795,6 +783,13 @@ func (s *hubScale) coldStart() {
 	if err != nil {
 		s.b.Fatal(err)
 	}
+	dir := s.profiles("cold-start")
+	stopDriverProfile, hubProfiled := s.profileCPU(dir, 20*time.Second)
+	cpu0 := load.CPUByProgram(cpuPrograms...)
+	api0, err := load.ReadAPIServerLoad(ctx, env.Config)
+	if err != nil {
+		s.b.Fatal(err)
+	}
 	s.agents.Start(0)
 	recorded := results.Line{Name: "recorded connected in the API"}
 	start := time.Now()
@@ -806,6 +801,15 @@ func (s *hubScale) coldStart() {
 		return n
 	})
 	line.Name = "sessions"
+	cpu1 := load.CPUByProgram(cpuPrograms...)
+	stopDriverProfile()
+	defer func() {
+		<-hubProfiled
+		s.rep.Tables = append(s.rep.Tables, profileTable("Hub CPU during the cold start by function (`go tool pprof -top` of the hub's 20 s CPU profile from the start)", filepath.Join(dir, "hub-cpu.pb.gz")))
+	}()
+	s.rep.Tables = append(s.rep.Tables, cpuTable(fmt.Sprintf("Where the machine's CPU went while %s agents connected (cold start, %.1f s on %d cores; /proc/PID/stat)", commas(s.n), took.Seconds(), runtime.NumCPU()),
+		cpu0, cpu1, took),
+		profileTable("Load driver CPU during the cold start by function (the agents' side: `go tool pprof -top` of the driver's CPU profile until all connected)", filepath.Join(dir, "driver-cpu.pb.gz")))
 	var recordedTook time.Duration
 	for {
 		m, err := s.hub.Metrics(ctx)
@@ -822,6 +826,11 @@ func (s *hubScale) coldStart() {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+	if api1, err := load.ReadAPIServerLoad(ctx, env.Config); err == nil {
+		t, _, _ := requestTable(fmt.Sprintf("API requests from the cold start until every host read connected (%.0f s), by verb and resource", recordedTook.Seconds()),
+			"per agent", api1.Since(api0).Requests, float64(s.n))
+		s.rep.Tables = append(s.rep.Tables, t)
+	}
 	m1, err := s.hub.Metrics(ctx)
 	if err != nil {
 		s.b.Fatal(err)
@@ -835,7 +844,117 @@ func (s *hubScale) coldStart() {
 	s.rep.Series = append(s.rep.Series, results.Series{Key: "cold-start", Title: fmt.Sprintf("cold start: %s agents holding identities connect at once to hosts that read disconnected", commas(s.n)),
 		XLabel: "seconds", YLabel: "agents", Lines: []results.Line{line, recorded}})
 	s.settle("cold start")
-	s.steadyRSS = s.memory().rss
+	after := s.memory()
+	s.steadyRSS = after.rss
+	s.rep.Add(results.Figure{Key: "rss-per-agent-after-cold-start", Name: "hub RSS per idle agent after the cold start (sessions made on a heap the enrollment wave left)",
+		Value: float64(after.rss-s.empty.rss) / float64(s.n) / kib, Unit: "KiB", Target: "≤ 32 KiB at 10,000 agents", Limit: results.Limit(32), Below: true})
+	s.rep.Add(results.Figure{Key: "heap-per-agent-after-cold-start", Name: "Go heap in use per idle agent after the cold start",
+		Value: float64(after.heap-s.empty.heap) / float64(s.n) / kib, Unit: "KiB"})
+}
+
+// requestTable shows the most frequent API requests (watches aside) and
+// each per unit, and returns the writes and all requests counted.
+func requestTable(title, perHeader string, d map[load.Request]float64, units float64) (t results.Table, writes, all float64) {
+	t = results.Table{Title: title, Header: []string{"request", "count", perHeader}}
+	keys := make([]load.Request, 0, len(d))
+	for r, v := range d {
+		if r.Verb == "WATCH" {
+			continue
+		}
+		all += v
+		if r.Write() {
+			writes += v
+		}
+		keys = append(keys, r)
+	}
+	sort.Slice(keys, func(i, j int) bool { return d[keys[i]] > d[keys[j]] })
+	for _, r := range keys[:min(len(keys), 12)] {
+		t.Rows = append(t.Rows, []string{r.String(), strconv.Itoa(int(d[r])), fmt.Sprintf("%.2f", d[r]/units)})
+	}
+	return t, writes, all
+}
+
+// cpuPrograms are the processes that share the machine in a benchmark
+// besides the driver.
+var cpuPrograms = []string{"fleet-hub", "kube-apiserver", "etcd"}
+
+// cpuTable shows each program's CPU between two samples, and its share of
+// the machine over took.
+func cpuTable(title string, before, after map[string]time.Duration, took time.Duration) results.Table {
+	t := results.Table{Title: title, Header: []string{"process", "CPU seconds", "share of the machine"}}
+	machine := took.Seconds() * float64(runtime.NumCPU())
+	var total float64
+	for _, p := range append([]string{"driver"}, cpuPrograms...) {
+		d := (after[p] - before[p]).Seconds()
+		total += d
+		name := p
+		if p == "driver" {
+			name = "load driver (the agents: TLS client, sessions)"
+		}
+		t.Rows = append(t.Rows, []string{name, fmt.Sprintf("%.1f", d), fmt.Sprintf("%.0f %%", 100*d/machine)})
+	}
+	t.Rows = append(t.Rows, []string{"all", fmt.Sprintf("%.1f", total), fmt.Sprintf("%.0f %%", 100*total/machine)})
+	return t
+}
+
+// profileCPU takes, into dir, the hub's CPU profile for d in the background
+// (hubDone closes when it is written) and the driver's own until
+// stopDriver.
+func (s *hubScale) profileCPU(dir string, d time.Duration) (stopDriver func(), hubDone <-chan struct{}) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		s.b.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		resp, err := http.Get(fmt.Sprintf("%s/profile?seconds=%d", s.hub.PprofURL, int(d.Seconds())))
+		if err != nil {
+			s.logf("hub CPU profile: %v", err)
+			return
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, "hub-cpu.pb.gz"), body, 0o644)
+		}
+		if err != nil {
+			s.logf("hub CPU profile: %v", err)
+		}
+	}()
+	f, err := os.Create(filepath.Join(dir, "driver-cpu.pb.gz"))
+	if err != nil {
+		s.b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		s.logf("driver CPU profile: %v", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}, done
+}
+
+// profileTable is the top functions of a CPU profile by flat time.
+func profileTable(title, profile string) results.Table {
+	t := results.Table{Title: title, Header: []string{"function", "flat", "flat %", "cum %"}}
+	out, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=15", profile).Output()
+	if err != nil {
+		t.Rows = append(t.Rows, []string{"(pprof failed: " + err.Error() + ")", "", "", ""})
+		return t
+	}
+	started := false
+	for _, l := range strings.Split(string(out), "\n") {
+		f := strings.Fields(l)
+		if len(f) >= 5 && f[0] == "flat" {
+			started = true
+			continue
+		}
+		if !started || len(f) < 6 {
+			continue
+		}
+		t.Rows = append(t.Rows, []string{"`" + strings.Join(f[5:], " ") + "`", f[0], f[1], f[4]})
+	}
+	return t
 }
 
 // storm kills the hub under N connected agents and restarts it.

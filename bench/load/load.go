@@ -205,24 +205,7 @@ func (h *Hub) RSS() (int64, error) {
 }
 
 // CPU is the CPU time the hub process has used (user + system).
-func (h *Hub) CPU() (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", h.PID()))
-	if err != nil {
-		return 0, err
-	}
-	// Fields after the command (which may hold spaces) start after ")".
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	if len(f) < 13 {
-		return 0, errors.New("short /proc stat")
-	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, err
-	}
-	// USER_HZ is 100 on Linux.
-	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
-}
+func (h *Hub) CPU() (time.Duration, error) { return ProcessCPU(h.PID()) }
 
 // Metrics scrapes the hub's Prometheus metrics: name{labels} -> value.
 func (h *Hub) Metrics(ctx context.Context) (map[string]float64, error) {
@@ -362,11 +345,20 @@ func NewAgents(ctx context.Context, c client.Client, hub *Hub, o AgentOptions) (
 	return a, nil
 }
 
-// Start runs every agent, pacing the starts over spread.
+// Start runs every agent, pacing the starts over spread. With no spread
+// they are all set up first and released together: launched one by one,
+// the last would start only after the first thousands had taken the cores
+// (a 5,000-agent cold start spent 16 s starting its agents).
 func (a *Agents) Start(spread time.Duration) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	step := spread / time.Duration(max(len(a.edges), 1))
+	gate := make(chan struct{})
+	if step > 0 {
+		close(gate)
+	} else {
+		defer close(gate)
+	}
 	for _, i := range a.startOrder() {
 		e := a.edges[i]
 		ctx, cancel := context.WithCancel(context.Background())
@@ -383,7 +375,11 @@ func (a *Agents) Start(spread time.Duration) {
 			}
 		}
 		e.ag = ag
-		go func(done chan struct{}) { defer close(done); _ = ag.Run(ctx, nil) }(e.done)
+		go func(done chan struct{}) {
+			defer close(done)
+			<-gate
+			_ = ag.Run(ctx, nil)
+		}(e.done)
 		if step > 0 {
 			time.Sleep(step)
 		}

@@ -113,7 +113,7 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.gatewayIPs, "gateway-ips", "", "Comma-separated IP addresses agents use to reach the gateway.")
 	fs.StringVar(&o.advertiseURL, "gateway-advertise-url", "", "URL agents use to reach the gateway (published for `kubectl fleet token create`).")
 	fs.DurationVar(&o.clientCertValidity, "client-cert-validity", 90*24*time.Hour, "Lifetime of host client certificates; agents renew at 70-90 %.")
-	fs.IntVar(&o.maxHandshakes, "max-concurrent-handshakes", 256, "Session handshakes admitted at once; more wait up to 2 s for a slot, then are told to retry (503).")
+	fs.IntVar(&o.maxHandshakes, "max-concurrent-handshakes", 1024, "Session handshakes admitted at once (from the upgrade to the agent's Hello); more wait up to 5 s for a place, then are told to retry (503).")
 	fs.IntVar(&o.maxEnrollments, "max-concurrent-enrollments", 16, "Enrollments in progress at once; more are told to retry shortly (503). Each costs several API requests (see --kube-api-qps).")
 	fs.DurationVar(&o.lastSeenInterval, "last-seen-interval", 5*time.Minute, "How often a connected host's lastSeenTime is refreshed (its only idle API write).")
 	fs.DurationVar(&o.disconnectGrace, "disconnect-grace", 30*time.Second, "How long a host whose session ended still reads as connected: an agent back within it (a restart, a dropped connection, a hub restart) costs no API write. 0 records every disconnection at once.")

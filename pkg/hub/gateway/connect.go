@@ -97,8 +97,11 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 	// returns: net/http's goroutine for the connection (its stack grown
 	// by the TLS handshake) and the request it holds are freed, and the
 	// hijacked connection is the session's alone. An idle hub holds
-	// thousands of sessions.
+	// thousands of sessions. The session's first act, recording the
+	// connection, may wait behind thousands of others after an outage:
+	// the net/http goroutine does not wait with it.
 	go func() {
+		s.markConnected(s.ctx, ss)
 		ss.run(s.ctx)
 		s.unregister(ss)
 	}()
@@ -109,7 +112,7 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 // in a crowd a slot frees within milliseconds. Turning it away at once
 // would make it pay again after its Retry-After.
 func (s *Server) admit(ctx context.Context) bool {
-	return takePlace(ctx, s.admission, min(2*time.Second, s.opts.HelloTimeout/2))
+	return takePlace(ctx, s.admission, s.opts.HelloTimeout/2)
 }
 
 // takePlace takes a place in places, waiting up to wait (none if wait is
@@ -189,10 +192,10 @@ func (s *Server) register(ss *session) {
 	} else {
 		connectedAgents.Inc()
 	}
-	// The desired state first: recording the connection is an API write
-	// that may wait its turn behind thousands of others after a restart.
+	// The desired state first: recording the connection (the session's
+	// goroutine does it) is an API write that may wait its turn behind
+	// thousands of others after a restart.
 	ss.kickPush(time.Now())
-	s.markConnected(context.Background(), ss)
 }
 
 func (s *Server) unregister(ss *session) {

@@ -42,7 +42,11 @@ type Options struct {
 	// ClientCertValidity is the lifetime of host certificates.
 	ClientCertValidity time.Duration
 	// MaxConcurrentHandshakes admits at most this many session handshakes at
-	// once; the rest are told to come back later (503, Retry-After).
+	// once (default 1024); the rest wait up to HelloTimeout/2 for a place,
+	// then are told to come back later (503, Retry-After). A place is held
+	// from the upgrade until the agent's Hello, mostly waiting on the
+	// agent, for a few KiB: a small limit turns agents away while the cores
+	// idle, and each comes back with a new TLS handshake.
 	MaxConcurrentHandshakes int
 	// MaxConcurrentEnrollments admits at most this many enrollments at
 	// once (default 16); more are told to come back shortly (503). Each
@@ -54,6 +58,13 @@ type Options struct {
 	// waits for a place before it is told to come back (default 15 s,
 	// within the agent's 30-s request timeout; negative: not at all).
 	EnrollWait time.Duration
+	// MaxConcurrentStatusWrites bounds the hub's EdgeHost status writes in
+	// flight (default 16); the rest wait their turn. After a restart or an
+	// outage thousands of sessions record themselves at once: unbounded,
+	// they overflow the HTTP/2 connection's streams so the client opens
+	// more connections (a TLS handshake on both sides each), and the API
+	// server spends the cores the agents' handshakes need.
+	MaxConcurrentStatusWrites int
 	// EnrollRate and EnrollBurst limit enrollments across all callers.
 	EnrollRate  rate.Limit
 	EnrollBurst int
@@ -111,7 +122,10 @@ func (o *Options) Defaults() {
 		o.ClientCertValidity = 90 * 24 * time.Hour
 	}
 	if o.MaxConcurrentHandshakes == 0 {
-		o.MaxConcurrentHandshakes = 256
+		o.MaxConcurrentHandshakes = 1024
+	}
+	if o.MaxConcurrentStatusWrites <= 0 {
+		o.MaxConcurrentStatusWrites = 16
 	}
 	if o.MaxConcurrentEnrollments == 0 {
 		o.MaxConcurrentEnrollments = 16
@@ -167,6 +181,8 @@ type Server struct {
 	tokenLocks [64]sync.Mutex
 	admission  chan struct{}
 	enrolling  chan struct{}
+	// statusWrites holds a place per status write in flight.
+	statusWrites chan struct{}
 	// pushes holds sessions whose desired state may have changed; the
 	// push workers drain it. One session is never pushed by two workers
 	// at once.
@@ -205,6 +221,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Server, error)
 		enrollLim:         rate.NewLimiter(opts.EnrollRate, opts.EnrollBurst),
 		admission:         make(chan struct{}, opts.MaxConcurrentHandshakes),
 		enrolling:         make(chan struct{}, opts.MaxConcurrentEnrollments),
+		statusWrites:      make(chan struct{}, opts.MaxConcurrentStatusWrites),
 		sessions:          map[string]*session{},
 		pendingDisconnect: map[string]*time.Timer{},
 		ready:             make(chan struct{}),

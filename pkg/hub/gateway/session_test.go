@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/pkg/agent/linkprobe"
@@ -252,4 +253,34 @@ func TestAnAgentThatDoesNotComeBackAfterARestartIsMarked(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// After an outage the whole fleet comes back at once; its sessions record
+// themselves a few at a time, not all together (each write in flight
+// costs the API server, and beyond an HTTP/2 connection's streams a new
+// connection), and every host still reads connected in the end.
+func TestStatusWritesAreBounded(t *testing.T) {
+	ns := newNamespace(t)
+	h := startHub(t, hubOptions{ns: ns, statusWrites: 2, slowStatus: 100 * time.Millisecond})
+	tok := newToken(t, ns, enrollment.Options{})
+	const n = 10
+	edges := make([]*edge, n)
+	for i := range edges {
+		edges[i] = newEdge(t, fmt.Sprintf("crowd-%d", i), h.url, h.srv.CA().Pin(), tok)
+		must(t, agentEnroll(edges[i]))
+	}
+	for _, e := range edges {
+		e.start()
+	}
+	for i := range edges {
+		eventually(t, "every host recorded connected", func() error {
+			if s, err := connectedStatus(ns, fmt.Sprintf("crowd-%d", i)); err != nil || s != metav1.ConditionTrue {
+				return fmt.Errorf("crowd-%d: AgentConnected %s %v", i, s, err)
+			}
+			return nil
+		})
+	}
+	if m := h.writes.maxStatusInFlight.Load(); m > 2 || m < 1 {
+		t.Errorf("%d status writes were in flight at once; the limit is 2", m)
+	}
 }

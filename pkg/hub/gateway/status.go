@@ -84,7 +84,7 @@ func (s *Server) recordStatus(ctx context.Context, ss *session, st *wire.Status)
 		if err != nil {
 			return err
 		}
-		if err := s.client.Status().Patch(ctx, want, p); err != nil {
+		if err := s.writeStatus(ctx, func() error { return s.client.Status().Patch(ctx, want, p) }); err != nil {
 			return fmt.Errorf("patching status of EdgeHost %s: %w", ss.id, err)
 		}
 		statusWrites.WithLabelValues("report").Inc()
@@ -136,61 +136,75 @@ func (s *Server) setConnectivity(ctx context.Context, ss *session, connected boo
 	// together), for half a minute or so: a lost "disconnected" would leave
 	// the host reading connected until the reconciler's ContactLost.
 	err := retry.OnError(connectivityBackoff, retriable, func() error {
-		if !connected && s.sessionFor(ss.id.Namespace, ss.id.Name) != nil {
-			return nil // the agent is back meanwhile
-		}
-		key := client.ObjectKey{Namespace: ss.id.Namespace, Name: ss.id.Name}
-		host := &infrav1.EdgeHost{}
-		err := reader.Get(ctx, key, host)
-		if reader == s.client && (apierrors.IsNotFound(err) || err == nil && string(host.UID) != ss.id.UID) {
-			// The cache may not have seen a host enrolled a moment ago.
-			err = s.apiReader.Get(ctx, key, host)
-		}
-		reader = s.apiReader
-		if err != nil {
-			return client.IgnoreNotFound(err)
-		}
-		if string(host.UID) != ss.id.UID {
+		return s.writeStatus(ctx, func() error {
+			if !connected && s.sessionFor(ss.id.Namespace, ss.id.Name) != nil {
+				return nil // the agent is back meanwhile
+			}
+			key := client.ObjectKey{Namespace: ss.id.Namespace, Name: ss.id.Name}
+			host := &infrav1.EdgeHost{}
+			err := reader.Get(ctx, key, host)
+			if reader == s.client && (apierrors.IsNotFound(err) || err == nil && string(host.UID) != ss.id.UID) {
+				// The cache may not have seen a host enrolled a moment ago.
+				err = s.apiReader.Get(ctx, key, host)
+			}
+			reader = s.apiReader
+			if err != nil {
+				return client.IgnoreNotFound(err)
+			}
+			if string(host.UID) != ss.id.UID {
+				return nil
+			}
+			if !connected && host.Status.HubReplica != "" && host.Status.HubReplica != s.opts.ReplicaName {
+				// The agent holds a session on another replica now, which
+				// recorded itself: the condition is not ours to clear.
+				return nil
+			}
+			want := host.DeepCopy()
+			cond := metav1.Condition{Type: infrav1.AgentConnectedCondition, Status: metav1.ConditionTrue,
+				Reason: ConnectedReason, Message: "Connected to hub replica " + s.opts.ReplicaName,
+				ObservedGeneration: host.Generation}
+			want.Status.HubReplica = s.opts.ReplicaName
+			if !connected {
+				cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, DisconnectedReason, "Session ended"
+				want.Status.HubReplica = ""
+			}
+			meta.SetStatusCondition(&want.Status.Conditions, cond)
+			now := metav1.NewTime(time.Now().Truncate(time.Second))
+			want.Status.LastSeenTime = &now
+			link := ss.takePendingLink()
+			if link != nil && connected {
+				want.Status.Link = link
+			}
+			if err := s.client.Status().Patch(ctx, want, client.MergeFromWithOptions(host, client.MergeFromWithOptimisticLock{})); err != nil {
+				return err
+			}
+			statusWrites.WithLabelValues(cause).Inc()
+			if connected {
+				s.wroteDisconnect.Delete(ss.id.String())
+			} else {
+				s.wroteDisconnect.Store(ss.id.String(), true)
+			}
+			if link != nil && connected {
+				ss.wroteLink(link)
+			}
 			return nil
-		}
-		if !connected && host.Status.HubReplica != "" && host.Status.HubReplica != s.opts.ReplicaName {
-			// The agent holds a session on another replica now, which
-			// recorded itself: the condition is not ours to clear.
-			return nil
-		}
-		want := host.DeepCopy()
-		cond := metav1.Condition{Type: infrav1.AgentConnectedCondition, Status: metav1.ConditionTrue,
-			Reason: ConnectedReason, Message: "Connected to hub replica " + s.opts.ReplicaName,
-			ObservedGeneration: host.Generation}
-		want.Status.HubReplica = s.opts.ReplicaName
-		if !connected {
-			cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, DisconnectedReason, "Session ended"
-			want.Status.HubReplica = ""
-		}
-		meta.SetStatusCondition(&want.Status.Conditions, cond)
-		now := metav1.NewTime(time.Now().Truncate(time.Second))
-		want.Status.LastSeenTime = &now
-		link := ss.takePendingLink()
-		if link != nil && connected {
-			want.Status.Link = link
-		}
-		if err := s.client.Status().Patch(ctx, want, client.MergeFromWithOptions(host, client.MergeFromWithOptimisticLock{})); err != nil {
-			return err
-		}
-		statusWrites.WithLabelValues(cause).Inc()
-		if connected {
-			s.wroteDisconnect.Delete(ss.id.String())
-		} else {
-			s.wroteDisconnect.Store(ss.id.String(), true)
-		}
-		if link != nil && connected {
-			ss.wroteLink(link)
-		}
-		return nil
+		})
 	})
-	if err != nil {
+	if err != nil && ctx.Err() == nil {
 		s.log.Error(err, "Recording agent connectivity", "EdgeHost", ss.id.String(), "connected", connected)
 	}
+}
+
+// writeStatus runs write once a status-write place is free (see
+// Options.MaxConcurrentStatusWrites).
+func (s *Server) writeStatus(ctx context.Context, write func() error) error {
+	select {
+	case s.statusWrites <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-s.statusWrites }()
+	return write()
 }
 
 // connectivityBackoff spreads retries of a connectivity write over half a

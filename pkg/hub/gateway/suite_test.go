@@ -78,8 +78,12 @@ type writeCounter struct {
 	// failDisconnects answers this many "disconnected" writes with 504.
 	failDisconnects atomic.Int64
 	writes          atomic.Int64
-	mu              sync.Mutex
-	paths           []string
+	// slowStatus delays every status write by this much, so writes that
+	// run at once overlap; statusInFlight and maxStatusInFlight count them.
+	slowStatus                        time.Duration
+	statusInFlight, maxStatusInFlight atomic.Int64
+	mu                                sync.Mutex
+	paths                             []string
 }
 
 // to counts the writes whose URL path contains s.
@@ -115,13 +119,35 @@ func (t countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 			}, nil
 		}
 	}
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		t.c.writes.Add(1)
-		t.c.mu.Lock()
-		t.c.paths = append(t.c.paths, r.URL.Path)
-		t.c.mu.Unlock()
+	if r.Method == http.MethodPatch && strings.HasSuffix(r.URL.Path, "/status") && r.Body != nil && t.c.slowStatus > 0 {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			return nil, err
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if !bytes.Contains(body, []byte(`"lastSeenTime"`)) {
+			// Not the gateway's connectivity write (the reconcilers
+			// write status too, under limits of their own).
+			return t.c.count(t.rt, r)
+		}
+		n := t.c.statusInFlight.Add(1)
+		defer t.c.statusInFlight.Add(-1)
+		for m := t.c.maxStatusInFlight.Load(); n > m && !t.c.maxStatusInFlight.CompareAndSwap(m, n); m = t.c.maxStatusInFlight.Load() {
+		}
+		time.Sleep(t.c.slowStatus)
 	}
-	return t.rt.RoundTrip(r)
+	return t.c.count(t.rt, r)
+}
+
+// count counts r if it is a write, and sends it.
+func (c *writeCounter) count(rt http.RoundTripper, r *http.Request) (*http.Response, error) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		c.writes.Add(1)
+		c.mu.Lock()
+		c.paths = append(c.paths, r.URL.Path)
+		c.mu.Unlock()
+	}
+	return rt.RoundTrip(r)
 }
 
 // hub is one running hub replica: gateway plus reconcilers.
@@ -146,6 +172,10 @@ type hubOptions struct {
 	// every namespace, and other tests' hosts must not be written under a
 	// running test.
 	returnGrace time.Duration
+	// statusWrites is MaxConcurrentStatusWrites; slowStatus, the delay of
+	// each status write.
+	statusWrites int
+	slowStatus   time.Duration
 }
 
 func startHub(t *testing.T, o hubOptions) *hub {
@@ -159,7 +189,7 @@ func startHub(t *testing.T, o hubOptions) *hub {
 	if o.returnGrace == 0 {
 		o.returnGrace = time.Hour
 	}
-	h := &hub{done: make(chan struct{}), writes: &writeCounter{}}
+	h := &hub{done: make(chan struct{}), writes: &writeCounter{slowStatus: o.slowStatus}}
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countingTransport{rt: rt, c: h.writes} })
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
@@ -180,7 +210,7 @@ func startHub(t *testing.T, o hubOptions) *hub {
 		ClientCertValidity: o.certValid, MaxConcurrentHandshakes: o.handshakes,
 		LastSeenInterval: o.lastSeen, KeepAlive: 2 * time.Second, HelloTimeout: 2 * time.Second,
 		HousekeepingInterval: 200 * time.Millisecond, DisconnectGrace: o.disconnectGrace, ReturnGrace: o.returnGrace,
-		LinkThresholds: linkhealth.DefaultThresholds(),
+		LinkThresholds: linkhealth.DefaultThresholds(), MaxConcurrentStatusWrites: o.statusWrites,
 	})
 	if err != nil {
 		t.Fatal(err)
