@@ -748,6 +748,14 @@ func (s *hubScale) latency() {
 func (s *hubScale) coldStart() {
 	ctx := context.Background()
 	s.logf("cold start")
+	// Counted from before the agents stop: stopping 10,000 of them takes
+	// longer than the disconnect grace, so the first disconnects are
+	// recorded before the last session ends.
+	const disconnected, connected = `fleet_gateway_status_writes_total{cause="disconnected"}`, `fleet_gateway_status_writes_total{cause="connected"}`
+	m0, err := s.hub.Metrics(ctx)
+	if err != nil {
+		s.b.Fatal(err)
+	}
 	s.agents.Stop()
 	for start := time.Now(); ; {
 		n, err := s.hub.Sessions(ctx)
@@ -763,15 +771,14 @@ func (s *hubScale) coldStart() {
 	// hosts still connected and cost nothing: a cold start is a fleet
 	// coming back to hosts that read disconnected (after a site-wide
 	// outage), so wait until the hub has recorded every one.
-	const disconnected, connected = `fleet_gateway_status_writes_total{cause="disconnected"}`, `fleet_gateway_status_writes_total{cause="connected"}`
-	m0, err := s.hub.Metrics(ctx)
-	if err != nil {
-		s.b.Fatal(err)
-	}
-	for start := time.Now(); ; {
+	for start, last := time.Now(), time.Now(); ; {
 		m, err := s.hub.Metrics(ctx)
 		if err == nil && m[disconnected]-m0[disconnected] >= float64(s.n) {
 			break
+		}
+		if time.Since(last) > 30*time.Second {
+			s.logf("cold start: %v of %d hosts recorded disconnected", m[disconnected]-m0[disconnected], s.n)
+			last = time.Now()
 		}
 		if time.Since(start) > 10*time.Minute {
 			s.fatalf("cold start: %v of %d hosts recorded disconnected after 10 minutes (%v)", m[disconnected]-m0[disconnected], s.n, err)
