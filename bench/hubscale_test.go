@@ -357,11 +357,28 @@ func heapTotal(profile string) (int64, error) {
 func heapTable(profile string, n int) results.Table {
 	t := results.Table{Title: fmt.Sprintf("Live heap by allocation site (`go tool pprof -sample_index=inuse_space -top` of the hub's heap profile after a forced GC, %s agents)", commas(n)),
 		Header: []string{"site", "in use", "÷ agents (the empty hub's share included)"}}
-	out, err := exec.Command("go", "tool", "pprof", "-sample_index=inuse_space", "-top", "-nodecount=12", profile).Output()
+	lines, err := pprofTop(profile, 12, "-sample_index=inuse_space")
 	if err != nil {
 		t.Rows = append(t.Rows, []string{"(pprof failed: " + err.Error() + ")", "", ""})
 		return t
 	}
+	for _, f := range lines {
+		bytes := parseSize(f[0])
+		t.Rows = append(t.Rows, []string{"`" + strings.Join(f[5:], " ") + "`", f[0], fmt.Sprintf("%.1f KiB", float64(bytes)/float64(n)/kib)})
+	}
+	return t
+}
+
+// pprofTop runs `go tool pprof -top` on profile and returns its first n
+// rows, each split into fields: flat, flat%, sum%, cum, cum%, then the
+// function's name.
+func pprofTop(profile string, n int, args ...string) ([][]string, error) {
+	args = append(append([]string{"tool", "pprof"}, args...), "-top", fmt.Sprintf("-nodecount=%d", n), profile)
+	out, err := exec.Command("go", args...).Output()
+	if err != nil {
+		return nil, err
+	}
+	var rows [][]string
 	started := false
 	for _, l := range strings.Split(string(out), "\n") {
 		f := strings.Fields(l)
@@ -369,13 +386,11 @@ func heapTable(profile string, n int) results.Table {
 			started = true
 			continue
 		}
-		if !started || len(f) < 6 {
-			continue
+		if started && len(f) >= 6 {
+			rows = append(rows, f)
 		}
-		bytes := parseSize(f[0])
-		t.Rows = append(t.Rows, []string{"`" + strings.Join(f[5:], " ") + "`", f[0], fmt.Sprintf("%.1f KiB", float64(bytes)/float64(n)/kib)})
 	}
-	return t
+	return rows, nil
 }
 
 func parseSize(s string) int64 {
@@ -944,21 +959,12 @@ func (s *hubScale) profileCPU(dir string, d time.Duration) (stopDriver func(), h
 // profileTable is the top functions of a CPU profile by flat time.
 func profileTable(title, profile string) results.Table {
 	t := results.Table{Title: title, Header: []string{"function", "flat", "flat %", "cum %"}}
-	out, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=15", profile).Output()
+	lines, err := pprofTop(profile, 15)
 	if err != nil {
 		t.Rows = append(t.Rows, []string{"(pprof failed: " + err.Error() + ")", "", "", ""})
 		return t
 	}
-	started := false
-	for _, l := range strings.Split(string(out), "\n") {
-		f := strings.Fields(l)
-		if len(f) >= 5 && f[0] == "flat" {
-			started = true
-			continue
-		}
-		if !started || len(f) < 6 {
-			continue
-		}
+	for _, f := range lines {
 		t.Rows = append(t.Rows, []string{"`" + strings.Join(f[5:], " ") + "`", f[0], f[1], f[4]})
 	}
 	return t
