@@ -256,6 +256,7 @@ func (s *hubScale) waitAll(what string, count func() int) (time.Duration, result
 	start := time.Now()
 	line := results.Line{Name: what}
 	last := time.Time{}
+	reasons := s.agents.Disconnects.Snapshot()
 	for {
 		n := count()
 		el := time.Since(start)
@@ -268,11 +269,40 @@ func (s *hubScale) waitAll(what string, count func() int) (time.Duration, result
 			s.b.Fatalf("%s: %d of %d after %s", what, n, s.n, el)
 		}
 		if time.Since(last) > 10*time.Second {
-			s.logf("%s: %d of %d after %s", what, n, s.n, el.Round(time.Second))
+			s.logf("%s: %d of %d after %s%s", what, n, s.n, el.Round(time.Second), topReasons(s.agents.Disconnects.Since(reasons), 3))
 			last = time.Now()
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+}
+
+// topReasons shows the first n reasons agents' sessions ended for.
+func topReasons(c []load.Count, n int) string {
+	var b strings.Builder
+	for i, r := range c[:min(n, len(c))] {
+		sep := "; "
+		if i == 0 {
+			sep = "; sessions ended: "
+		}
+		fmt.Fprintf(&b, "%s%d× %q", sep, r.N, r.Reason)
+	}
+	return b.String()
+}
+
+// disconnectTable shows why the agents' sessions ended (or their attempts
+// failed) since before, a Snapshot.
+func (s *hubScale) disconnectTable(title string, before map[string]int) results.Table {
+	t := results.Table{Title: title, Header: []string{"reason (the agent's log line; addresses and numbers blanked)", "count"}}
+	for i, c := range s.agents.Disconnects.Since(before) {
+		if i == 12 {
+			break
+		}
+		t.Rows = append(t.Rows, []string{"`" + c.Reason + "`", strconv.Itoa(c.N)})
+	}
+	if len(t.Rows) == 0 {
+		t.Rows = append(t.Rows, []string{"(none)", "0"})
+	}
+	return t
 }
 
 const kib = 1024.0
@@ -812,6 +842,7 @@ func (s *hubScale) coldStart() {
 	if err != nil {
 		s.b.Fatal(err)
 	}
+	reasons := s.agents.Disconnects.Snapshot()
 	s.agents.Start(0)
 	recorded := results.Line{Name: "recorded connected in the API"}
 	start := time.Now()
@@ -831,7 +862,8 @@ func (s *hubScale) coldStart() {
 	}()
 	s.rep.Tables = append(s.rep.Tables, cpuTable(fmt.Sprintf("Where the machine's CPU went while %s agents connected (cold start, %.1f s on %d cores; /proc/PID/stat)", commas(s.n), took.Seconds(), runtime.NumCPU()),
 		cpu0, cpu1, took),
-		profileTable("Load driver CPU during the cold start by function (the agents' side: `go tool pprof -top` of the driver's CPU profile until all connected)", filepath.Join(dir, "driver-cpu.pb.gz")))
+		profileTable("Load driver CPU during the cold start by function (the agents' side: `go tool pprof -top` of the driver's CPU profile until all connected)", filepath.Join(dir, "driver-cpu.pb.gz")),
+		s.disconnectTable("Why agents' attempts or sessions ended during the cold start (each then retried)", reasons))
 	var recordedTook time.Duration
 	for {
 		m, err := s.hub.Metrics(ctx)
@@ -974,6 +1006,7 @@ func profileTable(title, profile string) results.Table {
 func (s *hubScale) storm() {
 	ctx := context.Background()
 	s.logf("reconnect storm")
+	reasons := s.agents.Disconnects.Snapshot()
 	killed := time.Now()
 	s.hub.Kill()
 	if err := s.hub.Restart(); err != nil {
@@ -1007,6 +1040,7 @@ func (s *hubScale) storm() {
 		time.Sleep(250 * time.Millisecond)
 	}
 	took += off
+	s.rep.Tables = append(s.rep.Tables, s.disconnectTable("Why agents' sessions or attempts ended during the reconnect storm (the kill ends every session once; each then retried)", reasons))
 	s.rep.Add(results.Figure{Key: "storm-s", Name: "reconnect storm: all sessions back after the hub is killed and restarted", Value: took.Seconds(), Unit: "s",
 		Target: "≤ 60 s", Limit: results.Limit(60), Below: true})
 	s.rep.Add(results.Figure{Key: "storm-resync-s", Name: "reconnect storm: every agent resynced (holds a fresh desired state)", Value: resyncTook.Seconds(), Unit: "s",

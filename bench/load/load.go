@@ -17,7 +17,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -248,6 +247,8 @@ type Agents struct {
 	onDesired   func(int, *wire.DesiredState)
 	provisioner func(int, agent.Config) agent.Provisioner
 	perToken    int
+	// Disconnects counts why the agents' sessions ended.
+	Disconnects Reasons
 }
 
 type edge struct {
@@ -367,7 +368,7 @@ func (a *Agents) Start(spread time.Duration) {
 		if a.provisioner != nil {
 			prov = a.provisioner(i, e.cfg)
 		}
-		ag := agent.New(e.cfg, prov, logr.Discard())
+		ag := agent.New(e.cfg, prov, a.Disconnects.logger())
 		ag.OnDesired = func(d *wire.DesiredState) {
 			e.desiredAt.Store(time.Now().UnixNano())
 			if a.onDesired != nil {

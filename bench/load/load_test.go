@@ -61,6 +61,13 @@ func TestSmoke(t *testing.T) {
 	if _, err := hub.WaitSessions(ctx, n, 2*time.Minute, nil); err != nil {
 		t.Fatalf("after a hub restart: %v", err)
 	}
+	ended := 0
+	for _, c := range agents.Disconnects.Since(nil) {
+		ended += c.N
+	}
+	if ended < n {
+		t.Errorf("agents' session ends counted %d, want at least %d (the kill ended every session): %v", ended, n, agents.Disconnects.Since(nil))
+	}
 	deadline := time.Now().Add(time.Minute)
 	for {
 		c, err := Connected(ctx, env.Client, "fleet-load")
@@ -80,6 +87,23 @@ func TestSmoke(t *testing.T) {
 		t.Errorf("%d EdgeHosts for %d agents: some enrolled twice", len(hosts.Items), n)
 	}
 	fmt.Fprintf(os.Stderr, "smoke: %d agents connected, survived a hub restart\n", n)
+}
+
+// Reasons count alike reasons together: addresses and numbers are
+// blanked.
+func TestReasonsCountAlikeTogether(t *testing.T) {
+	var r Reasons
+	before := r.Snapshot()
+	log := r.logger()
+	log.Info("Disconnected from hub, retrying", "reason", "connecting to hub: read tcp 127.0.0.2:41234->127.0.0.1:7443: i/o timeout", "retryIn", "1s")
+	log.Info("Disconnected from hub, retrying", "reason", "connecting to hub: read tcp 127.0.0.3:5012->127.0.0.1:7443: i/o timeout")
+	log.Info("Disconnected from hub, retrying", "reason", "hub busy, asked to retry in 2s")
+	log.Info("Connected to hub", "reason", "not a disconnection")
+	got := r.Since(before)
+	want := []Count{{"connecting to hub: read tcp ADDR->ADDR: i/o timeout", 2}, {"hub busy, asked to retry in Ns", 1}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
 }
 
 // Agents start one token at a time in turn, each exactly once.

@@ -71,6 +71,7 @@ type options struct {
 	advertiseURL       string
 	clientCertValidity time.Duration
 	maxHandshakes      int
+	maxTLSHandshakes   int
 	maxEnrollments     int
 	lastSeenInterval   time.Duration
 	disconnectGrace    time.Duration
@@ -114,6 +115,7 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.advertiseURL, "gateway-advertise-url", "", "URL agents use to reach the gateway (published for `kubectl fleet token create`).")
 	fs.DurationVar(&o.clientCertValidity, "client-cert-validity", 90*24*time.Hour, "Lifetime of host client certificates; agents renew at 70-90 %.")
 	fs.IntVar(&o.maxHandshakes, "max-concurrent-handshakes", 1024, "Session handshakes admitted at once (from the upgrade to the agent's Hello); more wait up to 5 s for a place, then are told to retry (503).")
+	fs.IntVar(&o.maxTLSHandshakes, "max-concurrent-tls-handshakes", 0, "TLS handshakes on the gateway at once (0: 64 per core); more connections wait up to 10 s for a place, in arrival order, then are closed. Bounded, a fleet dialling at once after an outage is served one handshake after another instead of all of them timing out together.")
 	fs.IntVar(&o.maxEnrollments, "max-concurrent-enrollments", 16, "Enrollments in progress at once; more are told to retry shortly (503). Each costs several API requests (see --kube-api-qps).")
 	fs.DurationVar(&o.lastSeenInterval, "last-seen-interval", 5*time.Minute, "How often a connected host's lastSeenTime is refreshed (its only idle API write).")
 	fs.DurationVar(&o.disconnectGrace, "disconnect-grace", 30*time.Second, "How long a host whose session ended still reads as connected: an agent back within it (a restart, a dropped connection, a hub restart) costs no API write. 0 records every disconnection at once.")
@@ -155,8 +157,8 @@ func main() {
 		fmt.Fprintf(os.Stderr, "fleet-hub: loading kubeconfig: %v\n", err)
 		os.Exit(1)
 	}
-	if o.maxHandshakes < 0 || o.maxEnrollments < 0 {
-		fmt.Fprintf(os.Stderr, "fleet-hub: --max-concurrent-handshakes and --max-concurrent-enrollments must not be negative (got %d and %d)\n", o.maxHandshakes, o.maxEnrollments)
+	if o.maxHandshakes < 0 || o.maxTLSHandshakes < 0 || o.maxEnrollments < 0 {
+		fmt.Fprintf(os.Stderr, "fleet-hub: --max-concurrent-handshakes, --max-concurrent-tls-handshakes and --max-concurrent-enrollments must not be negative (got %d, %d and %d)\n", o.maxHandshakes, o.maxTLSHandshakes, o.maxEnrollments)
 		os.Exit(2)
 	}
 	if o.disconnectGrace < 0 {
@@ -254,20 +256,21 @@ func run(ctx context.Context, cfg *rest.Config, o options) error {
 		}
 		hostname, _ := os.Hostname()
 		gw, err := gateway.Setup(ctx, mgr, gateway.Options{
-			Addr:                     o.gatewayAddr,
-			HubNamespace:             o.hubNamespace,
-			DNSNames:                 splitList(o.gatewayDNSNames),
-			IPs:                      ips,
-			ClientCertValidity:       o.clientCertValidity,
-			MaxConcurrentHandshakes:  o.maxHandshakes,
-			MaxConcurrentEnrollments: o.maxEnrollments,
-			LastSeenInterval:         o.lastSeenInterval,
-			DisconnectGrace:          disconnectGrace(o.disconnectGrace),
-			ReplicaName:              hostname,
-			AdvertiseURL:             o.advertiseURL,
-			LinkThresholds:           thresholds,
-			EnrollRate:               rate.Limit(o.enrollRate),
-			EnrollBurst:              o.enrollBurst,
+			Addr:                       o.gatewayAddr,
+			HubNamespace:               o.hubNamespace,
+			DNSNames:                   splitList(o.gatewayDNSNames),
+			IPs:                        ips,
+			ClientCertValidity:         o.clientCertValidity,
+			MaxConcurrentHandshakes:    o.maxHandshakes,
+			MaxConcurrentEnrollments:   o.maxEnrollments,
+			MaxConcurrentTLSHandshakes: o.maxTLSHandshakes,
+			LastSeenInterval:           o.lastSeenInterval,
+			DisconnectGrace:            disconnectGrace(o.disconnectGrace),
+			ReplicaName:                hostname,
+			AdvertiseURL:               o.advertiseURL,
+			LinkThresholds:             thresholds,
+			EnrollRate:                 rate.Limit(o.enrollRate),
+			EnrollBurst:                o.enrollBurst,
 		})
 		if err != nil {
 			return err

@@ -14,6 +14,10 @@ var (
 		Name: "fleet_gateway_handshakes_total",
 		Help: "Session handshakes by result (ok, no_certificate, revoked, busy, upgrade_failed, bad_hello).",
 	}, []string{"result"})
+	tlsHandshakes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fleet_gateway_tls_handshakes_total",
+		Help: "TLS handshakes on the gateway by result (ok, failed, busy: no place among --max-concurrent-tls-handshakes in time, the connection was closed).",
+	}, []string{"result"})
 	enrollments = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fleet_gateway_enrollments_total",
 		Help: "Enrollment attempts by result (ok, malformed, unknown, expired, used_up, revoked, rate_limited, busy, bad_request, error).",
@@ -42,5 +46,5 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(connectedAgents, handshakes, enrollments, messages, rejectedFrames, pushLatency, statusWrites, skippedStatusWrites)
+	metrics.Registry.MustRegister(connectedAgents, handshakes, tlsHandshakes, enrollments, messages, rejectedFrames, pushLatency, statusWrites, skippedStatusWrites)
 }

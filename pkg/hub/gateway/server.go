@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"runtime"
 	"sync"
 	"time"
 
@@ -48,6 +49,16 @@ type Options struct {
 	// agent, for a few KiB: a small limit turns agents away while the cores
 	// idle, and each comes back with a new TLS handshake.
 	MaxConcurrentHandshakes int
+	// MaxConcurrentTLSHandshakes bounds the TLS handshakes in progress
+	// (default 64 per core); more connections wait, in arrival order, up
+	// to TLSHandshakeWait for a place and are then closed (the agent
+	// retries). A handshake is mostly the hub's CPU: unbounded, a fleet
+	// dialling at once shares the cores between all of its handshakes and
+	// none completes in time (see handshakeListener).
+	MaxConcurrentTLSHandshakes int
+	// TLSHandshakeWait is how long a connection waits for a TLS handshake
+	// place (default 10 s: agents give a dial 15 s).
+	TLSHandshakeWait time.Duration
 	// MaxConcurrentEnrollments admits at most this many enrollments at
 	// once (default 16); more are told to come back shortly (503). Each
 	// costs several API requests: without a bound, a fleet powering up at
@@ -123,6 +134,12 @@ func (o *Options) Defaults() {
 	}
 	if o.MaxConcurrentHandshakes == 0 {
 		o.MaxConcurrentHandshakes = 1024
+	}
+	if o.MaxConcurrentTLSHandshakes <= 0 {
+		o.MaxConcurrentTLSHandshakes = 64 * runtime.GOMAXPROCS(0)
+	}
+	if o.TLSHandshakeWait <= 0 {
+		o.TLSHandshakeWait = 10 * time.Second
 	}
 	if o.MaxConcurrentStatusWrites <= 0 {
 		o.MaxConcurrentStatusWrites = 16
@@ -337,7 +354,10 @@ func (s *Server) Start(ctx context.Context) error {
 	defer sweep.Stop()
 
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(tls.NewListener(ln, tlsCfg)) }()
+	// The TLS handshake timeout is net/http's read-header timeout, which
+	// it used to bound.
+	tlsLn := newHandshakeListener(ln, tlsCfg, s.opts.MaxConcurrentTLSHandshakes, s.opts.TLSHandshakeWait, srv.ReadHeaderTimeout)
+	go func() { errc <- srv.Serve(tlsLn) }()
 	select {
 	case <-ctx.Done():
 	case err := <-errc:
