@@ -137,57 +137,9 @@ func (s *Server) setConnectivity(ctx context.Context, ss *session, connected boo
 	// the host reading connected until the reconciler's ContactLost.
 	err := retry.OnError(connectivityBackoff, retriable, func() error {
 		return s.writeStatus(ctx, func() error {
-			if !connected && s.sessionFor(ss.id.Namespace, ss.id.Name) != nil {
-				return nil // the agent is back meanwhile
-			}
-			key := client.ObjectKey{Namespace: ss.id.Namespace, Name: ss.id.Name}
-			host := &infrav1.EdgeHost{}
-			err := reader.Get(ctx, key, host)
-			if reader == s.client && (apierrors.IsNotFound(err) || err == nil && string(host.UID) != ss.id.UID) {
-				// The cache may not have seen a host enrolled a moment ago.
-				err = s.apiReader.Get(ctx, key, host)
-			}
+			err := s.writeConnectivity(ctx, ss, connected, cause, reader)
 			reader = s.apiReader
-			if err != nil {
-				return client.IgnoreNotFound(err)
-			}
-			if string(host.UID) != ss.id.UID {
-				return nil
-			}
-			if !connected && host.Status.HubReplica != "" && host.Status.HubReplica != s.opts.ReplicaName {
-				// The agent holds a session on another replica now, which
-				// recorded itself: the condition is not ours to clear.
-				return nil
-			}
-			want := host.DeepCopy()
-			cond := metav1.Condition{Type: infrav1.AgentConnectedCondition, Status: metav1.ConditionTrue,
-				Reason: ConnectedReason, Message: "Connected to hub replica " + s.opts.ReplicaName,
-				ObservedGeneration: host.Generation}
-			want.Status.HubReplica = s.opts.ReplicaName
-			if !connected {
-				cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, DisconnectedReason, "Session ended"
-				want.Status.HubReplica = ""
-			}
-			meta.SetStatusCondition(&want.Status.Conditions, cond)
-			now := metav1.NewTime(time.Now().Truncate(time.Second))
-			want.Status.LastSeenTime = &now
-			link := ss.takePendingLink()
-			if link != nil && connected {
-				want.Status.Link = link
-			}
-			if err := s.client.Status().Patch(ctx, want, client.MergeFromWithOptions(host, client.MergeFromWithOptimisticLock{})); err != nil {
-				return err
-			}
-			statusWrites.WithLabelValues(cause).Inc()
-			if connected {
-				s.wroteDisconnect.Delete(ss.id.String())
-			} else {
-				s.wroteDisconnect.Store(ss.id.String(), true)
-			}
-			if link != nil && connected {
-				ss.wroteLink(link)
-			}
-			return nil
+			return err
 		})
 	})
 	if err != nil && ctx.Err() == nil {
@@ -197,6 +149,61 @@ func (s *Server) setConnectivity(ctx context.Context, ss *session, connected boo
 
 // writeStatus runs write once a status-write place is free (see
 // Options.MaxConcurrentStatusWrites).
+// writeConnectivity is one attempt at recording the session's host as
+// connected or not, from the host as reader has it.
+func (s *Server) writeConnectivity(ctx context.Context, ss *session, connected bool, cause string, reader client.Reader) error {
+	if !connected && s.sessionFor(ss.id.Namespace, ss.id.Name) != nil {
+		return nil // the agent is back meanwhile
+	}
+	key := client.ObjectKey{Namespace: ss.id.Namespace, Name: ss.id.Name}
+	host := &infrav1.EdgeHost{}
+	err := reader.Get(ctx, key, host)
+	if reader == s.client && (apierrors.IsNotFound(err) || err == nil && string(host.UID) != ss.id.UID) {
+		// The cache may not have seen a host enrolled a moment ago.
+		err = s.apiReader.Get(ctx, key, host)
+	}
+	if err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if string(host.UID) != ss.id.UID {
+		return nil
+	}
+	if !connected && host.Status.HubReplica != "" && host.Status.HubReplica != s.opts.ReplicaName {
+		// The agent holds a session on another replica now, which
+		// recorded itself: the condition is not ours to clear.
+		return nil
+	}
+	want := host.DeepCopy()
+	cond := metav1.Condition{Type: infrav1.AgentConnectedCondition, Status: metav1.ConditionTrue,
+		Reason: ConnectedReason, Message: "Connected to hub replica " + s.opts.ReplicaName,
+		ObservedGeneration: host.Generation}
+	want.Status.HubReplica = s.opts.ReplicaName
+	if !connected {
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, DisconnectedReason, "Session ended"
+		want.Status.HubReplica = ""
+	}
+	meta.SetStatusCondition(&want.Status.Conditions, cond)
+	now := metav1.NewTime(time.Now().Truncate(time.Second))
+	want.Status.LastSeenTime = &now
+	link := ss.takePendingLink()
+	if link != nil && connected {
+		want.Status.Link = link
+	}
+	if err := s.client.Status().Patch(ctx, want, client.MergeFromWithOptions(host, client.MergeFromWithOptimisticLock{})); err != nil {
+		return err
+	}
+	statusWrites.WithLabelValues(cause).Inc()
+	if connected {
+		s.wroteDisconnect.Delete(ss.id.String())
+	} else {
+		s.wroteDisconnect.Store(ss.id.String(), true)
+	}
+	if link != nil && connected {
+		ss.wroteLink(link)
+	}
+	return nil
+}
+
 func (s *Server) writeStatus(ctx context.Context, write func() error) error {
 	select {
 	case s.statusWrites <- struct{}{}:
