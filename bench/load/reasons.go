@@ -73,10 +73,9 @@ func (r *Reasons) logger() logr.Logger { return logr.New(reasonSink{r: r}) }
 
 type reasonSink struct{ r *Reasons }
 
-func (reasonSink) Init(logr.RuntimeInfo)  {}
-func (reasonSink) Enabled(level int) bool { return level == 0 }
-func (reasonSink) Error(error, string, ...any) {
-}
+func (reasonSink) Init(logr.RuntimeInfo)       {}
+func (reasonSink) Enabled(level int) bool      { return level == 0 }
+func (reasonSink) Error(error, string, ...any) {}
 func (s reasonSink) Info(_ int, msg string, kv ...any) {
 	if msg != "Disconnected from hub, retrying" {
 		return

@@ -147,8 +147,6 @@ func (s *Server) setConnectivity(ctx context.Context, ss *session, connected boo
 	}
 }
 
-// writeStatus runs write once a status-write place is free (see
-// Options.MaxConcurrentStatusWrites).
 // writeConnectivity is one attempt at recording the session's host as
 // connected or not, from the host as reader has it.
 func (s *Server) writeConnectivity(ctx context.Context, ss *session, connected bool, cause string, reader client.Reader) error {
@@ -204,6 +202,8 @@ func (s *Server) writeConnectivity(ctx context.Context, ss *session, connected b
 	return nil
 }
 
+// writeStatus runs write once a status-write place is free (see
+// Options.MaxConcurrentStatusWrites).
 func (s *Server) writeStatus(ctx context.Context, write func() error) error {
 	select {
 	case s.statusWrites <- struct{}{}:
