@@ -37,6 +37,20 @@ func DefaultThresholds() Thresholds {
 // window.
 const recoverBelow = 0.5
 
+// HostCondition is the LinkDegraded condition of a host whose agent is
+// connected or not; was is the host's current one. A disconnected agent's
+// last report says nothing about a link that is down now. The EdgeHost
+// reconciler sets it, and the gateway writes it together with
+// AgentConnected, so that a connect or a disconnect costs the API server
+// one write rather than two.
+func HostCondition(l *infrav1.LinkHealth, connected bool, t Thresholds, was *metav1.Condition) metav1.Condition {
+	if !connected {
+		return metav1.Condition{Type: infrav1.LinkDegradedCondition, Status: metav1.ConditionUnknown,
+			Reason: infrav1.LinkNotReportedReason, Message: "The agent is disconnected"}
+	}
+	return Condition(l, t, was != nil && was.Status == metav1.ConditionTrue)
+}
+
 // Condition is the LinkDegraded condition for a report (nil: none yet);
 // wasDegraded is the current verdict, for hysteresis. Messages name the
 // thresholds, never the figures (they are in status.link), so a verdict

@@ -211,13 +211,8 @@ func (r *Reconciler) patch(ctx context.Context, host *infrav1.EdgeHost, h *patch
 // event when the verdict changes.
 func (r *Reconciler) setLinkDegraded(host *infrav1.EdgeHost) {
 	was := conditions.Get(host, infrav1.LinkDegradedCondition)
-	if conditions.IsFalse(host, infrav1.AgentConnectedCondition) || conditions.GetReason(host, infrav1.AgentConnectedCondition) == ContactLostReason {
-		// The last report says nothing about a link that is down now.
-		conditions.Set(host, metav1.Condition{Type: infrav1.LinkDegradedCondition, Status: metav1.ConditionUnknown,
-			Reason: infrav1.LinkNotReportedReason, Message: "The agent is disconnected"})
-		return
-	}
-	cond := linkhealth.Condition(host.Status.Link, r.LinkThresholds, was != nil && was.Status == metav1.ConditionTrue)
+	connected := !conditions.IsFalse(host, infrav1.AgentConnectedCondition) && conditions.GetReason(host, infrav1.AgentConnectedCondition) != ContactLostReason
+	cond := linkhealth.HostCondition(host.Status.Link, connected, r.LinkThresholds, was)
 	switch {
 	case cond.Status == metav1.ConditionTrue && (was == nil || was.Status != metav1.ConditionTrue):
 		r.Recorder.Eventf(host, nil, corev1.EventTypeWarning, infrav1.LinkDegradedReason, "LinkHealth", "%s", cond.Message)

@@ -36,13 +36,18 @@ func (r *Reconciler) hostToEdgeMachines(ctx context.Context, o client.Object) []
 	if !ok {
 		return nil
 	}
+	if h.Spec.ClaimRef != nil {
+		// Woken by name: a machine re-created under it reconciles once
+		// for nothing, which is cheaper than listing every machine on
+		// each of the host's status writes.
+		return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: h.Namespace, Name: h.Spec.ClaimRef.Name}}}
+	}
+	// Read-only, so not deep-copied: at a fleet's cold start this runs for
+	// every host's connectivity write.
 	list := &infrav1.EdgeMachineList{}
-	if err := r.Client.List(ctx, list, client.InNamespace(h.Namespace)); err != nil {
+	if err := r.Client.List(ctx, list, client.InNamespace(h.Namespace), client.UnsafeDisableDeepCopy); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Listing EdgeMachines for EdgeHost")
 		return nil
-	}
-	if h.Spec.ClaimRef != nil {
-		return requests(list.Items, func(em *infrav1.EdgeMachine) bool { return em.UID == h.Spec.ClaimRef.UID })
 	}
 	return requests(list.Items, func(em *infrav1.EdgeMachine) bool {
 		return em.DeletionTimestamp.IsZero() && !conditions.IsTrue(em, infrav1.HostClaimedCondition)
