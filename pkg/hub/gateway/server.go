@@ -50,8 +50,8 @@ type Options struct {
 	// idle, and each comes back with a new TLS handshake.
 	MaxConcurrentHandshakes int
 	// MaxConcurrentTLSHandshakes bounds the TLS handshakes in progress
-	// (default 64 per core); more connections wait, in arrival order, up
-	// to TLSHandshakeWait for a place and are then closed (the agent
+	// (default 64 per core); more connections wait, newest served first,
+	// up to TLSHandshakeWait for a place and are then closed (the agent
 	// retries). A handshake is mostly the hub's CPU: unbounded, a fleet
 	// dialling at once shares the cores between all of its handshakes and
 	// none completes in time (see handshakeListener).

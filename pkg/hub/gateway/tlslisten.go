@@ -10,9 +10,9 @@ import (
 )
 
 // handshakeListener does the TLS handshakes of the connections it accepts
-// before net/http sees them, at most cap(places) at once; connections
-// beyond that wait, in arrival order, up to wait for a place and are
-// closed if none frees.
+// before net/http sees them, at most limit at once; connections beyond
+// that wait up to wait for a place, newest first (see newestFirst), and
+// are closed if none comes.
 //
 // Why: after an outage a whole fleet dials at once. Behind tls.NewListener
 // every connection's handshake runs in a goroutine of its own at the same
@@ -26,7 +26,7 @@ import (
 type handshakeListener struct {
 	raw     net.Listener
 	cfg     *tls.Config
-	places  chan struct{}
+	places  *newestFirst
 	wait    time.Duration
 	timeout time.Duration
 
@@ -42,7 +42,7 @@ type handshakeListener struct {
 // once, each bounded by timeout.
 func newHandshakeListener(raw net.Listener, cfg *tls.Config, limit int, wait, timeout time.Duration) *handshakeListener {
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &handshakeListener{raw: raw, cfg: cfg, places: make(chan struct{}, limit), wait: wait, timeout: timeout,
+	l := &handshakeListener{raw: raw, cfg: cfg, places: newNewestFirst(limit), wait: wait, timeout: timeout,
 		ready: make(chan net.Conn), ctx: ctx, cancel: cancel}
 	go l.acceptLoop()
 	return l
@@ -105,7 +105,7 @@ func (l *handshakeListener) acceptLoop() {
 // handshake waits for a place, does the TLS handshake and hands the
 // connection to Accept.
 func (l *handshakeListener) handshake(raw net.Conn) {
-	if !takePlace(l.ctx, l.places, l.wait) {
+	if !l.places.take(l.ctx, l.wait) {
 		tlsHandshakes.WithLabelValues("busy").Inc()
 		_ = raw.Close()
 		return
@@ -114,7 +114,7 @@ func (l *handshakeListener) handshake(raw net.Conn) {
 	ctx, cancel := context.WithTimeout(l.ctx, l.timeout)
 	err := conn.HandshakeContext(ctx)
 	cancel()
-	<-l.places
+	l.places.release()
 	if err != nil {
 		tlsHandshakes.WithLabelValues("failed").Inc()
 		_ = conn.Close()

@@ -56,7 +56,7 @@ func TestTLSHandshakesAreBounded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for deadline := time.Now().Add(10 * time.Second); len(l.places) != 1; time.Sleep(10 * time.Millisecond) {
+		for deadline := time.Now().Add(10 * time.Second); l.places.inUse() != 1; time.Sleep(10 * time.Millisecond) {
 			if time.Now().After(deadline) {
 				t.Fatal("the silent connection took no place")
 			}
