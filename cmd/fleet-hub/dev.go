@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/edgefleet/fleet/pkg/hub/embedded"
+	"github.com/edgefleet/fleet/pkg/hub/lazylog"
 )
 
 // dev runs `fleet-hub dev`: a whole management cluster in this process.
@@ -49,7 +50,7 @@ func dev(args []string) error {
 	}
 	defer logFile.Close()
 	zopts.DestWriter = logFile
-	o.Logger = zap.New(zap.UseFlagOptions(&zopts))
+	o.Logger = lazylog.New(zap.New(zap.UseFlagOptions(&zopts)))
 	ctrl.SetLogger(o.Logger)
 	klog.SetLogger(o.Logger)
 	fmt.Printf("logs: %s\n", logFile.Name())

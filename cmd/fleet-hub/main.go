@@ -24,6 +24,7 @@ import (
 	"github.com/edgefleet/fleet/internal/version"
 	hubcontrollers "github.com/edgefleet/fleet/pkg/hub/controllers"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
+	"github.com/edgefleet/fleet/pkg/hub/lazylog"
 	"github.com/edgefleet/fleet/pkg/hub/linkhealth"
 	"github.com/edgefleet/fleet/pkg/hub/reach"
 )
@@ -150,7 +151,7 @@ func main() {
 		fmt.Println(version.Version)
 		return
 	}
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap)))
+	ctrl.SetLogger(lazylog.New(zap.New(zap.UseFlagOptions(&o.zap))))
 	klog.SetLogger(ctrl.Log)
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
