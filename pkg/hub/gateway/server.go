@@ -50,7 +50,7 @@ type Options struct {
 	// idle, and each comes back with a new TLS handshake.
 	MaxConcurrentHandshakes int
 	// MaxConcurrentTLSHandshakes bounds the TLS handshakes in progress
-	// (default 256 per core); more connections wait, newest served first,
+	// (default 64 per core); more connections wait, newest served first,
 	// up to TLSHandshakeWait for a place and are then closed (the agent
 	// retries). A handshake is mostly the hub's CPU: unbounded, a fleet
 	// dialling at once shares the cores between all of its handshakes and
@@ -136,11 +136,7 @@ func (o *Options) Defaults() {
 		o.MaxConcurrentHandshakes = 1024
 	}
 	if o.MaxConcurrentTLSHandshakes <= 0 {
-		// Most of a handshake is waiting for the agent (a round trip,
-		// over links up to satellite's, and a small device's CPU): the
-		// places must cover the handshakes the cores can do per second
-		// times that wait, not only the cores.
-		o.MaxConcurrentTLSHandshakes = 256 * runtime.GOMAXPROCS(0)
+		o.MaxConcurrentTLSHandshakes = 64 * runtime.GOMAXPROCS(0)
 	}
 	if o.TLSHandshakeWait <= 0 {
 		o.TLSHandshakeWait = 10 * time.Second
