@@ -898,7 +898,7 @@ func (s *hubScale) coldStart() {
 	// the cores, and the hub's part is what a hub with cores of its own
 	// would spend.
 	var machineCPU time.Duration
-	for _, p := range append([]string{"driver"}, cpuPrograms...) {
+	for _, p := range measuredPrograms {
 		machineCPU += cpu1[p] - cpu0[p]
 	}
 	s.rep.Add(results.Figure{Key: "cold-start-cpu-per-agent", Name: "cold start: CPU per agent, all processes (driver, hub, API server, etcd)",
@@ -948,13 +948,17 @@ func requestTable(title, perHeader string, d map[load.Request]float64, units flo
 // besides the driver.
 var cpuPrograms = []string{"fleet-hub", "kube-apiserver", "etcd"}
 
+// measuredPrograms are the driver ("driver", load.CPUByProgram's name for
+// this process) and cpuPrograms: everything a benchmark runs.
+var measuredPrograms = append([]string{"driver"}, cpuPrograms...)
+
 // cpuTable shows each program's CPU between two samples, and its share of
 // the machine over took.
 func cpuTable(title string, before, after map[string]time.Duration, took time.Duration) results.Table {
 	t := results.Table{Title: title, Header: []string{"process", "CPU seconds", "share of the machine"}}
 	machine := took.Seconds() * float64(runtime.NumCPU())
 	var total float64
-	for _, p := range append([]string{"driver"}, cpuPrograms...) {
+	for _, p := range measuredPrograms {
 		d := (after[p] - before[p]).Seconds()
 		total += d
 		name := p
