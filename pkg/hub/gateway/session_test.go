@@ -109,6 +109,17 @@ func TestHubRestart(t *testing.T) {
 		}
 		return nil
 	})
+	// The desired state is pushed before the connection is recorded, so
+	// provisioning can finish first: wait for the record, which is what
+	// the stop below must leave alone.
+	eventually(t, "all recorded connected", func() error {
+		for i := range edges {
+			if s, err := connectedStatus(ns, fmt.Sprintf("till-%d", i)); err != nil || s != "True" {
+				return fmt.Errorf("till-%d AgentConnected %s %v", i, s, err)
+			}
+		}
+		return nil
+	})
 
 	// Cut: the hub goes away for a while. A stopping hub records no
 	// session ends (its agents come back to the next replica; the EdgeHost
