@@ -1,11 +1,18 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"os"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/edgefleet/fleet/pkg/transport"
 )
 
 func TestRetryDelay(t *testing.T) {
@@ -44,5 +51,47 @@ func TestRetryDelay(t *testing.T) {
 	}
 	if longest <= 10*time.Second || longest > time.Minute+100*time.Millisecond {
 		t.Errorf("no recent session: longest delay %s, want over 10 s and at most 1 min", longest)
+	}
+}
+
+// A hub that accepts a connection and closes it before the TLS handshake
+// is shedding a crowd, not gone: however often that happened, the agent
+// comes back within a few seconds, and the back-off still grows (a
+// refusal after it is backed off from where it stands).
+func TestRetryDelayAfterAConnectionClosedUnserved(t *testing.T) {
+	a := &Agent{cfg: Config{MaxBackoff: time.Minute}}
+	for _, cause := range []error{syscall.ECONNRESET, io.EOF} {
+		unserved := &unservedError{err: &net.OpError{Op: "read", Net: "tcp", Err: cause}}
+		attempt := 10
+		for range 200 {
+			if d := a.retryDelay(unserved, &attempt, time.Time{}); d > unservedCeiling+100*time.Millisecond {
+				t.Fatalf("closed unserved (%v) on attempt %d: delay %s, want at most %s", cause, attempt, d, unservedCeiling)
+			}
+		}
+		if attempt != 210 {
+			t.Errorf("attempts counted %d, want 210", attempt)
+		}
+	}
+}
+
+// Which dial failures count as closed unserved: what the hub's handshake
+// admission does (reset, or end of stream before the server's hello) and
+// nothing that says the hub is absent.
+func TestClosedUnservedIsOnlyAClosedConnection(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{&net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}, true},
+		{&net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", syscall.EPIPE)}, true},
+		{io.EOF, true},
+		{fmt.Errorf("tls: %w", io.ErrUnexpectedEOF), true},
+		{&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, false},
+		{context.DeadlineExceeded, false},
+		{errors.New("x509: certificate signed by unknown authority"), false},
+	} {
+		if got := transport.ClosedUnserved(c.err); got != c.want {
+			t.Errorf("ClosedUnserved(%v) = %v, want %v", c.err, got, c.want)
+		}
 	}
 }
