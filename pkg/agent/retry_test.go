@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+
+	"github.com/edgefleet/fleet/pkg/pki"
 	"github.com/edgefleet/fleet/pkg/transport"
 )
 
@@ -93,5 +96,78 @@ func TestClosedUnservedIsOnlyAClosedConnection(t *testing.T) {
 		if got := transport.ClosedUnserved(c.err); got != c.want {
 			t.Errorf("ClosedUnserved(%v) = %v, want %v", c.err, got, c.want)
 		}
+	}
+}
+
+// connectOnce tells a hub that is up but does not serve the connection
+// (accepts it, then closes it or stays silent past the dial's deadline)
+// from a hub that is not there (nothing listening): only the first keeps
+// the back-off short.
+func TestConnectOnceTellsAnUnservedConnectionFromAnAbsentHub(t *testing.T) {
+	ca, err := pki.NewCA("hub", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPEM, csrPEM, err := pki.NewKeyAndCSR("store-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, err := ca.SignClient(csrPEM, pki.Identity{Namespace: "stores", Name: "store-1", UID: "uid-1"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen := func(serve func(net.Conn)) string {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				serve(c)
+			}
+		}()
+		return l.Addr().String()
+	}
+	var silent []net.Conn
+	t.Cleanup(func() {
+		for _, c := range silent {
+			_ = c.Close()
+		}
+	})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	absent := l.Addr().String()
+	_ = l.Close() // nothing listens there now
+	for _, c := range []struct {
+		name, hub string
+		unserved  bool
+	}{
+		{"accepted and closed", listen(func(c net.Conn) { _ = c.Close() }), true},
+		{"accepted and left silent", listen(func(c net.Conn) { silent = append(silent, c) }), true},
+		{"nothing listening", absent, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a := New(Config{Hub: c.hub, StateDir: t.TempDir(), MaxBackoff: time.Minute}, Unavailable{}, logr.Discard())
+			if err := a.store.SaveIdentity(Identity{Hub: c.hub, Namespace: "stores", Host: "store-1", UID: "uid-1"}, ca.CertPEM, keyPEM, certPEM); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			err := a.connectOnce(ctx)
+			if _, unserved := errors.AsType[*unservedError](err); unserved != c.unserved {
+				t.Fatalf("connectOnce: %v; taken for a connection the hub did not serve: %v, want %v", err, unserved, c.unserved)
+			}
+			attempt := 10
+			if d := a.retryDelay(err, &attempt, time.Time{}); c.unserved && d > unservedCeiling+100*time.Millisecond {
+				t.Errorf("retry in %s, want at most %s", d, unservedCeiling)
+			}
+		})
 	}
 }

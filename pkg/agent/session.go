@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -73,27 +74,28 @@ func (e *busyError) Error() string {
 	return fmt.Sprintf("hub busy, asked to retry in %s", e.after)
 }
 
-// unservedError: the hub accepted the connection and closed it before
-// the TLS handshake. A hub does that when more connections wait for a
-// handshake than it serves before they time out (after an outage, a whole
-// fleet dialling at once); it cannot answer 503 before TLS.
+// unservedError: the hub accepted the connection but closed it before
+// the TLS handshake, or did not finish the handshake within the dial
+// timeout. A hub does that when more connections wait for a handshake than
+// it serves in time (after an outage, a whole fleet dialling at once); it
+// cannot answer 503 before TLS.
 type unservedError struct {
 	err error
 }
 
 func (e *unservedError) Error() string {
-	return fmt.Sprintf("connecting to hub: closed before the TLS handshake (hub busy?): %v", e.err)
+	return fmt.Sprintf("connecting to hub: accepted but not served (hub busy?): %v", e.err)
 }
 
 func (e *unservedError) Unwrap() error { return e.err }
 
-// unservedCeiling caps the back-off after connections the hub closed
-// unserved. Such a hub is up and working through a crowd; an agent that
-// was turned away five or six times would otherwise wait up to MaxBackoff,
-// and at the end of a 10,000-agent cold start the hub sat idle for 44 s
-// while the last 829 agents waited out such back-offs. The hub makes each
-// connection wait up to its TLSHandshakeWait (10 s) before closing it, so
-// retries stay paced by the hub's wait, not by this.
+// unservedCeiling caps the back-off after connections the hub accepted
+// and did not serve. Such a hub is up and working through a crowd; an
+// agent turned away five or six times would otherwise wait up to
+// MaxBackoff, and at the end of a 10,000-agent cold start the hub sat idle
+// for 44 s while the last 829 agents waited out such back-offs. The hub
+// makes each connection wait up to its TLSHandshakeWait (10 s) before
+// closing it, so retries stay paced by the hub's wait, not by this.
 const unservedCeiling = 5 * time.Second
 
 func retryAfter(h http.Header) time.Duration {
@@ -170,8 +172,15 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 		return err
 	}
 
+	// reached: the hub accepted the TCP connection (what follows, if it
+	// fails, failed at a hub that is up).
+	var reached atomic.Bool
 	dialer := websocket.Dialer{
-		NetDialContext:   a.cfg.dialContext,
+		NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := a.cfg.dialContext(ctx, network, addr)
+			reached.Store(err == nil)
+			return c, err
+		},
 		HandshakeTimeout: 15 * time.Second,
 		TLSClientConfig: &tls.Config{
 			MinVersion:   tls.VersionTLS12,
@@ -194,7 +203,7 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 		if resp != nil {
 			return fmt.Errorf("connecting to hub: %s", resp.Status)
 		}
-		if transport.ClosedUnserved(err) {
+		if reached.Load() && (transport.ClosedUnserved(err) || errors.Is(err, context.DeadlineExceeded)) {
 			return &unservedError{err: err}
 		}
 		return fmt.Errorf("connecting to hub: %w", err)
