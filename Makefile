@@ -139,7 +139,7 @@ BENCH_IDLE ?= 10m
 BENCH_MACHINES ?= 500
 
 .PHONY: bench
-bench: k8s ## Run every benchmark against a real API server and write docs/PERFORMANCE.md's tables and plots (BENCH_AGENTS=1000,2000,5000,10000 BENCH_IDLE=10m BENCH_MACHINES=500).
+bench: k8s ## Run every benchmark against a real API server and write docs/PERFORMANCE.md's tables and plots (defaults BENCH_AGENTS=1000 BENCH_IDLE=10m BENCH_MACHINES=500; the documented runs: BENCH_AGENTS=1000,2000,5000,10000).
 	$(GO) test ./bench -run '^$$' -bench 'DescribeCluster' -benchtime 10x -count 1
 	$(GO) test ./bench -run '^$$' -bench 'EdgeReach' -benchtime 2s -count 1
 	$(GO) test ./bench -run '^$$' -bench 'AgentFootprint' -benchtime 1x -count 1 -timeout 20m

@@ -27,7 +27,7 @@ var (
 // It needs root (the link probe's eBPF).
 func BenchmarkAgentFootprint(b *testing.B) {
 	if os.Geteuid() != 0 {
-		b.Fatal("BenchmarkAgentFootprint needs root: the agent's link probe loads eBPF programs")
+		b.Skip("BenchmarkAgentFootprint needs root (the agent's link probe loads eBPF programs): not measured")
 	}
 	secs := int(footprintIdle.Seconds())
 	for range b.N {

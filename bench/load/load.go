@@ -157,7 +157,7 @@ func StartHub(ctx context.Context, c client.Client, o HubOptions) (*Hub, error) 
 func (h *Hub) start() error {
 	h.cmd = exec.Command(h.bin, h.args...)
 	h.cmd.Stdout, h.cmd.Stderr = h.log, h.log
-	h.cmd.Env = append(os.Environ(), h.env...)
+	h.cmd.Env = append(hubEnviron(), h.env...)
 	h.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := h.cmd.Start(); err != nil {
 		return fmt.Errorf("starting fleet-hub: %w", err)
@@ -165,6 +165,21 @@ func (h *Hub) start() error {
 	h.done = make(chan struct{})
 	go func(cmd *exec.Cmd, done chan struct{}) { _ = cmd.Wait(); close(done) }(h.cmd, h.done)
 	return nil
+}
+
+// hubEnviron is this process's environment without the Go runtime's
+// garbage-collector settings: the driver may run with GOGC raised (it
+// stands in for thousands of machines), but the hub is measured as it is
+// deployed, with the runtime's defaults, unless HubOptions.Env says
+// otherwise.
+func hubEnviron() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GOGC=") && !strings.HasPrefix(kv, "GOMEMLIMIT=") {
+			env = append(env, kv)
+		}
+	}
+	return env
 }
 
 // Restart starts the hub again after Kill, on the same ports.

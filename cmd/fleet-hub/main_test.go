@@ -142,3 +142,25 @@ func waitFor(t *testing.T, what string, cond func() error) {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// The informers keep no managedFields: the hub never reads them, and with
+// every EdgeHost of a fleet cached they are memory per agent.
+func TestCacheKeepsNoManagedFields(t *testing.T) {
+	o := options{watchNamespace: "stores"}
+	opts := o.cacheOptions()
+	if _, ok := opts.DefaultNamespaces["stores"]; !ok || len(opts.DefaultNamespaces) != 1 {
+		t.Errorf("--watch-namespace stores: the cache watches %v", opts.DefaultNamespaces)
+	}
+	host := &infrav1.EdgeHost{ObjectMeta: metav1.ObjectMeta{Name: "store-1", Namespace: "stores",
+		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "fleet-hub", Operation: metav1.ManagedFieldsOperationUpdate}}}}
+	if opts.DefaultTransform == nil {
+		t.Fatal("the cache has no transform: it keeps every object's managedFields")
+	}
+	out, err := opts.DefaultTransform(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := out.(*infrav1.EdgeHost); len(got.ManagedFields) != 0 || got.Name != "store-1" {
+		t.Errorf("cached EdgeHost: name %q, managedFields %v; want store-1 without managedFields", got.Name, got.ManagedFields)
+	}
+}
