@@ -69,6 +69,22 @@ func TestValueAndTargets(t *testing.T) {
 			t.Errorf("value(%v) = %q, want %q", c.f.Value, got, c.want)
 		}
 	}
+	// A target held at one size gives no verdict on a run of another.
+	for _, c := range []struct {
+		target string
+		size   int
+		want   bool
+	}{
+		{"≤ 30 s at 10,000", 1000, true},
+		{"≤ 30 s at 10,000", 10000, false},
+		{"≤ 32 KiB at 10,000 agents", 5000, true},
+		{"≤ 60 s", 1000, false},
+		{"≤ 30 s at 10,000", 0, false},
+	} {
+		if got := heldAtAnotherSize(&results.Report{Size: c.size}, results.Figure{Target: c.target}); got != c.want {
+			t.Errorf("target %q, run of %d: held at another size %v, want %v", c.target, c.size, got, c.want)
+		}
+	}
 	below := results.Figure{Value: 40, Limit: results.Limit(32), Below: true}
 	if met, ok := below.Met(); !ok || met {
 		t.Errorf("40 ≤ 32: met %v ok %v", met, ok)
