@@ -110,7 +110,8 @@ func retryAfter(h http.Header) time.Duration {
 // (being turned away is not failing). A hub that held a session minutes
 // ago is most likely restarting: its agents cap their back-off at 10 s so
 // a fleet is back soon after it is, instead of up to MaxBackoff later. A
-// connection closed unserved caps it at unservedCeiling.
+// connection the hub accepted and did not serve caps it at
+// unservedCeiling.
 func (a *Agent) retryDelay(err error, attempt *int, lastSession time.Time) time.Duration {
 	var busy *busyError
 	var enrollErr *EnrollError
