@@ -74,8 +74,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 			handler.EnqueueRequestsFromMapFunc(r.clusterToEdgeMachines),
 			builder.WithPredicates(predicates.ClusterPausedTransitionsOrInfrastructureProvisioned(mgr.GetScheme(), log))).
 		Watches(&infrav1.EdgeHost{},
-			handler.EnqueueRequestsFromMapFunc(r.hostToEdgeMachines),
-			builder.WithPredicates(hostChangeMattersToMachines())).
+			handler.EnqueueRequestsFromMapFunc(r.hostToEdgeMachines)).
 		Complete(r)
 }
 
