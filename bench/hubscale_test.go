@@ -73,7 +73,7 @@ func BenchmarkHubScale(b *testing.B) {
 	if os.Getenv("GOGC") == "" {
 		// The driver stands in for the fleet's machines, and shares the
 		// cores with the hub: less of its time in garbage collection.
-		// The hub runs with the runtime's defaults (load.StartHub).
+		// The hub keeps its own setting (--gc-percent; load.StartHub).
 		debug.SetGCPercent(200)
 	}
 	dir := b.TempDir()

@@ -170,7 +170,7 @@ func (h *Hub) start() error {
 // hubEnviron is this process's environment without the Go runtime's
 // garbage-collector settings: the driver may run with GOGC raised (it
 // stands in for thousands of machines), but the hub is measured as it is
-// deployed, with the runtime's defaults, unless HubOptions.Env says
+// deployed, with its own --gc-percent, unless HubOptions.Env says
 // otherwise.
 func hubEnviron() []string {
 	var env []string
