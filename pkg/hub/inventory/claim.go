@@ -92,17 +92,9 @@ func SetMembershipLabels(h *infrav1.EdgeHost, machine, cluster string, controlPl
 func Candidates(hosts []infrav1.EdgeHost, req Request) []*infrav1.EdgeHost {
 	var out []*infrav1.EdgeHost
 	for i := range hosts {
-		h := &hosts[i]
-		if !IsClaimable(h) {
-			continue
+		if fits(&hosts[i], req) {
+			out = append(out, &hosts[i])
 		}
-		if req.Selector != nil && !req.Selector.Matches(labels.Set(h.Labels)) {
-			continue
-		}
-		if req.Zone != "" && Zone(h) != req.Zone {
-			continue
-		}
-		out = append(out, h)
 	}
 	if len(out) == 0 {
 		return nil
@@ -114,11 +106,56 @@ func Candidates(hosts []infrav1.EdgeHost, req Request) []*infrav1.EdgeHost {
 	return append(out[start:], out[:start]...)
 }
 
-// Claim gives one of the candidates to the machine and returns it. A host
-// that someone else took in the meantime (a Conflict) is skipped; the claim is
-// exactly one successful Update, so it can never be given twice.
-func Claim(ctx context.Context, c client.Client, candidates []*infrav1.EdgeHost, req Request) (*infrav1.EdgeHost, error) {
+// fits reports whether the request may be given this host now.
+func fits(h *infrav1.EdgeHost, req Request) bool {
+	return IsClaimable(h) &&
+		(req.Selector == nil || req.Selector.Matches(labels.Set(h.Labels))) &&
+		(req.Zone == "" || Zone(h) == req.Zone)
+}
+
+// claimAttempts bounds how often Claim re-reads and retries one host whose
+// every write conflicts, so a host rewritten without pause cannot hold a
+// worker; the caller's requeue takes it from there.
+const claimAttempts = 3
+
+// Claim gives one of the candidates to the machine and returns it. The
+// claim is exactly one successful Update carrying the resourceVersion read,
+// so a host can never be given twice. A Conflict means only that the host
+// changed, so it is read again from live: taken by another machine, it is
+// skipped; taken by this one (another hub replica reconciling the same
+// machine at the same moment), it is the claim, and moving on would give
+// the machine two hosts; changed otherwise (its agent's status, a label)
+// and still fitting, it is claimed on the fresh copy. Giving up on that
+// host would strand the machine: a change that leaves a free host free
+// wakes no waiting machine (hostChangeMattersToMachines).
+func Claim(ctx context.Context, c client.Client, live client.Reader, candidates []*infrav1.EdgeHost, req Request) (*infrav1.EdgeHost, error) {
+	var raced error
 	for _, h := range candidates {
+		claimed, err := claimOne(ctx, c, live, h, req)
+		switch {
+		case err == nil && claimed != nil:
+			return claimed, nil
+		case err == nil:
+			continue
+		case apierrors.IsConflict(err):
+			// Still free after claimAttempts tries: let the caller requeue
+			// rather than report "no host".
+			raced = err
+		default:
+			return nil, err
+		}
+	}
+	if raced != nil {
+		return nil, fmt.Errorf("claiming an EdgeHost: every write conflicted, last: %w", raced)
+	}
+	return nil, ErrNoHost
+}
+
+// claimOne claims h, re-reading it after each Conflict while it still fits.
+// It returns nil, nil when the host is gone or no longer fits.
+func claimOne(ctx context.Context, c client.Client, live client.Reader, h *infrav1.EdgeHost, req Request) (*infrav1.EdgeHost, error) {
+	var err error
+	for range claimAttempts {
 		claimed := h.DeepCopy()
 		claimed.Spec.ClaimRef = &infrav1.HostClaimReference{
 			Name:                    req.Machine.Name,
@@ -128,17 +165,34 @@ func Claim(ctx context.Context, c client.Client, candidates []*infrav1.EdgeHost,
 		SetMembershipLabels(claimed, req.Machine.Name, req.Cluster, req.ControlPlane)
 		// Update, not Patch: it carries h's resourceVersion, so it fails
 		// with a Conflict if the host changed since we read it.
-		err := c.Update(ctx, claimed)
+		err = c.Update(ctx, claimed)
 		switch {
 		case err == nil:
 			return claimed, nil
-		case apierrors.IsConflict(err), apierrors.IsNotFound(err):
-			continue
-		default:
+		case apierrors.IsNotFound(err):
+			return nil, nil
+		case !apierrors.IsConflict(err):
 			return nil, fmt.Errorf("claiming EdgeHost %s: %w", h.Name, err)
 		}
+		fresh := &infrav1.EdgeHost{}
+		if gerr := live.Get(ctx, client.ObjectKeyFromObject(h), fresh); gerr != nil {
+			if apierrors.IsNotFound(gerr) {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("reading EdgeHost %s again after a conflicting claim: %w", h.Name, gerr)
+		}
+		if c := fresh.Spec.ClaimRef; c != nil && c.UID == req.Machine.UID {
+			// This machine's claim, made by another worker or hub replica
+			// reconciling it at the same moment: it holds this host, and
+			// going on to the next candidate would give it two.
+			return fresh, nil
+		}
+		if !fits(fresh, req) {
+			return nil, nil
+		}
+		h = fresh
 	}
-	return nil, ErrNoHost
+	return nil, fmt.Errorf("claiming EdgeHost %s: %w", h.Name, err)
 }
 
 // Release clears the claim a machine holds on a host. It is a no-op when the

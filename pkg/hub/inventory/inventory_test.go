@@ -110,7 +110,7 @@ func TestCandidatesFilterAndSpread(t *testing.T) {
 	}
 }
 
-func TestClaimSkipsConflictsAndWrapsErrors(t *testing.T) {
+func TestClaimRetriesAFreeHostAndSkipsATakenOne(t *testing.T) {
 	scheme := runtime.NewScheme()
 	if err := infrav1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
@@ -119,15 +119,19 @@ func TestClaimSkipsConflictsAndWrapsErrors(t *testing.T) {
 	m := &infrav1.EdgeMachine{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "ns", UID: "mu"}}
 	gr := schema.GroupResource{Group: infrav1.GroupVersion.Group, Resource: "edgehosts"}
 
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(h1.DeepCopy(), h2.DeepCopy()).
+	req := Request{Machine: m, BootstrapDataSecretName: "boot"}
+	// h1 was taken by someone else: on the conflict it is read again, seen
+	// held, and skipped.
+	takenH1 := h1.DeepCopy()
+	takenH1.Spec.ClaimRef = &infrav1.HostClaimReference{Name: "other", UID: "ou"}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(takenH1, h2.DeepCopy()).
 		WithInterceptorFuncs(interceptor.Funcs{Update: func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.UpdateOption) error {
 			if o.GetName() == "h1" {
 				return apierrors.NewConflict(gr, "h1", errors.New("taken"))
 			}
 			return c.Update(ctx, o, opts...)
 		}}).Build()
-	req := Request{Machine: m, BootstrapDataSecretName: "boot"}
-	got, err := Claim(context.Background(), c, []*infrav1.EdgeHost{&h1, &h2}, req)
+	got, err := Claim(context.Background(), c, c, []*infrav1.EdgeHost{&h1, &h2}, req)
 	if err != nil {
 		t.Fatalf("Claim: %v", err)
 	}
@@ -136,12 +140,62 @@ func TestClaimSkipsConflictsAndWrapsErrors(t *testing.T) {
 		t.Errorf("claimed %s with %+v labels %v", got.Name, got.Spec.ClaimRef, got.Labels)
 	}
 
+	// h1 changed without being taken (its agent wrote status): the claim
+	// is made on the fresh copy, not given up. A machine that gave up here
+	// would wait for an event that never comes: a free host staying free
+	// wakes no waiting machine.
+	conflicts := 0
+	changed := fake.NewClientBuilder().WithScheme(scheme).WithObjects(h1.DeepCopy()).
+		WithInterceptorFuncs(interceptor.Funcs{Update: func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.UpdateOption) error {
+			if conflicts == 0 {
+				conflicts++
+				return apierrors.NewConflict(gr, "h1", errors.New("status changed"))
+			}
+			return c.Update(ctx, o, opts...)
+		}}).Build()
+	if got, err := Claim(context.Background(), changed, changed, []*infrav1.EdgeHost{&h1}, req); err != nil || got.Name != "h1" {
+		t.Errorf("a host changed but still free: claimed %v, err %v; want h1", got, err)
+	}
+
+	// A host still free that conflicts on every write is not "no host":
+	// the caller gets the conflict and requeues.
+	attempts := 0
 	allConflict := fake.NewClientBuilder().WithScheme(scheme).WithObjects(h1.DeepCopy()).
+		WithInterceptorFuncs(interceptor.Funcs{Update: func(context.Context, client.WithWatch, client.Object, ...client.UpdateOption) error {
+			attempts++
+			return apierrors.NewConflict(gr, "h1", errors.New("busy"))
+		}}).Build()
+	if _, err := Claim(context.Background(), allConflict, allConflict, []*infrav1.EdgeHost{&h1}, req); !apierrors.IsConflict(err) || errors.Is(err, ErrNoHost) {
+		t.Errorf("all conflicts on a free host: err %v, want a Conflict", err)
+	}
+	if attempts != claimAttempts {
+		t.Errorf("%d attempts on a host that always conflicts, want %d", attempts, claimAttempts)
+	}
+
+	// Taken by this same machine (another hub replica reconciling it at
+	// the same moment): that is the claim, and h2 is left alone.
+	mine := h1.DeepCopy()
+	mine.Spec.ClaimRef = &infrav1.HostClaimReference{Name: "m", UID: "mu"}
+	updates := 0
+	sameMachine := fake.NewClientBuilder().WithScheme(scheme).WithObjects(mine, h2.DeepCopy()).
+		WithInterceptorFuncs(interceptor.Funcs{Update: func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.UpdateOption) error {
+			updates++
+			if o.GetName() == "h1" {
+				return apierrors.NewConflict(gr, "h1", errors.New("claimed by the other replica"))
+			}
+			return c.Update(ctx, o, opts...)
+		}}).Build()
+	if got, err := Claim(context.Background(), sameMachine, sameMachine, []*infrav1.EdgeHost{&h1, &h2}, req); err != nil || got.Name != "h1" || updates != 1 {
+		t.Errorf("a host this machine claimed meanwhile: got %v, err %v, %d updates; want h1 and no second claim", got, err, updates)
+	}
+
+	// Taken by another machine on every try: no host.
+	taken := fake.NewClientBuilder().WithScheme(scheme).WithObjects(takenH1.DeepCopy()).
 		WithInterceptorFuncs(interceptor.Funcs{Update: func(context.Context, client.WithWatch, client.Object, ...client.UpdateOption) error {
 			return apierrors.NewConflict(gr, "h1", errors.New("taken"))
 		}}).Build()
-	if _, err := Claim(context.Background(), allConflict, []*infrav1.EdgeHost{&h1}, req); !errors.Is(err, ErrNoHost) {
-		t.Errorf("all conflicts: err %v, want ErrNoHost", err)
+	if _, err := Claim(context.Background(), taken, taken, []*infrav1.EdgeHost{&h1}, req); !errors.Is(err, ErrNoHost) {
+		t.Errorf("host taken by another: err %v, want ErrNoHost", err)
 	}
 
 	boom := errors.New("etcd is down")
@@ -149,7 +203,7 @@ func TestClaimSkipsConflictsAndWrapsErrors(t *testing.T) {
 		WithInterceptorFuncs(interceptor.Funcs{Update: func(context.Context, client.WithWatch, client.Object, ...client.UpdateOption) error {
 			return boom
 		}}).Build()
-	if _, err := Claim(context.Background(), failing, []*infrav1.EdgeHost{&h1}, req); !errors.Is(err, boom) {
+	if _, err := Claim(context.Background(), failing, failing, []*infrav1.EdgeHost{&h1}, req); !errors.Is(err, boom) {
 		t.Errorf("server error: err %v, want it wrapped", err)
 	}
 }

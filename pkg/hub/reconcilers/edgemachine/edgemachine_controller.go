@@ -74,7 +74,8 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 			handler.EnqueueRequestsFromMapFunc(r.clusterToEdgeMachines),
 			builder.WithPredicates(predicates.ClusterPausedTransitionsOrInfrastructureProvisioned(mgr.GetScheme(), log))).
 		Watches(&infrav1.EdgeHost{},
-			handler.EnqueueRequestsFromMapFunc(r.hostToEdgeMachines)).
+			handler.EnqueueRequestsFromMapFunc(r.hostToEdgeMachines),
+			builder.WithPredicates(hostChangeMattersToMachines())).
 		Complete(r)
 }
 

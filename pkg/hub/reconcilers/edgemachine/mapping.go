@@ -2,14 +2,18 @@ package edgemachine
 
 import (
 	"context"
+	"maps"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/hub/inventory"
 )
 
 // clusterToEdgeMachines wakes every EdgeMachine of a Cluster, for pause and
@@ -52,6 +56,29 @@ func (r *Reconciler) hostToEdgeMachines(ctx context.Context, o client.Object) []
 	return requests(list.Items, func(em *infrav1.EdgeMachine) bool {
 		return em.DeletionTimestamp.IsZero() && !conditions.IsTrue(em, infrav1.HostClaimedCondition)
 	})
+}
+
+// hostChangeMattersToMachines passes the host updates a machine can act
+// on: any change of a host some machine holds (the holder follows its
+// host's provisioning), and, for a host nobody holds, a change of whether
+// it can be claimed or of its labels (selectors, zones: what a waiting
+// machine counts in its message). The rest — an unclaimed host's
+// connectivity and lastSeenTime, its facts and link reports — would wake
+// every waiting machine to list every host for nothing: at a fleet's cold
+// start that is 10,000 events, and in an idle fleet a lastSeenTime refresh
+// every 30 ms at 10,000 hosts.
+func hostChangeMattersToMachines() predicate.Funcs {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		old, okOld := e.ObjectOld.(*infrav1.EdgeHost)
+		cur, okNew := e.ObjectNew.(*infrav1.EdgeHost)
+		if !okOld || !okNew {
+			return true
+		}
+		if old.Spec.ClaimRef != nil || cur.Spec.ClaimRef != nil {
+			return true
+		}
+		return inventory.IsClaimable(old) != inventory.IsClaimable(cur) || !maps.Equal(old.Labels, cur.Labels)
+	}}
 }
 
 func requests(items []infrav1.EdgeMachine, keep func(*infrav1.EdgeMachine) bool) []reconcile.Request {

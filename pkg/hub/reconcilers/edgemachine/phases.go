@@ -182,8 +182,9 @@ func (r *Reconciler) reconcileHostClaim(ctx context.Context, s *scope) (bool, er
 		Cluster:                 s.cluster.Name,
 		ControlPlane:            controlPlane,
 	}
-	// Waiting machines are woken by every host event, so the common "still
-	// nothing free" answer comes from the cache alone.
+	// Waiting machines are woken by every host event that can change
+	// whether a host is free (hostChangeMattersToMachines), so the common
+	// "still nothing free" answer comes from the cache alone.
 	cached := &infrav1.EdgeHostList{}
 	if err := r.Client.List(ctx, cached, client.InNamespace(em.Namespace)); err != nil {
 		return true, fmt.Errorf("listing EdgeHosts: %w", err)
@@ -213,7 +214,7 @@ func (r *Reconciler) reconcileHostClaim(ctx context.Context, s *scope) (bool, er
 		r.setClaimed(em, s.host)
 		return false, nil
 	}
-	claimed, err := inventory.Claim(ctx, r.Client, inventory.Candidates(hosts.Items, req), req)
+	claimed, err := inventory.Claim(ctx, r.Client, r.APIReader, inventory.Candidates(hosts.Items, req), req)
 	if errors.Is(err, inventory.ErrNoHost) {
 		r.setStep(em, nil, metav1.Condition{
 			Type: infrav1.HostClaimedCondition, Status: metav1.ConditionFalse,
