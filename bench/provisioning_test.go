@@ -7,6 +7,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -35,6 +39,10 @@ var (
 	machineCount    = flag.Int("machines", 500, "Worker machines BenchmarkProvisioning scales its MachineDeployment to.")
 	capiConcurrency = flag.Int("capi-concurrency", 50, "Workers per Cluster API reconciler in BenchmarkProvisioning (capi-controller-manager's defaults: 100 machine, 50 machineset/machinedeployment; CABPK 100).")
 )
+
+// stackPeriod is how often BenchmarkProvisioning samples the MachineSet
+// worker's stack.
+const stackPeriod = time.Second
 
 // Cluster API's managers can start once per process (their informer
 // names are global).
@@ -199,6 +207,23 @@ func provisioning(b *testing.B, bin string, n int) {
 
 	logf("scaling the MachineDeployment 0 → %d", n)
 	fsyncs0, fsyncSecs0, fsyncErr := load.EtcdFsync(ctx, env.EtcdURL())
+	// Where the time goes, with evidence: every process's CPU, this
+	// process's CPU profile (Cluster API, CABPK, the agents and the node
+	// simulator all run in it) and the API server's requests and their
+	// latencies, over the scale.
+	profDir := filepath.Join(dir, "profiles")
+	if *profileDir != "" {
+		profDir = filepath.Join(*profileDir, fmt.Sprintf("provisioning-%05d", n))
+	}
+	cpu0 := load.CPUByProgram(cpuPrograms...)
+	api0, apiErr := load.ReadAPIServerLoad(ctx, env.Config)
+	stopProfile, profErr := profileDriver(filepath.Join(profDir, "driver-cpu.pb.gz"))
+	if profErr != nil {
+		logf("CPU profile: %v", profErr)
+	}
+	msWaits := &load.StackSampler{Goroutine: "machineset.(*Reconciler).createMachines", Classes: machineSetWaits}
+	sctx, stopSampling := context.WithCancel(ctx)
+	go msWaits.Run(sctx, stackPeriod)
 	b.ResetTimer()
 	start := time.Now()
 	md := &clusterv1.MachineDeployment{}
@@ -215,8 +240,15 @@ func provisioning(b *testing.B, bin string, n int) {
 	})
 	took := time.Since(start)
 	b.StopTimer()
+	stopSampling()
+	stopProfile()
+	cpu1 := load.CPUByProgram(cpuPrograms...)
 	if err != nil {
 		b.Fatal(err)
+	}
+	var api *load.APIServerLoad
+	if api1, err := load.ReadAPIServerLoad(ctx, env.Config); err == nil && apiErr == nil {
+		api = api1.Since(api0)
 	}
 
 	name := fmt.Sprintf("provisioning-%05d", n)
@@ -241,15 +273,33 @@ func provisioning(b *testing.B, bin string, n int) {
 	t := results.Table{Title: "Where the time goes: when the last Machine passed each stage (seconds after the scale)", Header: []string{"stage", "who", "all done at"}}
 	for _, l := range lines {
 		done := "—"
-		for _, p := range l.line.Points {
-			if int(p[1]) >= n+1 {
-				done = fmt.Sprintf("%.1f s", p[0])
-				break
-			}
+		if at, ok := reached(l.line, n+1); ok {
+			done = fmt.Sprintf("%.1f s", at)
 		}
 		t.Rows = append(t.Rows, []string{l.line.Name, l.who, done})
 	}
 	rep.Tables = append(rep.Tables, t)
+	if created, ok := reached(lines[0].line, n+1); ok && created > 0 {
+		interval := created / float64(n)
+		rep.Add(results.Figure{Key: "machineset-create-interval-ms", Name: "Cluster API's MachineSet controller: time per Machine created (the last created at / " + commas(n) + "; it creates them one after another in one reconcile)",
+			Value: 1000 * interval, Unit: "ms"})
+		if api != nil {
+			path, parts := creationPath(api)
+			rep.Add(results.Figure{Key: "machineset-create-writes-ms", Name: "of which the API server's mean time for that Machine's creation writes, one after another (" + parts + ")",
+				Value: float64(path) / float64(time.Millisecond), Unit: "ms"})
+		}
+	}
+	rep.Tables = append(rep.Tables, waitTable(fmt.Sprintf("Where Cluster API's MachineSet worker spent the scale: its goroutine's stack, sampled every %s (wall clock)", stackPeriod), msWaits, stackPeriod))
+	rep.Tables = append(rep.Tables, cpuTable(fmt.Sprintf("Where the machine's CPU went during the scale (%.0f s on %d cores; /proc/PID/stat)", took.Seconds(), runtime.NumCPU()),
+		"benchmark process (Cluster API core, CABPK, "+commas(n+1)+" agents, the node simulator)", cpu0, cpu1, took))
+	if profErr == nil {
+		rep.Tables = append(rep.Tables, componentTable(filepath.Join(profDir, "driver-cpu.pb.gz"), took))
+	}
+	if api != nil {
+		t, _, _ := requestTableTimed(fmt.Sprintf("API requests during the scale (%.0f s), by verb and resource", took.Seconds()), "per Machine",
+			api.Requests, float64(n), api.MeanLatency)
+		rep.Tables = append(rep.Tables, t)
+	}
 	series := results.Series{Key: "stages", Title: fmt.Sprintf("%s Machines through their stages after the scale (the control plane's Machine included)", commas(n)),
 		XLabel: "seconds after the scale", YLabel: "Machines"}
 	for _, l := range lines {
@@ -264,6 +314,102 @@ func provisioning(b *testing.B, bin string, n int) {
 	}
 	b.ReportMetric(took.Seconds(), "s-all-running")
 	logf("all running in %s", took.Round(time.Second))
+}
+
+// reached is when l first counted want.
+func reached(l results.Line, want int) (float64, bool) {
+	for _, p := range l.Points {
+		if int(p[1]) >= want {
+			return p[0], true
+		}
+	}
+	return 0, false
+}
+
+// creationPath is the API server's mean time, summed, for the writes the
+// MachineSet controller makes in turn to create one Machine: apply the
+// KubeadmConfig and patch away its label and annotation ownership, the
+// same for the EdgeMachine, then apply the Machine. parts names them.
+func creationPath(api *load.APIServerLoad) (time.Duration, string) {
+	steps := []load.Request{
+		{Verb: "APPLY", Resource: "kubeadmconfigs"}, {Verb: "PATCH", Resource: "kubeadmconfigs"},
+		{Verb: "APPLY", Resource: "edgemachines"}, {Verb: "PATCH", Resource: "edgemachines"},
+		{Verb: "APPLY", Resource: "machines"},
+	}
+	var total time.Duration
+	var parts []string
+	for _, st := range steps {
+		for r := range api.Requests {
+			if r.Verb == st.Verb && r.Resource == st.Resource && r.Subresource == "" {
+				d := api.MeanLatency(r)
+				total += d
+				parts = append(parts, fmt.Sprintf("%s %s %.0f ms", st.Verb, st.Resource, float64(d)/float64(time.Millisecond)))
+			}
+		}
+	}
+	return total, strings.Join(parts, ", ")
+}
+
+// machineSetWaits sorts what Cluster API's MachineSet worker is doing
+// while it creates Machines, one after another, in one reconcile.
+var machineSetWaits = []load.WaitClass{
+	{Name: "waiting for its client's rate limiter (client-side throttling)", Frames: []string{"rest.(*Request).tryThrottle", "util/flowcontrol."}},
+	{Name: "waiting for the API server's answer", Frames: []string{"net/http.", "golang.org/x/net/http2."}},
+	{Name: "waiting to record an event", Frames: []string{"tools/record."}},
+}
+
+// waitTable is a StackSampler's counts as a table.
+func waitTable(title string, s *load.StackSampler, period time.Duration) results.Table {
+	t := results.Table{Title: title, Header: []string{"what the goroutine was doing", "samples", "share", "≈ seconds"}}
+	counts, samples, absent := s.Result()
+	names := make([]string, 0, len(counts))
+	for k := range counts {
+		names = append(names, k)
+	}
+	slices.SortFunc(names, func(a, b string) int { return counts[b] - counts[a] })
+	row := func(name string, c int) {
+		t.Rows = append(t.Rows, []string{name, strconv.Itoa(c), fmt.Sprintf("%.0f %%", 100*float64(c)/float64(max(samples, 1))),
+			fmt.Sprintf("%.0f", float64(c)*period.Seconds())})
+	}
+	for _, k := range names {
+		row(k, counts[k])
+	}
+	row("not creating Machines (no such goroutine)", absent)
+	return t
+}
+
+// provisioningComponents are what the benchmark process runs during the
+// scale, in the order samples are charged to them: a sample counts for
+// the first whose code is on its stack (the node simulator runs under an
+// agent's provisioner, so it comes first).
+var provisioningComponents = []load.Component{
+	{Name: "node simulator (kubeadm and kubelet stand-in)", Prefixes: []string{"github.com/edgefleet/fleet/test/nodesim"}},
+	{Name: "agents (sessions, TLS, provisioner)", Prefixes: []string{"github.com/edgefleet/fleet/pkg/", "github.com/edgefleet/fleet/bench/load", "github.com/hashicorp/yamux", "github.com/gorilla/websocket"}},
+	{Name: "Cluster API MachineSet", Prefixes: []string{"sigs.k8s.io/cluster-api/core/reconcilers/machineset."}},
+	{Name: "Cluster API MachineDeployment", Prefixes: []string{"sigs.k8s.io/cluster-api/core/reconcilers/machinedeployment."}},
+	{Name: "Cluster API Machine", Prefixes: []string{"sigs.k8s.io/cluster-api/core/reconcilers/machine."}},
+	{Name: "CABPK (KubeadmConfig)", Prefixes: []string{"sigs.k8s.io/cluster-api/bootstrap/kubeadm"}},
+	{Name: "Cluster API, other (Cluster, ClusterCache, KCP, …)", Prefixes: []string{"sigs.k8s.io/cluster-api/"}},
+	{Name: "informers: decoding watch events into caches (every manager's)", Prefixes: []string{"k8s.io/client-go/tools/cache.", "k8s.io/client-go/tools/watch.", "k8s.io/apimachinery/pkg/watch."}},
+	{Name: "Go garbage collector", Prefixes: []string{"runtime.gcBgMarkWorker"}},
+}
+
+// componentTable is the benchmark process's CPU profile charged to
+// provisioningComponents.
+func componentTable(profile string, took time.Duration) results.Table {
+	t := results.Table{Title: "The benchmark process's CPU during the scale by component (its CPU profile; a sample counts for the first component on its stack)",
+		Header: []string{"component", "CPU seconds", "share of the process", "share of the machine"}}
+	by, total, err := load.CPUByComponent(profile, provisioningComponents)
+	if err != nil || total == 0 {
+		t.Rows = append(t.Rows, []string{fmt.Sprintf("(no profile: %v)", err), "", "", ""})
+		return t
+	}
+	machine := took.Seconds() * float64(runtime.NumCPU())
+	for _, c := range by {
+		t.Rows = append(t.Rows, []string{c.Name, fmt.Sprintf("%.1f", c.CPU.Seconds()),
+			fmt.Sprintf("%.0f %%", 100*c.CPU.Seconds()/total.Seconds()), fmt.Sprintf("%.0f %%", 100*c.CPU.Seconds()/machine)})
+	}
+	return t
 }
 
 type stageCounts struct {

@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"k8s.io/client-go/rest"
 )
@@ -40,11 +42,16 @@ func (r Request) Write() bool {
 }
 
 // APIServerLoad is a reading of the API server's own request counters
-// (apiserver_request_total) and open watches
+// (apiserver_request_total), the time it spent answering them
+// (apiserver_request_duration_seconds) and open watches
 // (apiserver_longrunning_requests{verb="WATCH"}).
 type APIServerLoad struct {
 	Requests map[Request]float64
-	Watches  map[Request]float64
+	// Seconds and Timed are the sum and count of the duration histogram:
+	// Seconds[r]/Timed[r] is r's mean latency as the API server saw it.
+	Seconds map[Request]float64
+	Timed   map[Request]float64
+	Watches map[Request]float64
 }
 
 // ReadAPIServerLoad scrapes the API server's /metrics.
@@ -65,8 +72,14 @@ func ReadAPIServerLoad(ctx context.Context, cfg *rest.Config) (*APIServerLoad, e
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("reading the API server's metrics: %s", resp.Status)
 	}
-	out := &APIServerLoad{Requests: map[Request]float64{}, Watches: map[Request]float64{}}
-	s := bufio.NewScanner(resp.Body)
+	return parseAPIServerMetrics(resp.Body)
+}
+
+// parseAPIServerMetrics reads the series APIServerLoad holds from the
+// API server's Prometheus text.
+func parseAPIServerMetrics(r io.Reader) (*APIServerLoad, error) {
+	out := &APIServerLoad{Requests: map[Request]float64{}, Seconds: map[Request]float64{}, Timed: map[Request]float64{}, Watches: map[Request]float64{}}
+	s := bufio.NewScanner(r)
 	s.Buffer(make([]byte, 1<<20), 1<<20)
 	for s.Scan() {
 		line := s.Text()
@@ -76,6 +89,10 @@ func ReadAPIServerLoad(ctx context.Context, cfg *rest.Config) (*APIServerLoad, e
 			into = out.Requests
 		case strings.HasPrefix(line, "apiserver_longrunning_requests{"):
 			into = out.Watches
+		case strings.HasPrefix(line, "apiserver_request_duration_seconds_sum{"):
+			into = out.Seconds
+		case strings.HasPrefix(line, "apiserver_request_duration_seconds_count{"):
+			into = out.Timed
 		default:
 			continue
 		}
@@ -97,16 +114,29 @@ func ReadAPIServerLoad(ctx context.Context, cfg *rest.Config) (*APIServerLoad, e
 	return out, s.Err()
 }
 
-// Since is what happened between before and l: request counts minus
-// before's; watches as they are now.
+// Since is what happened between before and l: request counts and
+// durations minus before's; watches as they are now.
 func (l *APIServerLoad) Since(before *APIServerLoad) *APIServerLoad {
-	out := &APIServerLoad{Requests: map[Request]float64{}, Watches: l.Watches}
-	for r, v := range l.Requests {
-		if d := v - before.Requests[r]; d > 0 {
-			out.Requests[r] = d
+	return &APIServerLoad{Requests: minus(l.Requests, before.Requests), Seconds: minus(l.Seconds, before.Seconds),
+		Timed: minus(l.Timed, before.Timed), Watches: l.Watches}
+}
+
+func minus(now, before map[Request]float64) map[Request]float64 {
+	out := map[Request]float64{}
+	for r, v := range now {
+		if d := v - before[r]; d > 0 {
+			out[r] = d
 		}
 	}
 	return out
+}
+
+// MeanLatency is r's mean time in the API server, or 0 if it was not timed.
+func (l *APIServerLoad) MeanLatency(r Request) time.Duration {
+	if l.Timed[r] == 0 {
+		return 0
+	}
+	return time.Duration(l.Seconds[r] / l.Timed[r] * float64(time.Second))
 }
 
 func labels(s string) map[string]string {
