@@ -381,8 +381,10 @@ func waitTable(title string, s *load.StackSampler, period time.Duration) results
 // provisioningComponents are what the benchmark process runs during the
 // scale, in the order samples are charged to them: a sample counts for
 // the first whose code is on its stack (the node simulator runs under an
-// agent's provisioner, so it comes first).
+// agent's provisioner, so it comes before the agents; the measuring runs
+// in bench/load, so it comes before them too).
 var provisioningComponents = []load.Component{
+	{Name: "the benchmark measuring (stack sampler, stage counter)", Prefixes: []string{"github.com/edgefleet/fleet/bench/load.(*StackSampler)", "runtime/pprof.", "github.com/edgefleet/fleet/bench.waitStages"}},
 	{Name: "node simulator (kubeadm and kubelet stand-in)", Prefixes: []string{"github.com/edgefleet/fleet/test/nodesim"}},
 	{Name: "agents (sessions, TLS, provisioner)", Prefixes: []string{"github.com/edgefleet/fleet/pkg/", "github.com/edgefleet/fleet/bench/load", "github.com/hashicorp/yamux", "github.com/gorilla/websocket"}},
 	{Name: "Cluster API MachineSet", Prefixes: []string{"sigs.k8s.io/cluster-api/core/reconcilers/machineset."}},

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -24,8 +25,8 @@ type StackSampler struct {
 	// Goroutine is a substring of a function line that marks the
 	// goroutines sampled.
 	Goroutine string
-	// Classes are tried in order; a stack that matches none is counted
-	// as "running" when its state says so and by its state otherwise.
+	// Classes are tried in order; a stack that matches none counts as
+	// elsewhere.
 	Classes []WaitClass
 
 	mu      sync.Mutex
@@ -46,14 +47,19 @@ func (s *StackSampler) Run(ctx context.Context, period time.Duration) {
 		case <-t.C:
 		}
 		buf.Reset()
-		if err := pprof.Lookup("goroutine").WriteTo(&buf, 2); err != nil {
+		// debug=1 (stacks counted, not each goroutine printed): printing
+		// every goroutine of a process running hundreds of agents costs
+		// seconds of CPU per minute, and would be charged to what is
+		// measured.
+		if err := pprof.Lookup("goroutine").WriteTo(&buf, 1); err != nil {
 			continue
 		}
 		s.Add(buf.String())
 	}
 }
 
-// Add counts one dump in runtime/pprof's debug=2 format.
+// Add counts one goroutine profile in runtime/pprof's debug=1 format:
+// blank-line separated stacks, each opening with "N @ pcs".
 func (s *StackSampler) Add(dump string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -66,13 +72,22 @@ func (s *StackSampler) Add(dump string) {
 		if !strings.Contains(g, s.Goroutine) {
 			continue
 		}
+		n, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(strings.TrimPrefix(g, "goroutine profile: "), " @", 2)[0]))
+		if err != nil || n < 1 {
+			n = 1
+		}
 		found = true
-		s.counts[s.classify(g)]++
+		s.counts[s.classify(g)] += n
 	}
 	if !found {
 		s.absent++
 	}
 }
+
+// elsewhere is the class of a stack that matches none: runtime frames
+// (where a goroutine parks) are not in a debug=1 profile, so a stack does
+// not say whether it is running or waiting on something unnamed.
+const elsewhere = "elsewhere (computing, or a wait not named above)"
 
 func (s *StackSampler) classify(g string) string {
 	for _, c := range s.Classes {
@@ -82,15 +97,7 @@ func (s *StackSampler) classify(g string) string {
 			}
 		}
 	}
-	// "goroutine 7 [select, 2 minutes]:"
-	state := "unknown"
-	if i, j := strings.IndexByte(g, '['), strings.IndexByte(g, ']'); i >= 0 && j > i {
-		state = strings.SplitN(g[i+1:j], ",", 2)[0]
-	}
-	if state == "running" || state == "runnable" {
-		return "on CPU or waiting for one"
-	}
-	return "other wait (" + state + ")"
+	return elsewhere
 }
 
 // Result is how many samples found each class, how many samples were

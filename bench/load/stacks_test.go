@@ -1,34 +1,47 @@
 package load
 
-import "testing"
+import (
+	"context"
+	"runtime"
+	"testing"
+	"time"
+)
 
 func TestStackSamplerClassifies(t *testing.T) {
 	s := &StackSampler{Goroutine: "machineset.(*Reconciler).createMachines", Classes: []WaitClass{
 		{Name: "rate limiter", Frames: []string{"rest.(*Request).tryThrottle"}},
 		{Name: "API server", Frames: []string{"net/http."}},
 	}}
-	const throttled = `goroutine 10 [select]:
-golang.org/x/time/rate.(*Limiter).wait(...)
-k8s.io/client-go/rest.(*Request).tryThrottle(...)
-sigs.k8s.io/cluster-api/core/reconcilers/machineset.(*Reconciler).createMachines(...)`
-	const http = `goroutine 10 [select]:
-net/http.(*http2clientStream).waitOnHeaders(...)
-sigs.k8s.io/cluster-api/core/reconcilers/machineset.(*Reconciler).createMachines(...)`
-	const running = `goroutine 10 [running]:
-encoding/json.Marshal(...)
-sigs.k8s.io/cluster-api/core/reconcilers/machineset.(*Reconciler).createMachines(...)`
-	const unrelated = `goroutine 11 [chan receive, 3 minutes]:
-main.other()`
+	const throttled = `goroutine profile: total 40
+1 @ 0x1 0x2 0x3
+#	0x1	runtime.gopark+0x1	proc.go:1
+#	0x2	k8s.io/client-go/rest.(*Request).tryThrottle+0x2	request.go:1
+#	0x3	sigs.k8s.io/cluster-api/core/reconcilers/machineset.(*Reconciler).createMachines+0x3	machineset_controller.go:1`
+	const http = `2 @ 0x1 0x4 0x3
+#	0x1	runtime.gopark+0x1	proc.go:1
+#	0x4	net/http.(*http2clientStream).waitOnHeaders+0x4	h2_bundle.go:1
+#	0x3	sigs.k8s.io/cluster-api/core/reconcilers/machineset.(*Reconciler).createMachines+0x3	machineset_controller.go:1`
+	const running = `1 @ 0x5 0x3
+#	0x5	encoding/json.Marshal+0x5	encode.go:1
+#	0x3	sigs.k8s.io/cluster-api/core/reconcilers/machineset.(*Reconciler).createMachines+0x3	machineset_controller.go:1`
+	const parked = `1 @ 0x1 0x6 0x3
+#	0x1	runtime.gopark+0x1	proc.go:1
+#	0x6	sync.(*Mutex).Lock+0x6	mutex.go:1
+#	0x3	sigs.k8s.io/cluster-api/core/reconcilers/machineset.(*Reconciler).createMachines+0x3	machineset_controller.go:1`
+	const unrelated = `37 @ 0x1 0x7
+#	0x1	runtime.gopark+0x1	proc.go:1
+#	0x7	main.other+0x7	main.go:1`
 	s.Add(throttled + "\n\n" + unrelated)
-	s.Add(throttled)
-	s.Add(http)
+	s.Add(http + "\n\n" + parked)
 	s.Add(running + "\n\n" + unrelated)
 	s.Add(unrelated)
 	counts, samples, absent := s.Result()
-	if samples != 5 || absent != 1 {
-		t.Errorf("samples %d absent %d, want 5 and 1", samples, absent)
+	if samples != 4 || absent != 1 {
+		t.Errorf("samples %d absent %d, want 4 and 1", samples, absent)
 	}
-	want := map[string]int{"rate limiter": 2, "API server": 1, "on CPU or waiting for one": 1}
+	// The first stack of a profile follows its header; a stack's count
+	// is how many goroutines share it.
+	want := map[string]int{"rate limiter": 1, "API server": 2, elsewhere: 2}
 	for k, v := range want {
 		if counts[k] != v {
 			t.Errorf("%s: %d, want %d (all: %v)", k, counts[k], v, counts)
@@ -38,3 +51,25 @@ main.other()`
 		t.Errorf("classes %v, want %v", counts, want)
 	}
 }
+
+// The sampler reads this process's real goroutine profile.
+func TestStackSamplerRuns(t *testing.T) {
+	block := make(chan struct{})
+	defer close(block)
+	go parkedForTheSampler(block)
+	s := &StackSampler{Goroutine: "load.parkedForTheSampler", Classes: []WaitClass{{Name: "on the channel", Frames: []string{"load.parkedForTheSampler"}}}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx, time.Millisecond); close(done) }()
+	for {
+		if counts, _, _ := s.Result(); counts["on the channel"] > 0 {
+			break
+		}
+		runtime.Gosched()
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	<-done
+}
+
+func parkedForTheSampler(c chan struct{}) { <-c }
