@@ -202,8 +202,18 @@ func WriteFrame(w io.Writer, frame []byte) error {
 	return err
 }
 
+// Shrinker is a reader that can give back the buffer it keeps between
+// reads. A yamux stream keeps its receive buffer, as large as it grew for
+// the most data ever waiting in it (up to the receive window), for the
+// stream's whole life; the control stream lives as long as the session,
+// and most of that life it is idle.
+type Shrinker interface {
+	Shrink()
+}
+
 // ReadFrame reads one length-prefixed frame, refusing, before allocating,
-// any frame longer than max.
+// any frame longer than max. When r is a Shrinker, it is shrunk once the
+// frame is read: a no-op if more data is waiting.
 func ReadFrame(r io.Reader, max int) ([]byte, error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
@@ -216,6 +226,9 @@ func ReadFrame(r io.Reader, max int) ([]byte, error) {
 	buf := make([]byte, n)
 	if _, err := io.ReadFull(r, buf); err != nil {
 		return nil, fmt.Errorf("reading %d-byte frame: %w", n, err)
+	}
+	if s, ok := r.(Shrinker); ok {
+		s.Shrink()
 	}
 	return buf, nil
 }

@@ -119,6 +119,39 @@ func TestDecodeRefusals(t *testing.T) {
 	}
 }
 
+// shrinkCounter is a stream that can give back its receive buffer.
+type shrinkCounter struct {
+	*bytes.Buffer
+	shrunk int
+}
+
+func (s *shrinkCounter) Shrink() { s.shrunk++ }
+
+// Each frame read lets the stream give back its buffer: an idle session
+// would otherwise hold one as large as the largest frame it ever received.
+func TestReadFrameShrinksTheStream(t *testing.T) {
+	r := &shrinkCounter{Buffer: &bytes.Buffer{}}
+	for _, f := range []string{"one", "two"} {
+		if err := WriteFrame(r.Buffer, []byte(f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, want := range []string{"one", "two"} {
+		got, err := ReadFrame(r, 16)
+		if err != nil || string(got) != want {
+			t.Fatalf("ReadFrame() = %q, %v; want %q", got, err, want)
+		}
+		if r.shrunk != i+1 {
+			t.Errorf("after frame %d the stream was shrunk %d times, want %d", i+1, r.shrunk, i+1)
+		}
+	}
+	// A frame refused or cut short is not a frame read.
+	r.Write([]byte{0, 0, 0, 9, 'x'})
+	if _, err := ReadFrame(r, 16); err == nil || r.shrunk != 2 {
+		t.Errorf("a short frame: err %v, shrunk %d times, want an error and 2", err, r.shrunk)
+	}
+}
+
 func TestFraming(t *testing.T) {
 	var buf bytes.Buffer
 	for _, f := range [][]byte{[]byte("one"), []byte(""), []byte("three")} {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,7 +27,10 @@ type session struct {
 	id  pki.Identity
 	mux *yamux.Session
 
-	ctrl    net.Conn // the control stream, opened by the agent
+	// ctrl is the control stream, opened by the agent. A *yamux.Stream,
+	// not a net.Conn: wire.ReadFrame shrinks it after each frame, which a
+	// wrapper would silently stop.
+	ctrl    *yamux.Stream
 	writeMu sync.Mutex
 
 	// pendingSince is when the oldest change not yet pushed was seen
@@ -96,6 +98,10 @@ func (ss *session) takePendingLink() *infrav1.LinkHealth {
 	defer ss.linkMu.Unlock()
 	return ss.pendingLink
 }
+
+// The control stream gives back its receive buffer after each frame
+// (wire.ReadFrame): most of a session's life it is idle.
+var _ wire.Shrinker = (*yamux.Stream)(nil)
 
 func newSession(s *Server, id pki.Identity, mux *yamux.Session) *session {
 	return &session{srv: s, id: id, mux: mux, done: make(chan struct{}),

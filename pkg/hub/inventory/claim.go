@@ -86,9 +86,13 @@ func SetMembershipLabels(h *infrav1.EdgeHost, machine, cluster string, controlPl
 }
 
 // Candidates returns the claimable hosts that satisfy req, in the order a
-// claimer should try them. The order starts at a point derived from the
-// machine's name, so machines racing for the same pool tend to try different
-// hosts first instead of all colliding on the first one.
+// claimer should try them: by a hash of the machine and the host
+// (rendezvous hashing). Machines racing for one pool start at different
+// hosts instead of all colliding on the first one; and one machine
+// reconciled by two hub replicas at once starts at the same host in both,
+// even when their views of the pool differ by a host or two, so the
+// second claim meets the first as a Conflict instead of taking another
+// host.
 func Candidates(hosts []infrav1.EdgeHost, req Request) []*infrav1.EdgeHost {
 	var out []*infrav1.EdgeHost
 	for i := range hosts {
@@ -99,11 +103,20 @@ func Candidates(hosts []infrav1.EdgeHost, req Request) []*infrav1.EdgeHost {
 	if len(out) == 0 {
 		return nil
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	f := fnv.New32a()
-	_, _ = f.Write([]byte(req.Machine.Namespace + "/" + req.Machine.Name))
-	start := int(f.Sum32() % uint32(len(out)))
-	return append(out[start:], out[:start]...)
+	machine := req.Machine.Namespace + "/" + req.Machine.Name
+	score := make(map[*infrav1.EdgeHost]uint32, len(out))
+	for _, h := range out {
+		f := fnv.New32a()
+		_, _ = f.Write([]byte(machine + "\x00" + h.Name))
+		score[h] = f.Sum32()
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if score[out[i]] != score[out[j]] {
+			return score[out[i]] < score[out[j]]
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
 }
 
 // fits reports whether the request may be given this host now.
@@ -113,9 +126,10 @@ func fits(h *infrav1.EdgeHost, req Request) bool {
 		(req.Zone == "" || Zone(h) == req.Zone)
 }
 
-// claimAttempts bounds how often Claim re-reads and retries one host whose
-// every write conflicts, so a host rewritten without pause cannot hold a
-// worker; the caller's requeue takes it from there.
+// claimAttempts bounds how often Claim re-reads and retries a host whose
+// every write conflicts; the first host to use them up ends the claim, so a
+// pool rewritten without pause cannot hold a worker; the caller's requeue
+// takes it from there.
 const claimAttempts = 3
 
 // Claim gives one of the candidates to the machine and returns it. The
@@ -129,24 +143,17 @@ const claimAttempts = 3
 // host would strand the machine: a change that leaves a free host free
 // wakes no waiting machine (hostChangeMattersToMachines).
 func Claim(ctx context.Context, c client.Client, live client.Reader, candidates []*infrav1.EdgeHost, req Request) (*infrav1.EdgeHost, error) {
-	var raced error
 	for _, h := range candidates {
 		claimed, err := claimOne(ctx, c, live, h, req)
-		switch {
-		case err == nil && claimed != nil:
-			return claimed, nil
-		case err == nil:
-			continue
-		case apierrors.IsConflict(err):
-			// Still free after claimAttempts tries: let the caller requeue
-			// rather than report "no host".
-			raced = err
-		default:
+		if err != nil {
+			// A Conflict here means the host is still free after
+			// claimAttempts tries: the caller requeues rather than
+			// reporting "no host".
 			return nil, err
 		}
-	}
-	if raced != nil {
-		return nil, fmt.Errorf("claiming an EdgeHost: every write conflicted, last: %w", raced)
+		if claimed != nil {
+			return claimed, nil
+		}
 	}
 	return nil, ErrNoHost
 }
@@ -192,7 +199,7 @@ func claimOne(ctx context.Context, c client.Client, live client.Reader, h *infra
 		}
 		h = fresh
 	}
-	return nil, fmt.Errorf("claiming EdgeHost %s: %w", h.Name, err)
+	return nil, fmt.Errorf("claiming EdgeHost %s, still free after %d conflicting writes: %w", h.Name, claimAttempts, err)
 }
 
 // Release clears the claim a machine holds on a host. It is a no-op when the

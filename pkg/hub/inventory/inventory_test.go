@@ -3,6 +3,8 @@ package inventory
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -88,7 +90,7 @@ func TestCandidatesFilterAndSpread(t *testing.T) {
 
 	got := names(Candidates(hosts, Request{Machine: m, Selector: sel}))
 	if len(got) != 3 || !sameSet(got, []string{"a1", "a2", "a3"}) {
-		t.Fatalf("candidates %v, want a1 a2 a3 in some rotation", got)
+		t.Fatalf("candidates %v, want a1 a2 a3 in some order", got)
 	}
 	if again := names(Candidates(hosts, Request{Machine: m, Selector: sel})); !equal(got, again) {
 		t.Errorf("order is not deterministic: %v then %v", got, again)
@@ -107,6 +109,26 @@ func TestCandidatesFilterAndSpread(t *testing.T) {
 	}
 	if len(starts) < 2 {
 		t.Errorf("every machine starts at the same host: %v", starts)
+	}
+	// Two hub replicas whose views of the pool differ by a host (claimed
+	// in between their reads) still send one machine to the same first
+	// host, where the second claim meets the first as a Conflict.
+	var pool []infrav1.EdgeHost
+	for i := range 10 {
+		pool = append(pool, host(fmt.Sprintf("p%d", i), nil))
+	}
+	for _, n := range []string{"m0", "m1", "m2", "m3", "m4", "m5", "m6", "m7"} {
+		req := Request{Machine: &infrav1.EdgeMachine{ObjectMeta: metav1.ObjectMeta{Name: n, Namespace: "ns"}}}
+		first := Candidates(pool, req)[0].Name
+		for i := range pool {
+			if pool[i].Name == first {
+				continue
+			}
+			fewer := append(slices.Clone(pool[:i]), pool[i+1:]...)
+			if got := Candidates(fewer, req)[0].Name; got != first {
+				t.Errorf("machine %s starts at %s, but at %s once %s is gone", n, first, got, pool[i].Name)
+			}
+		}
 	}
 }
 
