@@ -848,13 +848,17 @@ func (s *hubScale) coldStart() {
 	}
 	dir := s.profiles("cold-start")
 	stopDriverProfile, hubProfiled := s.profileCPU(dir, hubProfileWindow)
-	cpu0 := load.CPUByProgram(cpuPrograms...)
 	api0, err := load.ReadAPIServerLoad(ctx, env.Config)
 	if err != nil {
 		s.b.Fatal(err)
 	}
 	reasons := s.agents.Disconnects.Snapshot()
+	// Start builds every agent first and lets them all go as it returns:
+	// the CPU is counted from there, like the time, so building 10,000
+	// agent objects in one process (which real agents do not share) is
+	// not charged to the cold start.
 	s.agents.Start(0)
+	cpu0 := load.CPUByProgram(cpuPrograms...)
 	recorded := results.Line{Name: "recorded connected in the API"}
 	start := time.Now()
 	took, line := s.waitAll("cold start", func() int {

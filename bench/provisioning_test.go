@@ -281,11 +281,11 @@ func provisioning(b *testing.B, bin string, n int) {
 	rep.Tables = append(rep.Tables, t)
 	if created, ok := reached(lines[0].line, n+1); ok && created > 0 {
 		interval := created / float64(n)
-		rep.Add(results.Figure{Key: "machineset-create-interval-ms", Name: "Cluster API's MachineSet controller: time per Machine created (the last created at / " + commas(n) + "; it creates them one after another in one reconcile)",
+		rep.Add(results.Figure{Key: "machineset-create-interval-ms", Name: "Cluster API's MachineSet controller: time per Machine created (when the last was created ÷ " + commas(n) + "; its worker creates them one after another)",
 			Value: 1000 * interval, Unit: "ms"})
 		if api != nil {
 			path, parts := creationPath(api)
-			rep.Add(results.Figure{Key: "machineset-create-writes-ms", Name: "of which the API server's mean time for that Machine's creation writes, one after another (" + parts + ")",
+			rep.Add(results.Figure{Key: "machineset-create-writes-ms", Name: "the API server's mean time for the five writes that create one Machine, summed (each a mean over every request of that verb and resource during the scale, whoever made it: " + parts + ")",
 				Value: float64(path) / float64(time.Millisecond), Unit: "ms"})
 		}
 	}
@@ -339,22 +339,27 @@ func creationPath(api *load.APIServerLoad) (time.Duration, string) {
 	var total time.Duration
 	var parts []string
 	for _, st := range steps {
+		seen := false
 		for r := range api.Requests {
 			if r.Verb == st.Verb && r.Resource == st.Resource && r.Subresource == "" {
 				d := api.MeanLatency(r)
 				total += d
+				seen = true
 				parts = append(parts, fmt.Sprintf("%s %s %.0f ms", st.Verb, st.Resource, float64(d)/float64(time.Millisecond)))
 			}
+		}
+		if !seen {
+			parts = append(parts, fmt.Sprintf("no %s %s seen", st.Verb, st.Resource))
 		}
 	}
 	return total, strings.Join(parts, ", ")
 }
 
 // machineSetWaits sorts what Cluster API's MachineSet worker is doing
-// while it creates Machines, one after another, in one reconcile.
+// while it creates Machines, one after another.
 var machineSetWaits = []load.WaitClass{
 	{Name: "waiting for its client's rate limiter (client-side throttling)", Frames: []string{"rest.(*Request).tryThrottle", "util/flowcontrol."}},
-	{Name: "waiting for the API server's answer", Frames: []string{"net/http.", "golang.org/x/net/http2."}},
+	{Name: "inside an HTTP request to the API server (sending it, waiting, reading the answer, or runnable on busy cores)", Frames: []string{"net/http.", "golang.org/x/net/http2."}},
 	{Name: "waiting to record an event", Frames: []string{"tools/record."}},
 }
 
@@ -399,7 +404,7 @@ var provisioningComponents = []load.Component{
 // componentTable is the benchmark process's CPU profile charged to
 // provisioningComponents.
 func componentTable(profile string, took time.Duration) results.Table {
-	t := results.Table{Title: "The benchmark process's CPU during the scale by component (its CPU profile; a sample counts for the first component on its stack)",
+	t := results.Table{Title: "The benchmark process's CPU during the scale by component (its CPU profile; a sample counts for the first component, in this table's order, with a function on its stack)",
 		Header: []string{"component", "CPU seconds", "share of the process", "share of the machine"}}
 	by, total, err := load.CPUByComponent(profile, provisioningComponents)
 	if err != nil || total == 0 {

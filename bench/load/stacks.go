@@ -67,14 +67,21 @@ func (s *StackSampler) Add(dump string) {
 		s.counts = map[string]int{}
 	}
 	s.samples++
+	if strings.HasPrefix(dump, "goroutine profile:") {
+		// The header line ("goroutine profile: total N") sits on top
+		// of the first stack.
+		_, dump, _ = strings.Cut(dump, "\n")
+	}
 	found := false
 	for _, g := range strings.Split(dump, "\n\n") {
 		if !strings.Contains(g, s.Goroutine) {
 			continue
 		}
-		n, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(strings.TrimPrefix(g, "goroutine profile: "), " @", 2)[0]))
-		if err != nil || n < 1 {
-			n = 1
+		n := 1
+		if f := strings.Fields(g); len(f) > 1 && f[1] == "@" {
+			if v, err := strconv.Atoi(f[0]); err == nil && v > 0 {
+				n = v
+			}
 		}
 		found = true
 		s.counts[s.classify(g)] += n
