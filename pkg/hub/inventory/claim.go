@@ -188,7 +188,7 @@ func claimOne(ctx context.Context, c client.Client, live client.Reader, h *infra
 			}
 			return nil, fmt.Errorf("reading EdgeHost %s again after a conflicting claim: %w", h.Name, gerr)
 		}
-		if c := fresh.Spec.ClaimRef; c != nil && c.UID == req.Machine.UID {
+		if ref := fresh.Spec.ClaimRef; ref != nil && ref.UID == req.Machine.UID {
 			// This machine's claim, made by another worker or hub replica
 			// reconciling it at the same moment: it holds this host, and
 			// going on to the next candidate would give it two.
