@@ -1051,9 +1051,12 @@ func profileDriver(path string) (stop func(), err error) {
 		_ = f.Close()
 		return func() {}, err
 	}
+	var once sync.Once
 	return func() {
-		pprof.StopCPUProfile()
-		_ = f.Close()
+		once.Do(func() {
+			pprof.StopCPUProfile()
+			_ = f.Close()
+		})
 	}, nil
 }
 

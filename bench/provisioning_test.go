@@ -221,8 +221,12 @@ func provisioning(b *testing.B, bin string, n int) {
 	if profErr != nil {
 		logf("CPU profile: %v", profErr)
 	}
+	// Deferred too, so a run that fails early leaves no profile running
+	// for the next one (both stops are safe to call twice).
+	defer stopProfile()
 	msWaits := &load.StackSampler{Goroutine: "machineset.(*Reconciler).createMachines", Classes: machineSetWaits}
 	sctx, stopSampling := context.WithCancel(ctx)
+	defer stopSampling()
 	go msWaits.Run(sctx, stackPeriod)
 	b.ResetTimer()
 	start := time.Now()
