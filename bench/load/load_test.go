@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,8 +19,9 @@ import (
 )
 
 // The load driver's smoke run, in make test so it cannot rot: 50 agents
-// over 5 loopback sources connect to a real fleet-hub process, survive a
-// hub crash and restart, and no agent enrolls twice.
+// over 5 loopback sources connect to a real fleet-hub process, cost the hub
+// one goroutine each once idle, survive a hub crash and restart, and no
+// agent enrolls twice.
 func TestSmoke(t *testing.T) {
 	ctx := context.Background()
 	env, err := testenv.Start(ctx, testenv.Options{APIServerOnly: true})
@@ -53,6 +57,25 @@ func TestSmoke(t *testing.T) {
 	if _, err := hub.WaitSessions(ctx, n, 2*time.Minute, nil); err != nil {
 		t.Fatal(err)
 	}
+	waitConnected(ctx, t, env.Client, n)
+	// An idle session is the mux's goroutine alone (hashicorp/yamux's
+	// server cost three): once the connections are recorded, the
+	// handlers that recorded them are gone.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		dump, err := goroutineDump(hub)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := sessionGoroutines(dump)
+		if got <= n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the hub runs %d goroutines for %d idle sessions, want one each; its goroutines:\n%s", got, n, dump)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 
 	hub.Kill()
 	if err := hub.Restart(); err != nil {
@@ -68,17 +91,7 @@ func TestSmoke(t *testing.T) {
 	if ended < n {
 		t.Errorf("agents' session ends counted %d, want at least %d (the kill ended every session): %v", ended, n, agents.Disconnects.Since(nil))
 	}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		c, err := Connected(ctx, env.Client, "fleet-load")
-		if err == nil && c == n {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d hosts AgentConnected after the restart (%v)", c, n, err)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+	waitConnected(ctx, t, env.Client, n)
 	hosts := &infrav1.EdgeHostList{}
 	if err := env.Client.List(ctx, hosts, client.InNamespace("fleet-load")); err != nil {
 		t.Fatal(err)
@@ -87,6 +100,51 @@ func TestSmoke(t *testing.T) {
 		t.Errorf("%d EdgeHosts for %d agents: some enrolled twice", len(hosts.Items), n)
 	}
 	fmt.Fprintf(os.Stderr, "smoke: %d agents connected, survived a hub restart\n", n)
+}
+
+// goroutineDump is the hub's goroutine profile, grouped by stack.
+func goroutineDump(h *Hub) (string, error) {
+	resp, err := http.Get(h.PprofURL + "/goroutine?debug=1")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// sessionGoroutines counts, in a debug=1 goroutine dump, the goroutines
+// that serve agent sessions: any whose stack runs through the session
+// transport or a session's own code (not the shared push workers).
+func sessionGoroutines(dump string) int {
+	total := 0
+	for _, rec := range strings.Split(dump, "\n\n") {
+		var n int
+		if _, err := fmt.Sscanf(rec, "%d @", &n); err != nil {
+			continue
+		}
+		if strings.Contains(rec, "fleet/pkg/transport") || strings.Contains(rec, "hashicorp/yamux") ||
+			strings.Contains(rec, "gateway.(*session)") || strings.Contains(rec, "gateway.(*Server).serveConnect") {
+			total += n
+		}
+	}
+	return total
+}
+
+// waitConnected waits until n hosts read AgentConnected.
+func waitConnected(ctx context.Context, t *testing.T, c client.Client, n int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		got, err := Connected(ctx, c, "fleet-load")
+		if err == nil && got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d hosts AgentConnected (%v)", got, n, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }
 
 // Reasons count alike reasons together: addresses and numbers are

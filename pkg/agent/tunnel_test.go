@@ -11,21 +11,19 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/hashicorp/yamux"
 
 	"github.com/edgefleet/fleet/pkg/contract/wire"
 	"github.com/edgefleet/fleet/pkg/transport"
+	"github.com/edgefleet/fleet/pkg/transport/hubmux"
 )
 
 // tunnelPair runs an agent's tunnel server on one end of an in-memory
 // session and returns the hub's end.
-func tunnelPair(t *testing.T, a *Agent) *yamux.Session {
+func tunnelPair(t *testing.T, a *Agent) *hubmux.Session {
 	t.Helper()
 	hubSide, agentSide := net.Pipe()
-	hub, err := transport.Server(hubSide)
-	if err != nil {
-		t.Fatal(err)
-	}
+	hub := hubmux.Server(hubSide, hubmux.Config{})
+	go func() { _ = hub.Serve() }()
 	agent, err := transport.Client(agentSide, time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -36,9 +34,9 @@ func tunnelPair(t *testing.T, a *Agent) *yamux.Session {
 	return hub
 }
 
-func askTunnel(t *testing.T, hub *yamux.Session, target string) (net.Conn, any) {
+func askTunnel(t *testing.T, hub *hubmux.Session, target string) (net.Conn, any) {
 	t.Helper()
-	st, err := hub.OpenStream()
+	st, err := hub.Open()
 	if err != nil {
 		t.Fatal(err)
 	}

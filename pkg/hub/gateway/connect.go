@@ -17,6 +17,7 @@ import (
 	"github.com/edgefleet/fleet/pkg/contract/wire"
 	"github.com/edgefleet/fleet/pkg/pki"
 	"github.com/edgefleet/fleet/pkg/transport"
+	"github.com/edgefleet/fleet/pkg/transport/hubmux"
 )
 
 var upgrader = websocket.Upgrader{
@@ -71,12 +72,16 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	conn := transport.NewIdleConn(ws, s.opts.AgentIdleTimeout)
-	mux, err := transport.Server(conn)
-	if err != nil {
-		handshakes.WithLabelValues("upgrade_failed").Inc()
-		_ = conn.Close()
-		return
-	}
+	mux := hubmux.Server(conn, hubmux.Config{
+		CloseTimeout: transport.WriteTimeout,
+		// Only the hub opens tunnels.
+		OnRefusedStream: func() { rejectedFrames.WithLabelValues("UnexpectedStream").Inc() },
+	})
+	// The session's one goroutine from now on. This handler returns once
+	// the session is registered: net/http's goroutine for the connection
+	// (its stack grown by the TLS handshake) and the request it holds are
+	// freed, and the hijacked connection is the session's alone.
+	go func() { _ = mux.Serve() }()
 	ss := newSession(s, id, mux)
 	if err := ss.handshake(s.opts.HelloTimeout); err != nil {
 		handshakes.WithLabelValues("bad_hello").Inc()
@@ -93,18 +98,7 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 		s.unregister(ss)
 		return
 	}
-	// The session goes on in a goroutine of its own, and this handler
-	// returns: net/http's goroutine for the connection (its stack grown
-	// by the TLS handshake) and the request it holds are freed, and the
-	// hijacked connection is the session's alone. An idle hub holds
-	// thousands of sessions. The session's first act, recording the
-	// connection, may wait behind thousands of others after an outage:
-	// the net/http goroutine does not wait with it.
-	go func() {
-		s.markConnected(s.ctx, ss)
-		ss.run(s.ctx)
-		s.unregister(ss)
-	}()
+	ss.start(s.ctx)
 }
 
 // admit takes a handshake slot, waiting a moment for one: the agent has

@@ -5,7 +5,8 @@
 //	GET  /v1/ca       the CA bundle agents pin (public)
 //	POST /v1/enroll   token + CSR → EdgeHost + client certificate
 //	GET  /v1/connect  the session: a websocket, authenticated by the client
-//	                  certificate before the upgrade, multiplexed with yamux
+//	                  certificate before the upgrade, multiplexed with the
+//	                  yamux protocol (transport/hubmux: one goroutine a session)
 //
 // Over a session the hub pushes the host's full desired state on connect and
 // whenever it changes (from the informer cache), and writes what the agent

@@ -251,7 +251,7 @@ func (ss *session) openTunnel(ctx context.Context, target string) (net.Conn, err
 		ss.tunnels.Add(-1)
 		return nil, errAgentBusy
 	}
-	st, err := ss.mux.OpenStream()
+	st, err := ss.mux.Open()
 	if err != nil {
 		ss.tunnels.Add(-1)
 		return nil, fmt.Errorf("opening a stream: %w", err)
@@ -294,8 +294,8 @@ func (ss *session) openTunnel(ctx context.Context, target string) (net.Conn, err
 
 // tunnelConn is a tunnel stream that frees its place in the session's
 // tunnel budget when it is closed for good. CloseWrite only ends the
-// hub-to-agent direction (a yamux stream's Close sends FIN and still
-// reads); Close also releases the budget.
+// hub-to-agent direction (a stream's Close sends FIN and still reads);
+// Close also releases the budget.
 type tunnelConn struct {
 	net.Conn
 	release func()

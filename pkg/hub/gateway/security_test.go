@@ -7,7 +7,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -290,9 +289,9 @@ func TestHostileInput(t *testing.T) {
 	}
 }
 
-// The hub holds no goroutine per session for housekeeping, and still: a
-// stream the agent opens (only the hub opens tunnels) is refused, and an
-// agent that goes silent — not even a ping — is cut off.
+// The hub holds one goroutine per idle session, and still: a stream the
+// agent opens (only the hub opens tunnels) is reset at once, and an agent
+// that goes silent — not even a ping — is cut off.
 func TestSessionHousekeeping(t *testing.T) {
 	ns := newNamespace(t)
 	h := startHub(t, hubOptions{ns: ns})
@@ -311,8 +310,8 @@ func TestSessionHousekeeping(t *testing.T) {
 		must(t, err)
 		_, _ = st.Write([]byte("hello hub"))
 		_ = st.SetReadDeadline(time.Now().Add(10 * time.Second))
-		if _, err := st.Read(make([]byte, 16)); !errors.Is(err, io.EOF) {
-			t.Fatalf("stream %d opened by the agent: read %v, want EOF (refused by the hub)", i, err)
+		if _, err := st.Read(make([]byte, 16)); !errors.Is(err, yamux.ErrConnectionReset) {
+			t.Fatalf("stream %d opened by the agent: read %v, want a reset (refused by the hub)", i, err)
 		}
 	}
 	if after := metricValue(t, "fleet_gateway_rejected_frames_total", map[string]string{"reason": "UnexpectedStream"}); after-before != 3 {

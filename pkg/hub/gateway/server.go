@@ -103,9 +103,6 @@ type Options struct {
 	// agents that held a session in the last 5 minutes retry every 10 s at
 	// most).
 	ReturnGrace time.Duration
-	// HousekeepingInterval is how often each session's timer refuses
-	// streams an agent should not have opened (default 15 s).
-	HousekeepingInterval time.Duration
 	// PushWorkers compute and send desired states for all sessions
 	// (default 32); a push to a stuck agent holds one for at most the
 	// write timeout.
@@ -161,9 +158,6 @@ func (o *Options) Defaults() {
 	}
 	if o.AgentIdleTimeout == 0 {
 		o.AgentIdleTimeout = 4 * o.KeepAlive
-	}
-	if o.HousekeepingInterval == 0 {
-		o.HousekeepingInterval = 15 * time.Second
 	}
 	if o.DisconnectGrace == 0 {
 		o.DisconnectGrace = 30 * time.Second

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/yamux"
 	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,19 +18,25 @@ import (
 	"github.com/edgefleet/fleet/pkg/hub/linkhealth"
 	"github.com/edgefleet/fleet/pkg/pki"
 	"github.com/edgefleet/fleet/pkg/transport"
+	"github.com/edgefleet/fleet/pkg/transport/hubmux"
 )
 
 // session is one agent's connection on this replica.
 type session struct {
 	srv *Server
 	id  pki.Identity
-	mux *yamux.Session
+	mux *hubmux.Session
 
-	// ctrl is the control stream, opened by the agent. A *yamux.Stream,
-	// not a net.Conn: wire.ReadFrame shrinks it after each frame, which a
-	// wrapper would silently stop.
-	ctrl    *yamux.Stream
+	// ctrl is the control stream, opened by the agent. Between messages
+	// nothing reads it: the mux wakes a handler when data arrives.
+	ctrl    *hubmux.Stream
 	writeMu sync.Mutex
+	// handling is true while a handler goroutine serves the control
+	// stream; connected tells that handler has recorded the connection.
+	handling  atomic.Bool
+	connected bool
+	stopTimer func()
+	endOnce   sync.Once
 
 	// pendingSince is when the oldest change not yet pushed was seen
 	// (UnixNano, 0: nothing pending); it is what push latency is measured
@@ -54,7 +59,7 @@ type session struct {
 	// Touched only by the push worker that holds this session: the push
 	// queue never hands one session to two workers at once.
 	lastPushed *wire.DesiredState
-	// Touched only by the reader goroutine.
+	// Touched only by the handler (one at a time: handling).
 	lastStatus *wire.Status
 
 	// Link health is written coarsely (see recordStatus): the last one
@@ -99,11 +104,7 @@ func (ss *session) takePendingLink() *infrav1.LinkHealth {
 	return ss.pendingLink
 }
 
-// The control stream gives back its receive buffer after each frame
-// (wire.ReadFrame): most of a session's life it is idle.
-var _ wire.Shrinker = (*yamux.Stream)(nil)
-
-func newSession(s *Server, id pki.Identity, mux *yamux.Session) *session {
+func newSession(s *Server, id pki.Identity, mux *hubmux.Session) *session {
 	return &session{srv: s, id: id, mux: mux, done: make(chan struct{}),
 		statusLimit: rate.NewLimiter(2, 10),
 		csrLimit:    rate.NewLimiter(rate.Every(10*time.Second), 2)}
@@ -114,7 +115,7 @@ func newSession(s *Server, id pki.Identity, mux *yamux.Session) *session {
 func (ss *session) handshake(timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	stream, err := ss.mux.AcceptStreamWithContext(ctx)
+	stream, err := ss.mux.Accept(ctx)
 	if err != nil {
 		return fmt.Errorf("waiting for the control stream: %w", err)
 	}
@@ -223,52 +224,93 @@ func (ss *session) kickPush(seen time.Time) {
 	ss.srv.pushes.Add(ss)
 }
 
-// run serves the session until the agent goes away or the hub closes it.
-// It is the session's only goroutine of the hub's own (besides yamux's
-// reader and writer): pushes run on shared workers, and lastSeenTime and
-// stream refusal on a timer.
-func (ss *session) run(ctx context.Context) {
-	stopTimer := ss.startHousekeeping()
-	defer stopTimer()
-	defer ss.close()
+// start serves the session from now on. An idle session has one goroutine,
+// the mux's: a handler goroutine runs only while the agent's messages
+// wait (wake), and pushes, lastSeenTime and the rest run on shared workers
+// and timers. The handler's first act is recording the connection, an API
+// write that may wait its turn behind thousands of others after an outage;
+// meanwhile the mux still answers the agent's pings.
+func (ss *session) start(ctx context.Context) {
+	ss.stopTimer = ss.startHousekeeping()
+	ss.ctrl.SetNotify(func() { ss.wake(ctx) })
+	ss.wake(ctx)
+}
+
+// wake starts the handler unless it runs.
+func (ss *session) wake(ctx context.Context) {
+	if ss.handling.CompareAndSwap(false, true) {
+		go ss.handle(ctx)
+	}
+}
+
+// handle serves the agent's messages until none waits, then returns; a
+// wake between its last look and its return is not lost: it looks again.
+func (ss *session) handle(ctx context.Context) {
 	for {
-		msg, err := ss.read()
-		if err != nil {
-			return
+		if !ss.connected {
+			ss.connected = true
+			ss.srv.markConnected(ctx, ss)
 		}
-		switch m := msg.(type) {
-		case *wire.Status:
-			if !ss.statusLimit.Allow() {
-				rejectedFrames.WithLabelValues("StatusRateLimited").Inc()
-				continue
-			}
-			if err := ss.srv.recordStatus(ctx, ss, m); err != nil {
-				if errors.Is(err, errRevoked) {
-					ss.revoke()
-					return
-				}
-				ss.srv.log.Error(err, "Recording agent status", "EdgeHost", ss.id.String())
-			}
-		case *wire.CertificateRequest:
-			if !ss.csrLimit.Allow() {
-				rejectedFrames.WithLabelValues("CertificateRequestRateLimited").Inc()
-				_ = ss.send(&wire.Error{Code: wire.ErrRejected, Message: "certificate requests are limited to one per 10 s"})
-				continue
-			}
-			cert, err := ss.srv.ca.SignClient(m.CSR, ss.id, ss.srv.opts.ClientCertValidity)
-			if err != nil {
-				_ = ss.send(&wire.Error{Code: wire.ErrRejected, Message: "certificate request refused: " + err.Error()})
-				continue
-			}
-			if err := ss.send(&wire.Certificate{Certificate: cert}); err != nil {
+		for ss.ctrl.ReadReady() {
+			msg, err := ss.read()
+			if err != nil || !ss.serve(ctx, msg) {
+				ss.end()
 				return
 			}
-		default:
-			rejectedFrames.WithLabelValues(string(wire.ErrUnexpected)).Inc()
-			ss.fail(&wire.Error{Code: wire.ErrUnexpected, Message: fmt.Sprintf("%s is not expected from an agent here", typeName(msg))})
+		}
+		ss.handling.Store(false)
+		if !ss.ctrl.ReadReady() || !ss.handling.CompareAndSwap(false, true) {
 			return
 		}
 	}
+}
+
+// end closes the session and forgets it, once.
+func (ss *session) end() {
+	ss.endOnce.Do(func() {
+		if ss.stopTimer != nil {
+			ss.stopTimer()
+		}
+		ss.close()
+		ss.srv.unregister(ss)
+	})
+}
+
+// serve handles one message from the agent; false ends the session.
+func (ss *session) serve(ctx context.Context, msg any) bool {
+	switch m := msg.(type) {
+	case *wire.Status:
+		if !ss.statusLimit.Allow() {
+			rejectedFrames.WithLabelValues("StatusRateLimited").Inc()
+			return true
+		}
+		if err := ss.srv.recordStatus(ctx, ss, m); err != nil {
+			if errors.Is(err, errRevoked) {
+				ss.revoke()
+				return false
+			}
+			ss.srv.log.Error(err, "Recording agent status", "EdgeHost", ss.id.String())
+		}
+	case *wire.CertificateRequest:
+		if !ss.csrLimit.Allow() {
+			rejectedFrames.WithLabelValues("CertificateRequestRateLimited").Inc()
+			_ = ss.send(&wire.Error{Code: wire.ErrRejected, Message: "certificate requests are limited to one per 10 s"})
+			return true
+		}
+		cert, err := ss.srv.ca.SignClient(m.CSR, ss.id, ss.srv.opts.ClientCertValidity)
+		if err != nil {
+			_ = ss.send(&wire.Error{Code: wire.ErrRejected, Message: "certificate request refused: " + err.Error()})
+			return true
+		}
+		if err := ss.send(&wire.Certificate{Certificate: cert}); err != nil {
+			return false
+		}
+	default:
+		rejectedFrames.WithLabelValues(string(wire.ErrUnexpected)).Inc()
+		ss.fail(&wire.Error{Code: wire.ErrUnexpected, Message: fmt.Sprintf("%s is not expected from an agent here", typeName(msg))})
+		return false
+	}
+	return true
 }
 
 // push sends the desired state if it changed since the last push. It is
@@ -333,23 +375,6 @@ func (ss *session) push() (retry bool) {
 	return false
 }
 
-// refuseStreams closes any stream the agent opened beyond the control
-// stream: tunnels are opened by the hub only, and an unaccepted stream
-// would sit in the backlog holding buffer memory. Called from the
-// session's timer, it costs nothing while the stream count is as expected.
-func (ss *session) refuseStreams() {
-	for ss.mux.NumStreams() > 1+int(ss.tunnels.Load()) {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
-		st, err := ss.mux.AcceptStreamWithContext(ctx)
-		cancel()
-		if err != nil {
-			return // the extra one was a tunnel opening or closing
-		}
-		rejectedFrames.WithLabelValues("UnexpectedStream").Inc()
-		_ = st.Close()
-	}
-}
-
 // sameIntent tells, without reading the bootstrap Secret, that the host
 // still wants what was last pushed (the common case: a status-only update).
 func sameIntent(last *wire.DesiredState, h *infrav1.EdgeHost) bool {
@@ -359,16 +384,13 @@ func sameIntent(last *wire.DesiredState, h *infrav1.EdgeHost) bool {
 	return last.Deprovision == wantsDeprovision(h) && (last.Assignment != nil) == (h.Spec.ClaimRef != nil)
 }
 
-// startHousekeeping runs the session's periodic work on one timer instead
-// of goroutines: streams the agent should not have opened are refused every
-// HousekeepingInterval, and lastSeenTime is refreshed every
-// LastSeenInterval. stop ends it.
+// startHousekeeping refreshes lastSeenTime every LastSeenInterval on a
+// timer instead of a goroutine. stop ends it.
 func (ss *session) startHousekeeping() (stop func()) {
 	var mu sync.Mutex
 	stopped := false
 	var t *time.Timer
-	every := min(ss.srv.opts.HousekeepingInterval, ss.srv.opts.LastSeenInterval)
-	nextSeen := time.Now().Add(ss.srv.opts.LastSeenInterval)
+	every := ss.srv.opts.LastSeenInterval
 	mu.Lock()
 	defer mu.Unlock()
 	t = time.AfterFunc(every, func() {
@@ -377,11 +399,7 @@ func (ss *session) startHousekeeping() (stop func()) {
 			return
 		default:
 		}
-		ss.refuseStreams()
-		if now := time.Now(); !now.Before(nextSeen) {
-			nextSeen = now.Add(ss.srv.opts.LastSeenInterval)
-			ss.srv.touchLastSeen(context.Background(), ss)
-		}
+		ss.srv.touchLastSeen(context.Background(), ss)
 		mu.Lock()
 		defer mu.Unlock()
 		if !stopped {

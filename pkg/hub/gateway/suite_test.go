@@ -209,7 +209,7 @@ func startHub(t *testing.T, o hubOptions) *hub {
 		Addr: o.addr, HubNamespace: o.ns, IPs: []net.IP{net.ParseIP("127.0.0.1")},
 		ClientCertValidity: o.certValid, MaxConcurrentHandshakes: o.handshakes,
 		LastSeenInterval: o.lastSeen, KeepAlive: 2 * time.Second, HelloTimeout: 2 * time.Second,
-		HousekeepingInterval: 200 * time.Millisecond, DisconnectGrace: o.disconnectGrace, ReturnGrace: o.returnGrace,
+		DisconnectGrace: o.disconnectGrace, ReturnGrace: o.returnGrace,
 		LinkThresholds: linkhealth.DefaultThresholds(), MaxConcurrentStatusWrites: o.statusWrites,
 	})
 	if err != nil {

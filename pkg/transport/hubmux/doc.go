@@ -1,0 +1,18 @@
+// Package hubmux is the hub's end of an agent's multiplexed session: the
+// yamux protocol (github.com/hashicorp/yamux, spec.md there), which agents
+// speak through hashicorp/yamux, served by one goroutine per session.
+//
+// The hub holds thousands of idle sessions, and hashicorp/yamux costs each
+// of them three goroutines once the control stream has a reader, a 4 KiB
+// read buffer and a receive buffer per stream kept for the stream's life.
+// Here a session is one goroutine (Serve) that reads frames, answers pings
+// and window updates itself and writes under a lock instead of through a
+// sender goroutine; a stream's receive buffer exists only while data waits
+// in it. The control stream is read by whoever the caller wakes with
+// Stream.SetNotify, so between messages nothing else runs.
+//
+// Only what the hub needs is here: the agent opens exactly one stream (the
+// control stream; any further one is reset), the hub opens the others
+// (edge-reach tunnels), and the hub never pings (the agent does; the
+// caller's connection fails reads after a silence).
+package hubmux
