@@ -23,11 +23,13 @@ import (
 var upgrader = websocket.Upgrader{
 	HandshakeTimeout: 10 * time.Second,
 	// A small read buffer of its own instead of the HTTP server's 4 KiB
-	// one (which is then freed): it holds frame headers, and the session's
-	// 4 KiB reads bypass it. The pool lends a write buffer only while a
-	// frame is written. An idle session keeps few buffers of its own (a
-	// hub holds thousands).
-	ReadBufferSize:  512,
+	// one (which is then freed): it holds frame headers (the session reads
+	// 12-byte mux headers through it), and reads of a frame's body as large
+	// as the buffer bypass it. 128 bytes is gorilla's floor (a control
+	// frame's payload). The pool lends a write buffer only while a frame is
+	// written. An idle session keeps few buffers of its own (a hub holds
+	// thousands).
+	ReadBufferSize:  128,
 	WriteBufferSize: 0,
 	WriteBufferPool: &sync.Pool{},
 	// Agents are not browsers and send no Origin. A request that carries

@@ -195,7 +195,7 @@ func (s *Server) DialCluster(ctx context.Context, namespace, cluster, target str
 		ss := s.sessionFor(namespace, h.Name)
 		switch {
 		case ss == nil:
-		case !slices.Contains(ss.hello.Capabilities, wire.CapabilityTunnel):
+		case !ss.tunnelCapable:
 			// An agent older than tunnels never accepts a stream.
 			tooOld++
 		default:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,8 +36,12 @@ type session struct {
 	// stream; connected tells that handler has recorded the connection.
 	handling  atomic.Bool
 	connected bool
-	stopTimer func()
 	endOnce   sync.Once
+
+	// seenTimer refreshes lastSeenTime (startHousekeeping).
+	seenMu      sync.Mutex
+	seenTimer   *time.Timer
+	seenStopped bool
 
 	// pendingSince is when the oldest change not yet pushed was seen
 	// (UnixNano, 0: nothing pending); it is what push latency is measured
@@ -54,7 +59,8 @@ type session struct {
 	statusLimit *rate.Limiter
 	csrLimit    *rate.Limiter
 
-	hello wire.Hello
+	// tunnelCapable is the agent's Hello saying it serves tunnels.
+	tunnelCapable bool
 
 	// Touched only by the push worker that holds this session: the push
 	// queue never hands one session to two workers at once.
@@ -135,7 +141,7 @@ func (ss *session) handshake(timeout time.Duration) error {
 			Message: fmt.Sprintf("this certificate belongs to EdgeHost %s, not %q", ss.id.Name, hello.Host)})
 		return fmt.Errorf("hello for %q on a certificate of %s", hello.Host, ss.id)
 	}
-	ss.hello = *hello
+	ss.tunnelCapable = slices.Contains(hello.Capabilities, wire.CapabilityTunnel)
 	_ = stream.SetReadDeadline(time.Time{})
 	return nil
 }
@@ -231,7 +237,7 @@ func (ss *session) kickPush(seen time.Time) {
 // write that may wait its turn behind thousands of others after an outage;
 // meanwhile the mux still answers the agent's pings.
 func (ss *session) start(ctx context.Context) {
-	ss.stopTimer = ss.startHousekeeping()
+	ss.startHousekeeping()
 	ss.ctrl.SetNotify(func() { ss.wake(ctx) })
 	ss.wake(ctx)
 }
@@ -268,9 +274,7 @@ func (ss *session) handle(ctx context.Context) {
 // end closes the session and forgets it, once.
 func (ss *session) end() {
 	ss.endOnce.Do(func() {
-		if ss.stopTimer != nil {
-			ss.stopTimer()
-		}
+		ss.stopHousekeeping()
 		ss.close()
 		ss.srv.unregister(ss)
 	})
@@ -385,31 +389,33 @@ func sameIntent(last *wire.DesiredState, h *infrav1.EdgeHost) bool {
 }
 
 // startHousekeeping refreshes lastSeenTime every LastSeenInterval on a
-// timer instead of a goroutine. stop ends it.
-func (ss *session) startHousekeeping() (stop func()) {
-	var mu sync.Mutex
-	stopped := false
-	var t *time.Timer
-	every := ss.srv.opts.LastSeenInterval
-	mu.Lock()
-	defer mu.Unlock()
-	t = time.AfterFunc(every, func() {
-		select {
-		case <-ss.done:
-			return
-		default:
-		}
-		ss.srv.touchLastSeen(context.Background(), ss)
-		mu.Lock()
-		defer mu.Unlock()
-		if !stopped {
-			t.Reset(every)
-		}
-	})
-	return func() {
-		mu.Lock()
-		defer mu.Unlock()
-		stopped = true
-		t.Stop()
+// timer instead of a goroutine; its state lives in the session, so an idle
+// session holds no closure for it.
+func (ss *session) startHousekeeping() {
+	ss.seenMu.Lock()
+	defer ss.seenMu.Unlock()
+	ss.seenTimer = time.AfterFunc(ss.srv.opts.LastSeenInterval, ss.refreshLastSeen)
+}
+
+func (ss *session) refreshLastSeen() {
+	select {
+	case <-ss.done:
+		return
+	default:
+	}
+	ss.srv.touchLastSeen(context.Background(), ss)
+	ss.seenMu.Lock()
+	defer ss.seenMu.Unlock()
+	if !ss.seenStopped {
+		ss.seenTimer.Reset(ss.srv.opts.LastSeenInterval)
+	}
+}
+
+func (ss *session) stopHousekeeping() {
+	ss.seenMu.Lock()
+	defer ss.seenMu.Unlock()
+	ss.seenStopped = true
+	if ss.seenTimer != nil {
+		ss.seenTimer.Stop()
 	}
 }

@@ -95,8 +95,16 @@ func (s *Session) closeWith(err error) {
 
 // Accept waits for the stream the peer opens first: the control stream.
 func (s *Session) Accept(ctx context.Context) (*Stream, error) {
+	s.mu.Lock()
+	ch := s.accepted
+	s.mu.Unlock()
 	select {
-	case st := <-s.accepted:
+	case st := <-ch:
+		// The channel served its one stream: an idle session keeps
+		// nothing it does not use.
+		s.mu.Lock()
+		s.accepted = nil
+		s.mu.Unlock()
 		return st, nil
 	case <-s.done:
 		return nil, ErrSessionClosed
@@ -250,11 +258,12 @@ func (s *Session) incoming(id uint32) (refused bool, err error) {
 	}
 	st := newStream(s, id)
 	s.control = st
+	accepted := s.accepted
 	s.mu.Unlock()
 	if err := s.writeFrame(typeWindowUpdate, flagACK, id, 0, nil); err != nil {
 		return false, err
 	}
-	s.accepted <- st
+	accepted <- st
 	return false, nil
 }
 

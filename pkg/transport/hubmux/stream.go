@@ -25,8 +25,9 @@ type Stream struct {
 	buf []byte
 	off int
 	// recvWindow is what the peer may still send; sendWindow what this
-	// end may.
-	recvWindow, sendWindow                  uint32
+	// end may. inflight is admitted data still being read off the
+	// connection: not in buf yet, but not room to give back either.
+	recvWindow, sendWindow, inflight        uint32
 	localClosed, remoteClosed, reset, ended bool
 	readDeadline, writeDeadline             time.Time
 	closeTimer                              *time.Timer
@@ -79,12 +80,14 @@ func (st *Stream) admit(length uint32) bool {
 		return false
 	}
 	st.recvWindow -= length
+	st.inflight += length
 	return true
 }
 
 // deliver queues data that arrived.
 func (st *Stream) deliver(data []byte) {
 	st.mu.Lock()
+	st.inflight -= uint32(len(data))
 	if st.reset || st.ended {
 		st.mu.Unlock()
 		return
@@ -191,7 +194,7 @@ func (st *Stream) windowUpdate() uint32 {
 	if st.remoteClosed || st.reset {
 		return 0
 	}
-	delta := window - uint32(len(st.buf)-st.off) - st.recvWindow
+	delta := window - uint32(len(st.buf)-st.off) - st.inflight - st.recvWindow
 	if delta < window/2 {
 		return 0
 	}
