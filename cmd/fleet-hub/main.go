@@ -89,7 +89,6 @@ type options struct {
 	kubeAPIQPS         float64
 	kubeAPIBurst       int
 	gcPercent          int
-	crowdGCPercent     int
 }
 
 func (o *options) bind(fs *flag.FlagSet) {
@@ -133,7 +132,6 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.IntVar(&o.proxyMaxTunnels, "proxy-max-tunnels", 4096, "Edge-reach tunnels this replica carries at once (each agent carries at most 32).")
 	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 100, "Requests per second the hub sends the API server at most (client-side limit). Its idle load is one lastSeenTime refresh (a read and a write) per connected host per --last-seen-interval: 10,000 hosts need 67/s.")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 200, "Requests the hub may send at once above --kube-api-qps.")
-	fs.IntVar(&o.crowdGCPercent, "crowd-gc-percent", 100, "Go garbage-collector target while agents queue for a TLS handshake (a mass reconnect), when --gc-percent is lower: the collector then costs the handshakes less CPU, for a short-lived, bounded growth of the heap. Negative: keep --gc-percent throughout.")
 	fs.IntVar(&o.gcPercent, "gc-percent", 25, "Go garbage-collector target: the heap may grow this many percent above live data before a collection. The hub's live heap is mostly its idle sessions and caches, so a low value keeps memory per agent low for little CPU (docs/PERFORMANCE.md); the GOGC environment variable, when set, wins.")
 	o.zap.BindFlags(fs)
 }
@@ -276,7 +274,6 @@ func run(ctx context.Context, cfg *rest.Config, o options) error {
 			MaxConcurrentHandshakes:    o.maxHandshakes,
 			MaxConcurrentEnrollments:   o.maxEnrollments,
 			MaxConcurrentTLSHandshakes: o.maxTLSHandshakes,
-			CrowdGCPercent:             o.crowdGCPercent,
 			LastSeenInterval:           o.lastSeenInterval,
 			DisconnectGrace:            disconnectGrace(o.disconnectGrace),
 			ReplicaName:                hostname,

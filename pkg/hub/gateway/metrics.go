@@ -39,14 +39,6 @@ var (
 		Name: "fleet_gateway_status_writes_total",
 		Help: "EdgeHost status writes by cause (report, connected, disconnected, last_seen).",
 	}, []string{"cause"})
-	deferredConnectivityWrites = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "fleet_gateway_connectivity_writes_deferred_total",
-		Help: "Connections whose recording in EdgeHost status waited for the TLS handshakes queued at the time (a mass reconnect lets agents in before it writes who is connected).",
-	})
-	crowdGCRaises = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "fleet_gateway_crowd_gc_raises_total",
-		Help: "Times the Go collector's target was raised while connections queued for a TLS handshake (CrowdGCPercent), each until the queue was gone.",
-	})
 	skippedStatusWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fleet_gateway_status_writes_skipped_total",
 		Help: "EdgeHost status writes found unnecessary by cause (connected: a reconnect to a host that already reads as connected to this replica; disconnected: an agent back within the disconnect grace).",
@@ -54,5 +46,5 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(connectedAgents, handshakes, tlsHandshakes, enrollments, messages, rejectedFrames, pushLatency, statusWrites, skippedStatusWrites, deferredConnectivityWrites, crowdGCRaises)
+	metrics.Registry.MustRegister(connectedAgents, handshakes, tlsHandshakes, enrollments, messages, rejectedFrames, pushLatency, statusWrites, skippedStatusWrites)
 }

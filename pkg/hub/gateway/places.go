@@ -26,9 +26,6 @@ type newestFirst struct {
 	// compacted away.
 	waiting []*placeWaiter
 	gaveUp  int
-	// crowd is closed when the last waiter is served or gives up; nil
-	// while nobody waits.
-	crowd chan struct{}
 }
 
 type placeWaiter struct {
@@ -53,7 +50,6 @@ func (p *newestFirst) take(ctx context.Context, wait time.Duration) bool {
 	}
 	w := &placeWaiter{given: make(chan struct{})}
 	p.waiting = append(p.waiting, w)
-	p.updateCrowd()
 	p.mu.Unlock()
 
 	t := time.NewTimer(wait)
@@ -74,7 +70,6 @@ func (p *newestFirst) take(ctx context.Context, wait time.Duration) bool {
 	if p.gaveUp > 64 && p.gaveUp > len(p.waiting)/2 {
 		p.compact()
 	}
-	p.updateCrowd()
 	return false
 }
 
@@ -82,7 +77,6 @@ func (p *newestFirst) take(ctx context.Context, wait time.Duration) bool {
 func (p *newestFirst) release() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	defer p.updateCrowd()
 	for n := len(p.waiting); n > 0; n = len(p.waiting) {
 		w := p.waiting[n-1]
 		p.waiting[n-1] = nil
@@ -96,30 +90,6 @@ func (p *newestFirst) release() {
 		return
 	}
 	p.free++
-}
-
-// crowded returns, while connections wait for a place, a channel closed
-// once none waits; nil when none waits now.
-func (p *newestFirst) crowded() <-chan struct{} {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.crowd == nil {
-		return nil
-	}
-	return p.crowd
-}
-
-// updateCrowd opens or closes the crowd after the waiters changed. Called
-// with mu held.
-func (p *newestFirst) updateCrowd() {
-	waiting := len(p.waiting) - p.gaveUp
-	switch {
-	case waiting > 0 && p.crowd == nil:
-		p.crowd = make(chan struct{})
-	case waiting == 0 && p.crowd != nil:
-		close(p.crowd)
-		p.crowd = nil
-	}
 }
 
 // inUse is the number of places taken.

@@ -2,8 +2,6 @@ package gateway
 
 import (
 	"context"
-	"runtime/debug"
-	"runtime/metrics"
 	"testing"
 	"time"
 )
@@ -95,106 +93,4 @@ func TestPlacesForgetWaitersThatGaveUp(t *testing.T) {
 	if p.inUse() != 0 {
 		t.Error("the place given back was lost among the waiters that gave up")
 	}
-}
-
-// Recording a connection waits while TLS handshakes queue for a place,
-// and goes on once the last waiter is served or gives up.
-func TestConnectivityWritesYieldToQueuedHandshakes(t *testing.T) {
-	ctx := context.Background()
-	p := newNewestFirst(1)
-	s := &Server{}
-	s.tlsPlaces.Store(p)
-	if !p.take(ctx, 0) {
-		t.Fatal("the only place was not free")
-	}
-	if p.crowded() != nil {
-		t.Fatal("crowded with nobody waiting")
-	}
-	yielded := func() <-chan struct{} {
-		done := make(chan struct{})
-		go func() { s.yieldToHandshakes(ctx, nil); close(done) }()
-		return done
-	}
-	waitCrowd := func() {
-		for deadline := time.Now().Add(10 * time.Second); p.crowded() == nil; time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatal("a waiter in line, and no crowd")
-			}
-		}
-	}
-	expect := func(done <-chan struct{}, what string) {
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("the write still waits after %s", what)
-		}
-	}
-
-	// Served: the crowd passes when the waiter gets the place.
-	served := make(chan bool, 1)
-	go func() { served <- p.take(ctx, time.Minute) }()
-	waitCrowd()
-	done := yielded()
-	time.Sleep(50 * time.Millisecond)
-	select {
-	case <-done:
-		t.Fatal("the write did not wait for the handshake in line")
-	default:
-	}
-	p.release()
-	if !<-served {
-		t.Fatal("the waiter was not given the freed place")
-	}
-	expect(done, "the last waiter was served")
-	if p.crowded() != nil {
-		t.Fatal("still crowded with nobody waiting")
-	}
-
-	// Given up: the crowd passes too.
-	go func() { served <- p.take(ctx, 100*time.Millisecond) }()
-	waitCrowd()
-	done = yielded()
-	if <-served {
-		t.Fatal("a place was given while none was free")
-	}
-	expect(done, "the last waiter gave up")
-
-	// Nobody waiting: no wait at all.
-	expect(yielded(), "nobody waited")
-}
-
-// While connections queue for a handshake the collector's target is
-// raised, and put back once the queue is gone.
-func TestCollectorRelaxesInCrowds(t *testing.T) {
-	old := debug.SetGCPercent(25)
-	t.Cleanup(func() { debug.SetGCPercent(old) })
-	gogc := func() int64 {
-		s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
-		metrics.Read(s)
-		return int64(s[0].Value.Uint64())
-	}
-	waitGOGC := func(want int64, when string) {
-		for deadline := time.Now().Add(10 * time.Second); gogc() != want; time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: GOGC %d, want %d", when, gogc(), want)
-			}
-		}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	p := newNewestFirst(1)
-	if !p.take(ctx, 0) {
-		t.Fatal("the only place was not free")
-	}
-	go relaxGCInCrowds(ctx, p, 100)
-	time.Sleep(3 * crowdCheckInterval)
-	if got := gogc(); got != 25 {
-		t.Fatalf("GOGC %d with nobody waiting, want 25", got)
-	}
-	served := make(chan bool, 1)
-	go func() { served <- p.take(ctx, time.Minute) }()
-	waitGOGC(100, "a connection waiting")
-	p.release()
-	<-served
-	waitGOGC(25, "the queue gone")
 }

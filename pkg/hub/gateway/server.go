@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -60,14 +59,6 @@ type Options struct {
 	// TLSHandshakeWait is how long a connection waits for a TLS handshake
 	// place (default 10 s: agents give a dial 15 s).
 	TLSHandshakeWait time.Duration
-	// CrowdGCPercent is the Go collector's target while connections queue
-	// for a TLS handshake place (a mass reconnect), when the hub's own is
-	// lower (default 100; negative: leave it alone). The hub runs a low
-	// target for memory (fleet-hub --gc-percent); in a reconnect wave that
-	// makes the collector the hub's largest CPU cost, taken from the
-	// handshakes. Memory may grow meanwhile by the difference, a bounded
-	// and short-lived price.
-	CrowdGCPercent int
 	// MaxConcurrentEnrollments admits at most this many enrollments at
 	// once (default 16); more are told to come back shortly (503). Each
 	// costs several API requests: without a bound, a fleet powering up at
@@ -143,9 +134,6 @@ func (o *Options) Defaults() {
 	}
 	if o.MaxConcurrentTLSHandshakes <= 0 {
 		o.MaxConcurrentTLSHandshakes = 64 * runtime.GOMAXPROCS(0)
-	}
-	if o.CrowdGCPercent == 0 {
-		o.CrowdGCPercent = 100
 	}
 	if o.TLSHandshakeWait <= 0 {
 		o.TLSHandshakeWait = 10 * time.Second
@@ -224,10 +212,7 @@ type Server struct {
 	// disconnected ("namespace/name" → true).
 	wroteDisconnect sync.Map
 	listener        net.Listener
-	// tlsPlaces are the TLS handshake places of the listener, once it
-	// serves: connectivity writes yield to a queue there.
-	tlsPlaces atomic.Pointer[newestFirst]
-	ready     chan struct{}
+	ready           chan struct{}
 	// ctx lives as long as Start: sessions run under it.
 	ctx context.Context
 }
@@ -366,10 +351,6 @@ func (s *Server) Start(ctx context.Context) error {
 	// The TLS handshake timeout is net/http's read-header timeout, which
 	// it used to bound.
 	tlsLn := newHandshakeListener(ln, tlsCfg, s.opts.MaxConcurrentTLSHandshakes, s.opts.TLSHandshakeWait, srv.ReadHeaderTimeout)
-	s.tlsPlaces.Store(tlsLn.places)
-	if s.opts.CrowdGCPercent > 0 {
-		go relaxGCInCrowds(ctx, tlsLn.places, s.opts.CrowdGCPercent)
-	}
 	go func() { errc <- srv.Serve(tlsLn) }()
 	select {
 	case <-ctx.Done():

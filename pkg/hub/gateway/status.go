@@ -266,46 +266,7 @@ func (s *Server) alreadyConnected(ctx context.Context, ss *session) bool {
 }
 
 func (s *Server) markConnected(ctx context.Context, ss *session) {
-	s.yieldToHandshakes(ctx, ss.done)
-	select {
-	case <-ss.done:
-		return // ended while it waited: nothing to record
-	default:
-	}
 	s.setConnectivity(ctx, ss, true, "connected")
-}
-
-// maxHandshakeYield bounds how long recording a connection waits for the
-// TLS handshakes queued before it: a flood of connections must not keep
-// the hub from ever recording who is connected.
-const maxHandshakeYield = time.Minute
-
-// yieldToHandshakes waits while TLS handshakes queue for a place, up to
-// maxHandshakeYield. After an outage the whole fleet dials at once and the
-// cores are what lets agents in: each connection recorded meanwhile costs
-// the API server and the hub a write (5 ms of the API server's CPU apiece
-// in a 10,000-agent cold start on two cores), taken from the handshakes of
-// the agents still outside. The session is served meanwhile (its desired
-// state was pushed at registration); its connection is written once the
-// crowd has passed, at the hub's API rate as before.
-func (s *Server) yieldToHandshakes(ctx context.Context, gone <-chan struct{}) {
-	places := s.tlsPlaces.Load()
-	if places == nil {
-		return
-	}
-	crowd := places.crowded()
-	if crowd == nil {
-		return
-	}
-	deferredConnectivityWrites.Inc()
-	t := time.NewTimer(maxHandshakeYield)
-	defer t.Stop()
-	select {
-	case <-crowd:
-	case <-t.C:
-	case <-gone:
-	case <-ctx.Done():
-	}
 }
 
 func (s *Server) markDisconnected(ctx context.Context, ss *session) {
