@@ -37,7 +37,6 @@ type Session struct {
 	accepted  chan *Stream
 	goneAway  bool
 	closed    bool
-	closeErr  error
 	done      chan struct{}
 	closeOnce sync.Once
 
@@ -58,25 +57,17 @@ func Server(conn net.Conn, cfg Config) *Session {
 // Done is closed when the session has ended.
 func (s *Session) Done() <-chan struct{} { return s.done }
 
-// Err tells why the session ended (nil while it runs).
-func (s *Session) Err() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closeErr
-}
-
 // Close ends the session: the connection is closed, and every stream's
 // blocked reads and writes return.
 func (s *Session) Close() error {
-	s.closeWith(ErrSessionClosed)
+	s.shutdown()
 	return nil
 }
 
-func (s *Session) closeWith(err error) {
+func (s *Session) shutdown() {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
 		s.closed = true
-		s.closeErr = err
 		streams := make([]*Stream, 0, 1+len(s.tunnels))
 		if s.control != nil {
 			streams = append(streams, s.control)
@@ -162,7 +153,7 @@ func (s *Session) Serve() error {
 	if err == nil || errors.Is(err, io.EOF) {
 		err = io.EOF
 	}
-	s.closeWith(err)
+	s.shutdown()
 	return err
 }
 
@@ -321,7 +312,7 @@ func (s *Session) writeFrame(typ uint8, flags uint16, id, length uint32, data []
 	_, err := s.conn.Write(buf)
 	s.writeMu.Unlock()
 	if err != nil {
-		s.closeWith(fmt.Errorf("hubmux: writing: %w", err))
+		s.shutdown()
 		return ErrSessionClosed
 	}
 	return nil
