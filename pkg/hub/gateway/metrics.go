@@ -39,6 +39,10 @@ var (
 		Name: "fleet_gateway_status_writes_total",
 		Help: "EdgeHost status writes by cause (report, connected, disconnected, last_seen).",
 	}, []string{"cause"})
+	crowdGCRaises = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "fleet_gateway_crowd_gc_raises_total",
+		Help: "Connection waves (TLS handshakes queued for a place) during which the Go collector's target was raised to CrowdGCPercent; after each the memory it used was returned to the operating system.",
+	})
 	skippedStatusWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fleet_gateway_status_writes_skipped_total",
 		Help: "EdgeHost status writes found unnecessary by cause (connected: a reconnect to a host that already reads as connected to this replica; disconnected: an agent back within the disconnect grace).",
@@ -46,5 +50,5 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(connectedAgents, handshakes, tlsHandshakes, enrollments, messages, rejectedFrames, pushLatency, statusWrites, skippedStatusWrites)
+	metrics.Registry.MustRegister(connectedAgents, handshakes, tlsHandshakes, enrollments, messages, rejectedFrames, pushLatency, statusWrites, skippedStatusWrites, crowdGCRaises)
 }

@@ -26,6 +26,9 @@ type newestFirst struct {
 	// compacted away.
 	waiting []*placeWaiter
 	gaveUp  int
+	// queued gets a token when a connection starts waiting while none
+	// did: a crowd begins (see relaxGCInCrowds).
+	queued chan struct{}
 }
 
 type placeWaiter struct {
@@ -33,7 +36,9 @@ type placeWaiter struct {
 	done  bool          // given a place or gave up; guarded by mu
 }
 
-func newNewestFirst(n int) *newestFirst { return &newestFirst{limit: n, free: n} }
+func newNewestFirst(n int) *newestFirst {
+	return &newestFirst{limit: n, free: n, queued: make(chan struct{}, 1)}
+}
 
 // take takes a place, waiting up to wait (none if wait is not positive)
 // or until ctx ends.
@@ -49,6 +54,12 @@ func (p *newestFirst) take(ctx context.Context, wait time.Duration) bool {
 		return false
 	}
 	w := &placeWaiter{given: make(chan struct{})}
+	if len(p.waiting) == p.gaveUp {
+		select {
+		case p.queued <- struct{}{}:
+		default:
+		}
+	}
 	p.waiting = append(p.waiting, w)
 	p.mu.Unlock()
 
@@ -90,6 +101,13 @@ func (p *newestFirst) release() {
 		return
 	}
 	p.free++
+}
+
+// waiters is the number of connections waiting for a place now.
+func (p *newestFirst) waiters() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.waiting) - p.gaveUp
 }
 
 // inUse is the number of places taken.
