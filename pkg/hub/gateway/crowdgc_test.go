@@ -2,59 +2,14 @@ package gateway
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 )
 
-// fakeGC records the collector settings relaxGCInCrowds makes, in order,
-// starting from a target of gogc.
-type fakeGC struct {
-	gogc   int
-	events chan string
-}
-
-func newFakeGC(gogc int) *fakeGC { return &fakeGC{gogc: gogc, events: make(chan string, 16)} }
-
-func (f *fakeGC) knobs() gcKnobs {
-	return gcKnobs{
-		setGCPercent: func(p int) int {
-			prev := f.gogc
-			f.gogc = p
-			f.events <- fmt.Sprintf("gogc %d", p)
-			return prev
-		},
-		freeOSMemory: func() { f.events <- "free" },
-	}
-}
-
-func (f *fakeGC) expect(t *testing.T, want ...string) {
-	t.Helper()
-	for _, w := range want {
-		select {
-		case got := <-f.events:
-			if got != w {
-				t.Fatalf("collector: %q, want %q", got, w)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("collector: nothing after 10 s, want %q", w)
-		}
-	}
-}
-
-func (f *fakeGC) expectNothing(t *testing.T, d time.Duration) {
-	t.Helper()
-	select {
-	case got := <-f.events:
-		t.Fatalf("collector: %q, want nothing", got)
-	case <-time.After(d):
-	}
-}
-
-// While connections queue for a handshake place the collector's target
-// is raised; once nobody has waited for crowdCalm the old one is put back
-// and the wave's memory returned, and the next wave does the same.
-func TestCollectorRelaxesInCrowds(t *testing.T) {
+// Once connections have queued for a handshake place and nobody has
+// waited for crowdCalm, the hub returns its free memory: once a wave,
+// however long the wave, and never without one.
+func TestMemoryReturnedAfterCrowds(t *testing.T) {
 	defer func(c time.Duration) { crowdCalm = c }(crowdCalm)
 	crowdCalm = 300 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
@@ -63,49 +18,54 @@ func TestCollectorRelaxesInCrowds(t *testing.T) {
 	if !p.take(ctx, 0) {
 		t.Fatal("the only place was not free")
 	}
-	gc := newFakeGC(25)
-	go relaxGCInCrowds(ctx, p, 100, gc.knobs())
-	gc.expectNothing(t, 3*crowdCheckInterval)
+	freed := make(chan struct{}, 4)
+	done := make(chan struct{})
+	go func() { returnMemoryAfterCrowds(ctx, p, func() { freed <- struct{}{} }); close(done) }()
+	expectFreed := func(want bool, within time.Duration, when string) {
+		t.Helper()
+		select {
+		case <-freed:
+			if !want {
+				t.Fatalf("memory returned %s", when)
+			}
+		case <-time.After(within):
+			if want {
+				t.Fatalf("memory not returned %s", when)
+			}
+		}
+	}
+	expectFreed(false, 3*crowdCheckInterval, "with nobody waiting")
 
 	for wave := range 2 {
 		served := make(chan bool, 1)
 		go func() { served <- p.take(ctx, time.Minute) }()
-		gc.expect(t, "gogc 100")
-		// Still a crowd while someone waits, however long.
-		gc.expectNothing(t, 2*crowdCalm)
+		expectFreed(false, 2*crowdCalm, "while a connection waits")
 		p.release()
 		if !<-served {
 			t.Fatalf("wave %d: the waiter was not given the freed place", wave)
 		}
-		gc.expect(t, "gogc 25", "free")
+		expectFreed(true, 10*time.Second, "after the wave")
 		// The served waiter holds the only place: the next waits too.
 	}
-	gc.expectNothing(t, 3*crowdCheckInterval)
-}
-
-// A target already as high (or the collector off) is left alone, with no
-// collection forced afterwards; an ending hub puts the target back.
-func TestCollectorLeftAloneWhenAlreadyRelaxed(t *testing.T) {
-	defer func(c time.Duration) { crowdCalm = c }(crowdCalm)
-	crowdCalm = 300 * time.Millisecond
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	p := newNewestFirst(1)
-	p.take(ctx, 0)
-	gc := newFakeGC(200)
-	done := make(chan struct{})
-	go func() { relaxGCInCrowds(ctx, p, 100, gc.knobs()); close(done) }()
+	// A waiter that gives up ends a wave too.
 	if p.take(ctx, 50*time.Millisecond) {
 		t.Fatal("a place was given while none was free")
 	}
-	gc.expect(t, "gogc 100", "gogc 200")
-	gc.expectNothing(t, 2*crowdCalm)
+	expectFreed(true, 10*time.Second, "after a wave whose last waiter gave up")
+	expectFreed(false, 3*crowdCheckInterval, "with no new wave")
 
-	gc.gogc = 25
+	// A hub that stops in a wave stops waiting for its end.
 	go p.take(ctx, time.Minute)
-	gc.expect(t, "gogc 100")
+	for deadline := time.Now().Add(10 * time.Second); p.waiters() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter never got in line")
+		}
+	}
 	cancel()
-	gc.expect(t, "gogc 25")
-	<-done
-	gc.expectNothing(t, 3*crowdCheckInterval)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("still waiting for the wave's end after the hub stopped")
+	}
+	expectFreed(false, 0, "after the hub stopped")
 }

@@ -39,9 +39,9 @@ var (
 		Name: "fleet_gateway_status_writes_total",
 		Help: "EdgeHost status writes by cause (report, connected, disconnected, last_seen).",
 	}, []string{"cause"})
-	crowdGCRaises = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "fleet_gateway_crowd_gc_raises_total",
-		Help: "Connection waves (TLS handshakes queued for a place) during which the Go collector's target was raised to CrowdGCPercent; after each the memory it used was returned to the operating system.",
+	crowdMemoryReturns = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "fleet_gateway_crowd_memory_returns_total",
+		Help: "Connection waves (TLS handshakes queued for a place) after which the hub returned its free memory to the operating system.",
 	})
 	skippedStatusWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fleet_gateway_status_writes_skipped_total",
@@ -50,5 +50,5 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(connectedAgents, handshakes, tlsHandshakes, enrollments, messages, rejectedFrames, pushLatency, statusWrites, skippedStatusWrites, crowdGCRaises)
+	metrics.Registry.MustRegister(connectedAgents, handshakes, tlsHandshakes, enrollments, messages, rejectedFrames, pushLatency, statusWrites, skippedStatusWrites, crowdMemoryReturns)
 }

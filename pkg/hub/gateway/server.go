@@ -59,14 +59,6 @@ type Options struct {
 	// TLSHandshakeWait is how long a connection waits for a TLS handshake
 	// place (default 10 s: agents give a dial 15 s).
 	TLSHandshakeWait time.Duration
-	// CrowdGCPercent, when positive, is the Go collector's target while
-	// connections queue for a TLS handshake place (a mass reconnect), if
-	// the process's own is lower; once the queue is gone the old target is
-	// put back and the memory the wave used returned to the operating
-	// system (see relaxGCInCrowds). It turns a process-wide setting, so
-	// only a process with one gateway should set it (fleet-hub does, from
-	// --crowd-gc-percent); zero leaves the collector alone.
-	CrowdGCPercent int
 	// MaxConcurrentEnrollments admits at most this many enrollments at
 	// once (default 16); more are told to come back shortly (503). Each
 	// costs several API requests: without a bound, a fleet powering up at
@@ -359,9 +351,7 @@ func (s *Server) Start(ctx context.Context) error {
 	// The TLS handshake timeout is net/http's read-header timeout, which
 	// it used to bound.
 	tlsLn := newHandshakeListener(ln, tlsCfg, s.opts.MaxConcurrentTLSHandshakes, s.opts.TLSHandshakeWait, srv.ReadHeaderTimeout)
-	if s.opts.CrowdGCPercent > 0 {
-		go relaxGCInCrowds(ctx, tlsLn.places, s.opts.CrowdGCPercent, runtimeGC)
-	}
+	go returnMemoryAfterCrowds(ctx, tlsLn.places, freeOSMemory)
 	go func() { errc <- srv.Serve(tlsLn) }()
 	select {
 	case <-ctx.Done():
