@@ -65,8 +65,10 @@ type session struct {
 	// Touched only by the push worker that holds this session: the push
 	// queue never hands one session to two workers at once.
 	lastPushed *wire.DesiredState
-	// Touched only by the handler (one at a time: handling).
-	lastStatus *wire.Status
+	// Touched only by the handler (one at a time: handling): the last
+	// report taken, as digests rather than the report itself (some 750
+	// bytes a session otherwise, for two comparisons).
+	lastStatus statusDigest
 
 	// Link health is written coarsely (see recordStatus): the last one
 	// written, and a newer one waiting for the next lastSeen refresh.

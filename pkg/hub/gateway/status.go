@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,19 +34,24 @@ const (
 // when it differs from the last one: an agent re-sending the same status
 // (after every reconnect, on its resync timer) costs no API write.
 func (s *Server) recordStatus(ctx context.Context, ss *session, st *wire.Status) error {
-	if ss.lastStatus != nil && equality.Semantic.DeepEqual(ss.lastStatus, st) {
+	digest, err := digestStatus(st)
+	if err != nil {
+		return err
+	}
+	last := ss.lastStatus
+	if last.taken && digest.all == last.all {
 		return nil
 	}
 	// Link health changes with every window. A report that changes only
 	// it, and not its verdict, waits for the next lastSeen refresh: a busy
 	// link costs no more writes than an idle one.
-	if ss.lastStatus != nil && st.Link != nil && sameExceptLink(ss.lastStatus, st) && ss.holdLink(st.Link, s.opts.LinkThresholds) {
-		ss.lastStatus = st
+	if last.taken && st.Link != nil && digest.withoutLink == last.withoutLink && ss.holdLink(st.Link, s.opts.LinkThresholds) {
+		ss.lastStatus = digest
 		return nil
 	}
 	host := &infrav1.EdgeHost{}
 	key := client.ObjectKey{Namespace: ss.id.Namespace, Name: ss.id.Name}
-	err := s.client.Get(ctx, key, host)
+	err = s.client.Get(ctx, key, host)
 	if apierrors.IsNotFound(err) {
 		// The first report of a host enrolled a moment ago can beat the
 		// informer to it; ask the API server rather than drop the report.
@@ -90,17 +96,36 @@ func (s *Server) recordStatus(ctx context.Context, ss *session, st *wire.Status)
 		}
 		statusWrites.WithLabelValues("report").Inc()
 	}
-	ss.lastStatus = st
+	ss.lastStatus = digest
 	if st.Link != nil {
 		ss.wroteLink(st.Link)
 	}
 	return nil
 }
 
-func sameExceptLink(a, b *wire.Status) bool {
-	x, y := *a, *b
-	x.Link, y.Link = nil, nil
-	return equality.Semantic.DeepEqual(&x, &y)
+// statusDigest stands for a status report in the comparisons
+// recordStatus makes with the next one. Two reports with equal digests
+// are equal; unequal digests of equal reports (the same value in another
+// spelling) only cost a comparison with the cached host, never a wrong
+// write.
+type statusDigest struct {
+	taken       bool
+	all         [sha256.Size]byte
+	withoutLink [sha256.Size]byte
+}
+
+func digestStatus(st *wire.Status) (statusDigest, error) {
+	all, err := json.Marshal(st)
+	if err != nil {
+		return statusDigest{}, fmt.Errorf("encoding a status report: %w", err)
+	}
+	noLink := *st
+	noLink.Link = nil
+	rest, err := json.Marshal(&noLink)
+	if err != nil {
+		return statusDigest{}, fmt.Errorf("encoding a status report: %w", err)
+	}
+	return statusDigest{taken: true, all: sha256.Sum256(all), withoutLink: sha256.Sum256(rest)}, nil
 }
 
 // setConnectivity records AgentConnected and lastSeenTime. Conditions are a
