@@ -15,14 +15,13 @@ import (
 const MaxMessageSize = 512 << 10
 
 // wsConn adapts a websocket to net.Conn: writes become binary messages,
-// reads stream through consecutive messages.
+// reads stream through consecutive messages. It is the agent's end; the
+// hub's is HubConn.
 type wsConn struct {
 	ws *websocket.Conn
 
 	readMu sync.Mutex
 	reader io.Reader
-	// idle, when set, fails a read that waits longer than this for data.
-	idle time.Duration
 
 	writeMu sync.Mutex
 }
@@ -33,21 +32,10 @@ func NewConn(ws *websocket.Conn) net.Conn {
 	return &wsConn{ws: ws}
 }
 
-// NewIdleConn is NewConn whose reads fail once nothing has arrived for
-// idle: the hub's end, which does not ping but hears the agent's pings, so
-// a silent peer is a dead one.
-func NewIdleConn(ws *websocket.Conn, idle time.Duration) net.Conn {
-	ws.SetReadLimit(MaxMessageSize)
-	return &wsConn{ws: ws, idle: idle}
-}
-
 func (c *wsConn) Read(p []byte) (int, error) {
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
 	for {
-		if c.idle > 0 {
-			_ = c.ws.SetReadDeadline(time.Now().Add(c.idle))
-		}
 		if c.reader == nil {
 			typ, r, err := c.ws.NextReader()
 			if err != nil {

@@ -73,7 +73,7 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 		handshakes.WithLabelValues("upgrade_failed").Inc()
 		return
 	}
-	conn := transport.NewIdleConn(ws, s.opts.AgentIdleTimeout)
+	conn := transport.NewHubConn(ws, s.opts.AgentIdleTimeout)
 	mux := hubmux.Server(conn, hubmux.Config{
 		CloseTimeout: transport.WriteTimeout,
 		// Only the hub opens tunnels.
@@ -83,7 +83,7 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 	// the session is registered: net/http's goroutine for the connection
 	// (its stack grown by the TLS handshake) and the request it holds are
 	// freed, and the hijacked connection is the session's alone.
-	go func() { _ = mux.Serve() }()
+	mux.Start()
 	ss := newSession(s, id, mux)
 	if err := ss.handshake(s.opts.HelloTimeout); err != nil {
 		handshakes.WithLabelValues("bad_hello").Inc()

@@ -39,6 +39,8 @@ type Session struct {
 	closed    bool
 	done      chan struct{}
 	closeOnce sync.Once
+	// err is why the session ended, set before done is closed.
+	err error
 
 	// hdr is the header being read; only Serve touches it.
 	hdr header
@@ -60,14 +62,17 @@ func (s *Session) Done() <-chan struct{} { return s.done }
 // Close ends the session: the connection is closed, and every stream's
 // blocked reads and writes return.
 func (s *Session) Close() error {
-	s.shutdown()
+	s.endWith(ErrSessionClosed)
 	return nil
 }
 
-func (s *Session) shutdown() {
+// endWith closes the session, err telling why (Serve returns it), unless
+// it has ended already.
+func (s *Session) endWith(err error) {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
 		s.closed = true
+		s.err = err
 		streams := make([]*Stream, 0, 1+len(s.tunnels))
 		if s.control != nil {
 			streams = append(streams, s.control)
@@ -146,19 +151,74 @@ func (s *Session) NumStreams() int {
 }
 
 // Serve reads and handles frames until the connection fails, the peer
-// breaks the protocol or goes away, or Close is called. It is the
-// session's goroutine; when it returns the session is closed.
+// breaks the protocol or goes away, or Close is called, and returns why.
+// When it returns the session is closed.
 func (s *Session) Serve() error {
-	err := s.serve()
+	s.Start()
+	<-s.done
+	return s.err
+}
+
+// Start serves the session (as Serve) on goroutines of its own and
+// returns at once.
+//
+// A connection that can wait for data without reading it (a
+// transport.HubConn) is read so: when nothing is buffered, the goroutine
+// that read the last frame starts a fresh one, which waits on the socket
+// a few frames deep, and ends. An idle session thus holds one goroutine
+// with the smallest stack, where one parked inside the websocket and TLS
+// read path keeps the 4–8 KiB that path grew it to.
+func (s *Session) Start() {
+	go s.run(false)
+}
+
+// dataWaiter is a connection that can tell whether a read would find data
+// without waiting, and wait for data without reading it.
+type dataWaiter interface {
+	Buffered() (bool, error)
+	WaitReadable() error
+}
+
+// errHandedOff: serve passed the session to a goroutine that waits for
+// data.
+var errHandedOff = errors.New("hubmux: handed off")
+
+func (s *Session) run(waited bool) {
+	err := s.serve(waited)
+	if errors.Is(err, errHandedOff) {
+		return
+	}
 	if err == nil || errors.Is(err, io.EOF) {
 		err = io.EOF
 	}
-	s.shutdown()
-	return err
+	s.endWith(err)
 }
 
-func (s *Session) serve() error {
-	for {
+// awaitData waits for the peer's next frame and serves from it.
+func (s *Session) awaitData(w dataWaiter) {
+	if err := w.WaitReadable(); err != nil {
+		s.endWith(err)
+		return
+	}
+	s.run(true)
+}
+
+// serve reads frames; waited says the socket was just found readable, so
+// the first read goes to it rather than asking what is buffered above it
+// (which reads nothing from the socket).
+func (s *Session) serve(waited bool) error {
+	w, canWait := s.conn.(dataWaiter)
+	for first := true; ; first = false {
+		if canWait && !(first && waited) {
+			buffered, err := w.Buffered()
+			if err != nil {
+				return err
+			}
+			if !buffered {
+				go s.awaitData(w)
+				return errHandedOff
+			}
+		}
 		if _, err := io.ReadFull(s.conn, s.hdr[:]); err != nil {
 			return err
 		}
@@ -312,7 +372,7 @@ func (s *Session) writeFrame(typ uint8, flags uint16, id, length uint32, data []
 	_, err := s.conn.Write(buf)
 	s.writeMu.Unlock()
 	if err != nil {
-		s.shutdown()
+		s.endWith(fmt.Errorf("hubmux: writing a frame: %w", err))
 		return ErrSessionClosed
 	}
 	return nil

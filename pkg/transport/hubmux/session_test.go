@@ -4,32 +4,55 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
 	"github.com/hashicorp/yamux"
+
+	"github.com/edgefleet/fleet/pkg/transport"
 )
 
 // pair connects a hub session (served) to an agent's hashicorp/yamux client
-// over loopback TCP: the other end is the real yamux an agent runs.
+// as in the hub: over a TLS websocket, the hub's end a transport.HubConn
+// (so the session hands itself between goroutines, waiting for data on the
+// socket when idle), the agent's the real yamux it runs.
 func pair(t *testing.T, cfg Config) (*Session, *yamux.Session, chan error) {
 	t.Helper()
-	hubConn, agentConn := tcpPair(t)
-	hub := Server(hubConn, cfg)
+	conns := make(chan *transport.HubConn, 1)
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ws, err := (&websocket.Upgrader{}).Upgrade(w, r, nil)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		conns <- transport.NewHubConn(ws, time.Minute)
+	}))
+	t.Cleanup(srv.Close)
+	d := websocket.Dialer{TLSClientConfig: &tls.Config{RootCAs: srv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs}}
+	ws, _, err := d.Dial("wss"+strings.TrimPrefix(srv.URL, "https"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hub := Server(<-conns, cfg)
 	served := make(chan error, 1)
 	go func() { served <- hub.Serve() }()
 	yc := yamux.DefaultConfig()
 	yc.LogOutput = io.Discard
 	yc.KeepAliveInterval = time.Second
-	agent, err := yamux.Client(agentConn, yc)
+	agent, err := yamux.Client(transport.NewConn(ws), yc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,13 +189,33 @@ func TestIdleControlStreamKeepsNoBufferAndNotifies(t *testing.T) {
 	}
 }
 
-// The agent's keepalive pings are answered by the session's goroutine.
+// The agent's keepalive pings are answered; between them the session
+// waits on the socket, outside the TLS read path.
 func TestPingsAreAnswered(t *testing.T) {
 	_, agent, _ := pair(t, Config{})
 	for range 3 {
 		if _, err := agent.Ping(); err != nil {
 			t.Fatalf("ping: %v", err)
 		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		buf := make([]byte, 1<<20)
+		dump := string(buf[:runtime.Stack(buf, true)])
+		waiting := false
+		for _, g := range strings.Split(dump, "\n\n") {
+			if strings.Contains(g, "hubmux.(*Session).awaitData") && strings.Contains(g, "WaitReadable") && strings.Contains(g, "IO wait") {
+				waiting = true
+			}
+		}
+		if waiting {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the idle session does not wait on the socket:\n%s", dump)
+		}
+	}
+	if _, err := agent.Ping(); err != nil {
+		t.Fatalf("ping after waiting: %v", err)
 	}
 }
 
