@@ -23,13 +23,16 @@ import (
 // not, wait for the socket without reading (WaitReadable). A goroutine
 // parked there is a few frames deep, where one parked inside gorilla's and
 // crypto/tls's read path is over twenty, and keeps a stack of 4–8 KiB for
-// as long as the session is idle (see hubmux.Session.Start).
+// as long as the session is idle (see hubmux.Session.Start). Websocket
+// control frames are answered inside Read, which then goes on reading: a
+// wake-up for a ping alone leaves the reader inside the TLS path until
+// data comes (agents ping through yamux, in data frames).
 type HubConn struct {
 	ws  *websocket.Conn
 	tls net.Conn
 	// raw is the TCP connection under TLS, to wait on; nil where that is
 	// not possible (then Buffered always says yes and nobody waits).
-	raw syscall.Conn
+	raw syscall.RawConn
 	// idle fails a read or wait that has had nothing for this long.
 	idle time.Duration
 
@@ -54,20 +57,29 @@ type HubConn struct {
 // NewHubConn wraps the agent's upgraded websocket; reads that wait longer
 // than idle fail (the hub does not ping: it hears the agent's pings, so a
 // silent peer is a dead one).
+//
+// The upgrader must have a ReadBufferSize: with none, gorilla reads
+// through the HTTP server's buffer, and bytes the agent sent right after
+// its request would wait there, unseen by a HubConn, which reads the
+// connection beneath. With one, gorilla hands such bytes over with the
+// connection (wrapped; then the HubConn just never waits without reading).
 func NewHubConn(ws *websocket.Conn, idle time.Duration) *HubConn {
 	c := &HubConn{ws: ws, tls: ws.NetConn(), idle: idle}
-	if tc, ok := c.tls.(*tls.Conn); ok {
-		if sc, ok := tc.NetConn().(syscall.Conn); ok && canPeek {
-			c.raw = sc
+	if tc, ok := c.tls.(*tls.Conn); ok && canPeek {
+		if sc, ok := tc.NetConn().(syscall.Conn); ok {
+			if rc, err := sc.SyscallConn(); err == nil {
+				c.raw = rc
+			}
 		}
 	}
 	return c
 }
 
-// Buffered tells whether a Read would find data without waiting for the
-// socket: data read ahead here, or decrypted or received by crypto/tls and
-// not yet read. It learns the latter by reading a byte with the deadline
-// passed, which crypto/tls survives; the byte is kept for the next Read.
+// Buffered tells whether a Read would find data without waiting: data
+// read ahead here, decrypted or received by crypto/tls and not yet read,
+// or in the socket. It learns what crypto/tls holds by reading a byte with
+// the deadline passed, which crypto/tls survives (and which never reaches
+// the socket); the byte is kept for the next Read. The socket it peeks.
 // On a connection it cannot wait on, it always says yes.
 func (c *HubConn) Buffered() (bool, error) {
 	c.readMu.Lock()
@@ -86,7 +98,13 @@ func (c *HubConn) Buffered() (bool, error) {
 		return true, nil
 	}
 	if errors.Is(err, os.ErrDeadlineExceeded) {
-		return false, nil
+		// Nothing above the socket. Data in it is as good: under traffic
+		// the next read finds it, without a hand-off to a waiter.
+		inSocket := false
+		if cerr := c.raw.Control(func(fd uintptr) { inSocket = peekReadable(fd) }); cerr != nil {
+			return false, cerr
+		}
+		return inSocket, nil
 	}
 	if err == nil {
 		err = io.ErrNoProgress
@@ -105,11 +123,7 @@ func (c *HubConn) WaitReadable() error {
 		return nil
 	}
 	c.resetReadDeadline()
-	rc, err := c.raw.SyscallConn()
-	if err != nil {
-		return err
-	}
-	return rc.Read(peekReadable)
+	return c.raw.Read(peekReadable)
 }
 
 // Read returns the payload of the agent's binary messages as one stream.
@@ -235,7 +249,10 @@ func (c *HubConn) control(opcode int, payload []byte) error {
 		return nil
 	case websocket.CloseMessage:
 		code := websocket.CloseNoStatusReceived
-		if len(payload) >= 2 {
+		switch {
+		case len(payload) == 1:
+			return c.protocolError("close frame with a 1-byte payload")
+		case len(payload) >= 2:
 			code = int(binary.BigEndian.Uint16(payload))
 		}
 		if code == websocket.CloseNormalClosure || code == websocket.CloseNoStatusReceived {

@@ -8,6 +8,7 @@ const canPeek = true
 // peekReadable is a syscall.RawConn read function that reads nothing: it
 // says "not yet" (wait for the poller) while the socket has no data, and
 // "done" once it has data, its end or an error, which the next Read finds.
+// Buffered uses it to peek alone.
 // It peeks rather than trusting the poller alone, which reports edges: data
 // that arrived before the wait began may bring no new one.
 func peekReadable(fd uintptr) bool {

@@ -2,16 +2,19 @@ package transport
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,9 +25,15 @@ import (
 // and a HubConn with the given idle timeout on the other.
 func hubConnPair(t *testing.T, idle time.Duration) (*HubConn, *websocket.Conn) {
 	t.Helper()
+	return hubConnPairVia(t, idle, nil)
+}
+
+// hubConnPairVia is hubConnPair with the agent's TCP connection wrapped.
+func hubConnPairVia(t *testing.T, idle time.Duration, wrap func(net.Conn) net.Conn) (*HubConn, *websocket.Conn) {
+	t.Helper()
 	conns := make(chan *HubConn, 1)
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ws, err := (&websocket.Upgrader{}).Upgrade(w, r, nil)
+		ws, err := (&websocket.Upgrader{ReadBufferSize: 128}).Upgrade(w, r, nil) // as the hub's (NewHubConn)
 		if err != nil {
 			t.Error(err)
 			return
@@ -33,6 +42,15 @@ func hubConnPair(t *testing.T, idle time.Duration) (*HubConn, *websocket.Conn) {
 	}))
 	t.Cleanup(srv.Close)
 	d := websocket.Dialer{TLSClientConfig: &tls.Config{RootCAs: srv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs}}
+	if wrap != nil {
+		d.NetDialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return wrap(c), nil
+		}
+	}
 	agent, _, err := d.Dial("wss"+strings.TrimPrefix(srv.URL, "https"), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -79,6 +97,7 @@ func TestHubConnReadsMessagesAndWaitsWithoutReading(t *testing.T) {
 	if err := hub.WaitReadable(); err != nil {
 		t.Fatalf("WaitReadable: %v", err)
 	}
+	expectBuffered(t, hub, true) // in the socket
 	got := make([]byte, len(want))
 	if _, err := io.ReadFull(hub, got); err != nil {
 		t.Fatalf("reading: %v", err)
@@ -117,6 +136,75 @@ func TestHubConnReadsMessagesAndWaitsWithoutReading(t *testing.T) {
 		t.Fatalf("read %q, %v; want \"two\"", got, err)
 	}
 	expectBuffered(t, hub, false)
+}
+
+// splitConn, once armed, holds one write back and sends it with the
+// first 5 bytes of the next, then the rest of that a moment later: a TLS
+// record arrives whole together with the start of the next one.
+type splitConn struct {
+	net.Conn
+	armed atomic.Bool
+	held  []byte
+	// rest is closed just before the rest is sent.
+	rest chan struct{}
+}
+
+func (c *splitConn) Write(p []byte) (int, error) {
+	if !c.armed.Load() {
+		return c.Conn.Write(p)
+	}
+	if c.held == nil {
+		c.held = append([]byte(nil), p...)
+		return len(p), nil
+	}
+	c.armed.Store(false)
+	if _, err := c.Conn.Write(append(c.held, p[:5]...)); err != nil {
+		return 0, err
+	}
+	time.Sleep(300 * time.Millisecond)
+	close(c.rest)
+	if _, err := c.Conn.Write(p[5:]); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// A record that has half arrived, kept inside TLS, is not data waiting:
+// the hub waits on the socket for the rest, and wakes when it comes.
+func TestHubConnWaitsForTheRestOfARecord(t *testing.T) {
+	if !canPeek {
+		t.Skip("this system cannot wait on a socket without reading")
+	}
+	var split *splitConn
+	hub, agent := hubConnPairVia(t, time.Minute, func(c net.Conn) net.Conn {
+		split = &splitConn{Conn: c, rest: make(chan struct{})}
+		return split
+	})
+	split.armed.Store(true)
+	go func() {
+		_ = agent.WriteMessage(websocket.BinaryMessage, []byte("first"))
+		_ = agent.WriteMessage(websocket.BinaryMessage, []byte("second"))
+	}()
+	if err := hub.WaitReadable(); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 5)
+	if _, err := io.ReadFull(hub, got); err != nil || string(got) != "first" {
+		t.Fatalf("read %q, %v; want \"first\"", got, err)
+	}
+	expectBuffered(t, hub, false) // 5 bytes of the next record, in TLS
+	if err := hub.WaitReadable(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-split.rest:
+	default:
+		t.Error("WaitReadable returned before the rest of the record was sent")
+	}
+	got = make([]byte, 6)
+	if _, err := io.ReadFull(hub, got); err != nil || string(got) != "second" {
+		t.Fatalf("read %q, %v; want \"second\"", got, err)
+	}
 }
 
 // Pings are answered with their payload; a normal close ends the stream.

@@ -22,13 +22,13 @@ import (
 
 var upgrader = websocket.Upgrader{
 	HandshakeTimeout: 10 * time.Second,
-	// A small read buffer of its own instead of the HTTP server's 4 KiB
-	// one (which is then freed): it holds frame headers (the session reads
-	// 12-byte mux headers through it), and reads of a frame's body as large
-	// as the buffer bypass it. 128 bytes is gorilla's floor (a control
-	// frame's payload). The pool lends a write buffer only while a frame is
-	// written. An idle session keeps few buffers of its own (a hub holds
-	// thousands).
+	// The session reads frames itself (transport.HubConn), not through
+	// gorilla's reader; a read buffer size is still needed, for gorilla
+	// then hands bytes the agent sent early over with the connection
+	// rather than keep them in the HTTP server's 4 KiB buffer (which is
+	// then freed). 128 bytes is gorilla's floor. The pool lends a write
+	// buffer only while a frame is written. An idle session keeps few
+	// buffers of its own (a hub holds thousands).
 	ReadBufferSize:  128,
 	WriteBufferSize: 0,
 	WriteBufferPool: &sync.Pool{},
@@ -79,7 +79,8 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 		// Only the hub opens tunnels.
 		OnRefusedStream: func() { rejectedFrames.WithLabelValues("UnexpectedStream").Inc() },
 	})
-	// The session's one goroutine from now on. This handler returns once
+	// The session's one goroutine from now on (parked on the socket while
+	// the agent is quiet: see hubmux.Session.Start). This handler returns once
 	// the session is registered: net/http's goroutine for the connection
 	// (its stack grown by the TLS handshake) and the request it holds are
 	// freed, and the hijacked connection is the session's alone.

@@ -42,12 +42,15 @@ type Session struct {
 	// err is why the session ended, set before done is closed.
 	err error
 
-	// hdr is the header being read; only Serve touches it.
+	startOnce sync.Once
+	// hdr is the header being read; only the goroutine reading frames
+	// touches it (one at a time: each hands over to the next by starting
+	// it).
 	hdr header
 }
 
 // Server returns the hub's end of a session over conn. Nothing is read
-// until Serve runs.
+// until Start or Serve runs.
 func Server(conn net.Conn, cfg Config) *Session {
 	if cfg.CloseTimeout <= 0 {
 		cfg.CloseTimeout = 10 * time.Second
@@ -166,10 +169,11 @@ func (s *Session) Serve() error {
 // transport.HubConn) is read so: when nothing is buffered, the goroutine
 // that read the last frame starts a fresh one, which waits on the socket
 // a few frames deep, and ends. An idle session thus holds one goroutine
-// with the smallest stack, where one parked inside the websocket and TLS
-// read path keeps the 4–8 KiB that path grew it to.
+// with a new goroutine's stack (2 KiB, or the runtime's recent average),
+// where one parked inside the websocket and TLS read path keeps the
+// 4–8 KiB that path grew it to. Start and Serve start reading once.
 func (s *Session) Start() {
-	go s.run(false)
+	s.startOnce.Do(func() { go s.run(false) })
 }
 
 // dataWaiter is a connection that can tell whether a read would find data

@@ -31,14 +31,21 @@ import (
 // socket when idle), the agent's the real yamux it runs.
 func pair(t *testing.T, cfg Config) (*Session, *yamux.Session, chan error) {
 	t.Helper()
+	return pairIdle(t, cfg, time.Minute, true)
+}
+
+// pairIdle is pair with the hub's idle timeout and the agent's keepalive
+// pings chosen.
+func pairIdle(t *testing.T, cfg Config, idle time.Duration, keepAlive bool) (*Session, *yamux.Session, chan error) {
+	t.Helper()
 	conns := make(chan *transport.HubConn, 1)
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ws, err := (&websocket.Upgrader{}).Upgrade(w, r, nil)
+		ws, err := (&websocket.Upgrader{ReadBufferSize: 128}).Upgrade(w, r, nil) // as the hub's (NewHubConn)
 		if err != nil {
 			t.Error(err)
 			return
 		}
-		conns <- transport.NewHubConn(ws, time.Minute)
+		conns <- transport.NewHubConn(ws, idle)
 	}))
 	t.Cleanup(srv.Close)
 	d := websocket.Dialer{TLSClientConfig: &tls.Config{RootCAs: srv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs}}
@@ -52,6 +59,7 @@ func pair(t *testing.T, cfg Config) (*Session, *yamux.Session, chan error) {
 	yc := yamux.DefaultConfig()
 	yc.LogOutput = io.Discard
 	yc.KeepAliveInterval = time.Second
+	yc.EnableKeepAlive = keepAlive
 	agent, err := yamux.Client(transport.NewConn(ws), yc)
 	if err != nil {
 		t.Fatal(err)
@@ -198,24 +206,61 @@ func TestPingsAreAnswered(t *testing.T) {
 			t.Fatalf("ping: %v", err)
 		}
 	}
+	waitParked(t, true)
+	if _, err := agent.Ping(); err != nil {
+		t.Fatalf("ping after waiting: %v", err)
+	}
+}
+
+// waitParked waits until a session's goroutine waits on the socket
+// (parked) or none does (!parked).
+func waitParked(t *testing.T, parked bool) {
+	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		buf := make([]byte, 1<<20)
 		dump := string(buf[:runtime.Stack(buf, true)])
 		waiting := false
 		for _, g := range strings.Split(dump, "\n\n") {
-			if strings.Contains(g, "hubmux.(*Session).awaitData") && strings.Contains(g, "WaitReadable") && strings.Contains(g, "IO wait") {
+			if strings.Contains(g, "hubmux.(*Session).awaitData") && strings.Contains(g, "WaitReadable") && !strings.Contains(g, "crypto/tls") {
 				waiting = true
 			}
 		}
-		if waiting {
-			break
+		if waiting == parked {
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the idle session does not wait on the socket:\n%s", dump)
+			t.Fatalf("a session waiting on the socket: %v, want %v:\n%s", waiting, parked, dump)
 		}
 	}
-	if _, err := agent.Ping(); err != nil {
-		t.Fatalf("ping after waiting: %v", err)
+}
+
+// Closing a session that waits on the socket ends it and its goroutine.
+func TestCloseWhileWaiting(t *testing.T) {
+	hub, _, served := pair(t, Config{})
+	waitParked(t, true)
+	_ = hub.Close()
+	select {
+	case err := <-served:
+		if !errors.Is(err, ErrSessionClosed) {
+			t.Fatalf("Serve: %v, want ErrSessionClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve still running after Close")
+	}
+	waitParked(t, false)
+}
+
+// A silent agent's session ends when the hub's idle timeout passes while
+// it waits on the socket.
+func TestSilentAgentTimesOut(t *testing.T) {
+	_, _, served := pairIdle(t, Config{}, 300*time.Millisecond, false)
+	select {
+	case err := <-served:
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("Serve: %v, want a deadline error", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a silent session outlived the idle timeout")
 	}
 }
 
