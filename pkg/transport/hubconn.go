@@ -16,7 +16,8 @@ import (
 )
 
 // HubConn is the hub's end of an agent's websocket as a net.Conn, made to
-// be idle cheaply. Writes go through gorilla as on the agent's end; reads
+// be idle cheaply. Writes go through gorilla as on the agent's end
+// (wsWriter); reads
 // parse the agent's frames straight from the TLS connection (RFC 6455,
 // client to server: masked, no extensions), so that whoever reads can ask
 // whether data is waiting anywhere above the socket (Buffered) and, if
@@ -28,7 +29,7 @@ import (
 // wake-up for a ping alone leaves the reader inside the TLS path until
 // data comes (agents ping through yamux, in data frames).
 type HubConn struct {
-	ws  *websocket.Conn
+	wsWriter
 	tls net.Conn
 	// raw is the TCP connection under TLS, to wait on; nil where that is
 	// not possible (then Buffered always says yes and nobody waits).
@@ -50,8 +51,6 @@ type HubConn struct {
 	msgSize   uint64
 	// readErr ends reading for good once set.
 	readErr error
-
-	writeMu sync.Mutex
 }
 
 // NewHubConn wraps the agent's upgraded websocket; reads that wait longer
@@ -64,7 +63,7 @@ type HubConn struct {
 // connection beneath. With one, gorilla hands such bytes over with the
 // connection (wrapped; then the HubConn just never waits without reading).
 func NewHubConn(ws *websocket.Conn, idle time.Duration) *HubConn {
-	c := &HubConn{ws: ws, tls: ws.NetConn(), idle: idle}
+	c := &HubConn{wsWriter: wsWriter{ws: ws}, tls: ws.NetConn(), idle: idle}
 	if tc, ok := c.tls.(*tls.Conn); ok && canPeek {
 		if sc, ok := tc.NetConn().(syscall.Conn); ok {
 			if rc, err := sc.SyscallConn(); err == nil {
@@ -304,30 +303,7 @@ func (c *HubConn) unmask(b []byte) {
 	}
 }
 
-// Write sends p as one binary message.
-func (c *HubConn) Write(p []byte) (int, error) {
-	c.writeMu.Lock()
-	defer c.writeMu.Unlock()
-	// Every write is bounded: a peer that stops reading must not hold the
-	// writer (and with it the session's close) for ever.
-	_ = c.ws.SetWriteDeadline(time.Now().Add(WriteTimeout))
-	if err := c.ws.WriteMessage(websocket.BinaryMessage, p); err != nil {
-		return 0, err
-	}
-	return len(p), nil
-}
-
-// Close sends a normal close and closes the connection; it does not take
-// writeMu, so a writer stuck on a dead peer cannot keep it open.
-func (c *HubConn) Close() error {
-	c.closeWith(websocket.CloseNormalClosure, "")
-	return c.ws.Close()
-}
-
-func (c *HubConn) LocalAddr() net.Addr  { return c.ws.LocalAddr() }
-func (c *HubConn) RemoteAddr() net.Addr { return c.ws.RemoteAddr() }
 func (c *HubConn) SetDeadline(t time.Time) error {
 	return errors.Join(c.SetReadDeadline(t), c.SetWriteDeadline(t))
 }
-func (c *HubConn) SetReadDeadline(t time.Time) error  { return c.tls.SetReadDeadline(t) }
-func (c *HubConn) SetWriteDeadline(t time.Time) error { return c.ws.SetWriteDeadline(t) }
+func (c *HubConn) SetReadDeadline(t time.Time) error { return c.tls.SetReadDeadline(t) }

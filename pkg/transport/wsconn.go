@@ -18,18 +18,16 @@ const MaxMessageSize = 512 << 10
 // reads stream through consecutive messages. It is the agent's end; the
 // hub's is HubConn.
 type wsConn struct {
-	ws *websocket.Conn
+	wsWriter
 
 	readMu sync.Mutex
 	reader io.Reader
-
-	writeMu sync.Mutex
 }
 
 // NewConn wraps ws as a net.Conn and bounds the size of incoming messages.
 func NewConn(ws *websocket.Conn) net.Conn {
 	ws.SetReadLimit(MaxMessageSize)
-	return &wsConn{ws: ws}
+	return &wsConn{wsWriter: wsWriter{ws: ws}}
 }
 
 func (c *wsConn) Read(p []byte) (int, error) {
@@ -62,30 +60,39 @@ func (c *wsConn) Read(p []byte) (int, error) {
 	}
 }
 
-func (c *wsConn) Write(p []byte) (int, error) {
-	c.writeMu.Lock()
-	defer c.writeMu.Unlock()
+func (c *wsConn) SetDeadline(t time.Time) error {
+	return errors.Join(c.SetReadDeadline(t), c.SetWriteDeadline(t))
+}
+func (c *wsConn) SetReadDeadline(t time.Time) error { return c.ws.SetReadDeadline(t) }
+
+// wsWriter is the writing half of both ends (wsConn, HubConn): each Write
+// is one binary message.
+type wsWriter struct {
+	ws      *websocket.Conn
+	writeMu sync.Mutex
+}
+
+func (w *wsWriter) Write(p []byte) (int, error) {
+	w.writeMu.Lock()
+	defer w.writeMu.Unlock()
 	// Every write is bounded: a peer that stops reading must not hold the
-	// writer (and with it yamux's Close) for ever.
-	_ = c.ws.SetWriteDeadline(time.Now().Add(WriteTimeout))
-	if err := c.ws.WriteMessage(websocket.BinaryMessage, p); err != nil {
+	// writer (and with it the session's close) for ever.
+	_ = w.ws.SetWriteDeadline(time.Now().Add(WriteTimeout))
+	if err := w.ws.WriteMessage(websocket.BinaryMessage, p); err != nil {
 		return 0, err
 	}
 	return len(p), nil
 }
 
-// Close does not take writeMu: a writer stuck on a dead peer must not keep
-// the connection open. gorilla allows WriteControl concurrently with writers.
-func (c *wsConn) Close() error {
-	_ = c.ws.WriteControl(websocket.CloseMessage,
+// Close sends a normal close and closes the connection. It does not take
+// writeMu: a writer stuck on a dead peer must not keep the connection
+// open (gorilla allows WriteControl concurrently with writers).
+func (w *wsWriter) Close() error {
+	_ = w.ws.WriteControl(websocket.CloseMessage,
 		websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
-	return c.ws.Close()
+	return w.ws.Close()
 }
 
-func (c *wsConn) LocalAddr() net.Addr  { return c.ws.LocalAddr() }
-func (c *wsConn) RemoteAddr() net.Addr { return c.ws.RemoteAddr() }
-func (c *wsConn) SetDeadline(t time.Time) error {
-	return errors.Join(c.SetReadDeadline(t), c.SetWriteDeadline(t))
-}
-func (c *wsConn) SetReadDeadline(t time.Time) error  { return c.ws.SetReadDeadline(t) }
-func (c *wsConn) SetWriteDeadline(t time.Time) error { return c.ws.SetWriteDeadline(t) }
+func (w *wsWriter) LocalAddr() net.Addr                { return w.ws.LocalAddr() }
+func (w *wsWriter) RemoteAddr() net.Addr               { return w.ws.RemoteAddr() }
+func (w *wsWriter) SetWriteDeadline(t time.Time) error { return w.ws.SetWriteDeadline(t) }
