@@ -76,6 +76,7 @@ type options struct {
 	maxEnrollments     int
 	lastSeenInterval   time.Duration
 	disconnectGrace    time.Duration
+	waveStatusDelay    time.Duration
 	disableGateway     bool
 	pprofAddr          string
 	enrollRate         float64
@@ -120,6 +121,7 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.IntVar(&o.maxEnrollments, "max-concurrent-enrollments", 16, "Enrollments in progress at once; more are told to retry shortly (503). Each costs several API requests (see --kube-api-qps).")
 	fs.DurationVar(&o.lastSeenInterval, "last-seen-interval", 5*time.Minute, "How often a connected host's lastSeenTime is refreshed (its only idle API write).")
 	fs.DurationVar(&o.disconnectGrace, "disconnect-grace", 30*time.Second, "How long a host whose session ended still reads as connected: an agent back within it (a restart, a dropped connection, a hub restart) costs no API write. 0 records every disconnection at once.")
+	fs.DurationVar(&o.waveStatusDelay, "wave-status-delay", time.Minute, "How long a write that only records a host as well (AgentConnected on a new session, a lastSeenTime refresh) waits while a wave of connections queues for TLS handshakes, so that the hub's and the API server's cores serve the handshakes first. 0 writes at once. A lost host is always recorded at once.")
 	fs.BoolVar(&o.disableGateway, "disable-gateway", false, "Run only the reconcilers, without the agent gateway.")
 	fs.Float64Var(&o.enrollRate, "enroll-rate", 20, "Enrollments admitted per second across all agents (each signs a certificate and creates an EdgeHost).")
 	fs.IntVar(&o.enrollBurst, "enroll-burst", 50, "Enrollments admitted at once above --enroll-rate.")
@@ -162,8 +164,8 @@ func main() {
 		fmt.Fprintf(os.Stderr, "fleet-hub: --max-concurrent-handshakes, --max-concurrent-tls-handshakes and --max-concurrent-enrollments must not be negative (got %d, %d and %d)\n", o.maxHandshakes, o.maxTLSHandshakes, o.maxEnrollments)
 		os.Exit(2)
 	}
-	if o.disconnectGrace < 0 {
-		fmt.Fprintf(os.Stderr, "fleet-hub: --disconnect-grace must not be negative (got %s)\n", o.disconnectGrace)
+	if o.disconnectGrace < 0 || o.waveStatusDelay < 0 {
+		fmt.Fprintf(os.Stderr, "fleet-hub: --disconnect-grace and --wave-status-delay must not be negative (got %s and %s)\n", o.disconnectGrace, o.waveStatusDelay)
 		os.Exit(2)
 	}
 	if o.gcPercent < 1 {
@@ -275,7 +277,8 @@ func run(ctx context.Context, cfg *rest.Config, o options) error {
 			MaxConcurrentEnrollments:   o.maxEnrollments,
 			MaxConcurrentTLSHandshakes: o.maxTLSHandshakes,
 			LastSeenInterval:           o.lastSeenInterval,
-			DisconnectGrace:            disconnectGrace(o.disconnectGrace),
+			DisconnectGrace:            zeroMeansNone(o.disconnectGrace),
+			WaveStatusDelay:            zeroMeansNone(o.waveStatusDelay),
 			ReplicaName:                hostname,
 			AdvertiseURL:               o.advertiseURL,
 			LinkThresholds:             thresholds,
@@ -337,9 +340,9 @@ func run(ctx context.Context, cfg *rest.Config, o options) error {
 	return nil
 }
 
-// disconnectGrace maps the flag, where 0 means "at once", to
+// zeroMeansNone maps a duration flag, where 0 means "at once", to
 // gateway.Options, where 0 means the default.
-func disconnectGrace(d time.Duration) time.Duration {
+func zeroMeansNone(d time.Duration) time.Duration {
 	if d == 0 {
 		return -1
 	}

@@ -43,6 +43,10 @@ var (
 		Name: "fleet_gateway_crowd_memory_returns_total",
 		Help: "Connection waves (TLS handshakes queued for a place) after which the hub returned its free memory to the operating system.",
 	})
+	waveDelayedStatusWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fleet_gateway_status_writes_wave_delayed_total",
+		Help: "EdgeHost status writes held back while a wave of connections queued for TLS handshake places (see --wave-status-delay), by cause (connected, last_seen).",
+	}, []string{"cause"})
 	skippedStatusWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fleet_gateway_status_writes_skipped_total",
 		Help: "EdgeHost status writes found unnecessary by cause (connected: a reconnect to a host that already reads as connected to this replica; disconnected: an agent back within the disconnect grace).",
@@ -50,5 +54,5 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(connectedAgents, handshakes, tlsHandshakes, enrollments, messages, rejectedFrames, pushLatency, statusWrites, skippedStatusWrites, crowdMemoryReturns)
+	metrics.Registry.MustRegister(connectedAgents, handshakes, tlsHandshakes, enrollments, messages, rejectedFrames, pushLatency, statusWrites, skippedStatusWrites, waveDelayedStatusWrites, crowdMemoryReturns)
 }

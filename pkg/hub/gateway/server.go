@@ -76,6 +76,15 @@ type Options struct {
 	// more connections (a TLS handshake on both sides each), and the API
 	// server spends the cores the agents' handshakes need.
 	MaxConcurrentStatusWrites int
+	// WaveStatusDelay is how long a write that only says a host is well
+	// (AgentConnected on a new session, a lastSeenTime refresh) waits for
+	// a wave of connections to pass (default 1 min; negative: not at
+	// all). During a fleet's cold start each such write costs the hub and
+	// the API server more CPU than the agent's TLS handshake (5.6 ms of
+	// API server CPU a status patch, measured at 10,000 agents); written
+	// after the wave, the cores serve the handshakes first and the hosts
+	// are recorded as fast as the client's rate limit lets them anyway.
+	WaveStatusDelay time.Duration
 	// EnrollRate and EnrollBurst limit enrollments across all callers.
 	EnrollRate  rate.Limit
 	EnrollBurst int
@@ -141,6 +150,9 @@ func (o *Options) Defaults() {
 	if o.MaxConcurrentStatusWrites <= 0 {
 		o.MaxConcurrentStatusWrites = 16
 	}
+	if o.WaveStatusDelay == 0 {
+		o.WaveStatusDelay = time.Minute
+	}
 	if o.MaxConcurrentEnrollments == 0 {
 		o.MaxConcurrentEnrollments = 16
 	}
@@ -194,6 +206,8 @@ type Server struct {
 	enrolling  chan struct{}
 	// statusWrites holds a place per status write in flight.
 	statusWrites chan struct{}
+	// waves tells whether connections queue for a TLS handshake place.
+	waves *waves
 	// pushes holds sessions whose desired state may have changed; the
 	// push workers drain it. One session is never pushed by two workers
 	// at once.
@@ -233,6 +247,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Server, error)
 		admission:         make(chan struct{}, opts.MaxConcurrentHandshakes),
 		enrolling:         make(chan struct{}, opts.MaxConcurrentEnrollments),
 		statusWrites:      make(chan struct{}, opts.MaxConcurrentStatusWrites),
+		waves:             newWaves(),
 		sessions:          map[string]*session{},
 		pendingDisconnect: map[string]*time.Timer{},
 		ready:             make(chan struct{}),
@@ -351,7 +366,7 @@ func (s *Server) Start(ctx context.Context) error {
 	// The TLS handshake timeout is net/http's read-header timeout, which
 	// it used to bound.
 	tlsLn := newHandshakeListener(ln, tlsCfg, s.opts.MaxConcurrentTLSHandshakes, s.opts.TLSHandshakeWait, srv.ReadHeaderTimeout)
-	go returnMemoryAfterCrowds(ctx, tlsLn.places, freeOSMemory)
+	go followWaves(ctx, tlsLn.places, s.waves, freeOSMemory)
 	go func() { errc <- srv.Serve(tlsLn) }()
 	select {
 	case <-ctx.Done():

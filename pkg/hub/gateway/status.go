@@ -132,6 +132,19 @@ func digestStatus(st *wire.Status) (statusDigest, error) {
 // list, so the patch carries the resourceVersion it was computed from and
 // is retried on conflict rather than overwrite a concurrent change.
 func (s *Server) setConnectivity(ctx context.Context, ss *session, connected bool, cause string) {
+	if connected && s.waves != nil && s.opts.WaveStatusDelay > 0 && s.waves.on() {
+		// News that a host is well can wait for a wave of connections to
+		// pass (see Options.WaveStatusDelay); news of a host lost cannot.
+		// A host that needs no write (agents back after a hub restart)
+		// is not kept waiting for nothing.
+		if cause == "connected" && s.alreadyConnected(ctx, ss) {
+			skippedStatusWrites.WithLabelValues(cause).Inc()
+			return
+		}
+		if s.waves.outlast(ctx, s.opts.WaveStatusDelay) {
+			waveDelayedStatusWrites.WithLabelValues(cause).Inc()
+		}
+	}
 	mu, _ := s.connMu.LoadOrStore(ss.id.String(), &sync.Mutex{})
 	mu.(*sync.Mutex).Lock()
 	defer mu.(*sync.Mutex).Unlock()
@@ -142,7 +155,7 @@ func (s *Server) setConnectivity(ctx context.Context, ss *session, connected boo
 		if cur := s.sessionFor(ss.id.Namespace, ss.id.Name); cur != nil && cur != ss {
 			return
 		}
-	case "last_seen":
+	case "connected", "last_seen":
 		select {
 		case <-ss.done:
 			return // closed meanwhile; the disconnect write follows

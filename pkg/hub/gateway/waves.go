@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"runtime/debug"
+	"sync"
 	"time"
 )
 
@@ -15,14 +16,84 @@ const crowdCheckInterval = 250 * time.Millisecond
 // it lasts, and each end costs a full collection. A variable for tests.
 var crowdCalm = 5 * time.Second
 
-// returnMemoryAfterCrowds waits for connections to queue for a TLS
-// handshake place (a wave of them: a fleet reconnecting, enrolling), and
-// once nobody has waited for crowdCalm calls free, which returns the
-// memory the wave's handshakes used to the operating system.
+// waves tells whether a wave of connections is on: connections queue for
+// a TLS handshake place (a fleet reconnecting after an outage, enrolling).
+// The zero value is not usable; see newWaves.
+type waves struct {
+	mu sync.Mutex
+	// over is closed while no wave is on; a wave replaces it with an
+	// open one.
+	over chan struct{}
+}
+
+func newWaves() *waves {
+	over := make(chan struct{})
+	close(over)
+	return &waves{over: over}
+}
+
+func (w *waves) begin() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	select {
+	case <-w.over:
+		w.over = make(chan struct{})
+	default:
+	}
+}
+
+func (w *waves) end() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	select {
+	case <-w.over:
+	default:
+		close(w.over)
+	}
+}
+
+// on tells whether a wave is on now.
+func (w *waves) on() bool {
+	w.mu.Lock()
+	over := w.over
+	w.mu.Unlock()
+	select {
+	case <-over:
+		return false
+	default:
+		return true
+	}
+}
+
+// outlast waits until no wave is on, at most max, or until ctx ends; it
+// tells whether it had to wait at all.
+func (w *waves) outlast(ctx context.Context, max time.Duration) bool {
+	w.mu.Lock()
+	over := w.over
+	w.mu.Unlock()
+	select {
+	case <-over:
+		return false
+	default:
+	}
+	t := time.NewTimer(max)
+	defer t.Stop()
+	select {
+	case <-over:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return true
+}
+
+// followWaves marks a wave on w when connections queue for a TLS
+// handshake place, and over once nobody has waited for crowdCalm; after
+// each it calls free, which returns the memory the wave's handshakes used
+// to the operating system.
 //
-// Why: the garbage of thousands of handshakes grows the heap well above
-// what the idle sessions need, and the runtime hands the difference back
-// slowly: its goal stays where the wave left it until the next
+// Why free: the garbage of thousands of handshakes grows the heap well
+// above what the idle sessions need, and the runtime hands the difference
+// back slowly: its goal stays where the wave left it until the next
 // collection, which an idle hub reaches only by the runtime's 2-minute
 // forced one, and its scavenger returns pages a little at a time. After a
 // 10,000-agent cold start the hub's RSS stayed 3.6 KiB per agent above
@@ -34,14 +105,17 @@ var crowdCalm = 5 * time.Second
 // marking, was tried and measured: the sessions made during the wave then
 // lay scattered over twice the heap, and a non-moving collector cannot
 // pack them again; the hub held 34.7 KiB per idle agent instead of 31.7.)
-func returnMemoryAfterCrowds(ctx context.Context, places *newestFirst, free func()) {
+func followWaves(ctx context.Context, places *newestFirst, w *waves, free func()) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-places.queued:
 		}
-		if !waitOutCrowd(ctx, places) {
+		w.begin()
+		over := waitOutCrowd(ctx, places)
+		w.end()
+		if !over {
 			return
 		}
 		free()
@@ -78,5 +152,5 @@ func waitOutCrowd(ctx context.Context, places *newestFirst) bool {
 	}
 }
 
-// freeOSMemory is what returnMemoryAfterCrowds calls in the hub.
+// freeOSMemory is what followWaves calls in the hub.
 var freeOSMemory = debug.FreeOSMemory
