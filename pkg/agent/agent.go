@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,6 +47,9 @@ type Agent struct {
 	// the hub, before the worker acts on it (the scale benchmarks time
 	// pushes with it). It must not block.
 	OnDesired func(*wire.DesiredState)
+	// done is the last desired state the worker acted on in full (the one
+	// in the state directory at start); only the worker touches it.
+	done *wire.DesiredState
 	// lastLoop is when the sync loop last went round (UnixNano), for the
 	// watchdog.
 	lastLoop atomic.Int64
@@ -153,6 +157,7 @@ func (a *Agent) Run(ctx context.Context, ready func()) error {
 	a.mu.Lock()
 	a.applied = applied
 	a.mu.Unlock()
+	a.done = a.store.LoadDesired()
 	a.refreshStatus()
 	if ready != nil {
 		ready()
@@ -208,6 +213,14 @@ func (a *Agent) apply(ctx context.Context, d *wire.DesiredState) {
 		a.log.Info("Ignoring an older desired state", "generation", d.Generation, "applied", cur.Generation)
 		return
 	}
+	if d.Generation == cur.Generation && reflect.DeepEqual(d, a.done) {
+		// What the hub sends on every new session, already done: after an
+		// outage a fleet reconnects at once, and each agent would write
+		// its state files (with fsyncs) and gather its facts again for
+		// nothing.
+		return
+	}
+	a.done = nil
 	_ = a.store.SaveDesired(d)
 	switch {
 	case d.Assignment != nil:
@@ -229,7 +242,9 @@ func (a *Agent) apply(ctx context.Context, d *wire.DesiredState) {
 			return
 		}
 	}
-	_ = a.update(func(ap *Applied) { ap.Generation = d.Generation })
+	if a.update(func(ap *Applied) { ap.Generation = d.Generation }) == nil {
+		a.done = d
+	}
 }
 
 func (a *Agent) provision(ctx context.Context, as *wire.Assignment) {

@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -23,6 +25,7 @@ func newTestAgent(t *testing.T, dir string, rec *Recorder) *Agent {
 		t.Fatal(err)
 	}
 	a.applied = applied
+	a.done = a.store.LoadDesired()
 	return a
 }
 
@@ -74,6 +77,54 @@ func TestApplyIsOrderedAndIdempotent(t *testing.T) {
 	b.apply(ctx, &wire.DesiredState{Generation: 5, Assignment: assignment("u2")})
 	if p := rec.Provisions(); len(p) != 2 || p[1].ClaimUID != "u2" {
 		t.Fatalf("provisions %+v", p)
+	}
+}
+
+// A desired state the agent has acted on, sent again (every new session
+// sends it; after an outage the whole fleet reconnects at once), costs no
+// state-file write, also after a restart; one that differs at the same
+// generation (a new Reach) is recorded.
+func TestSameDesiredStateWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	rec := &Recorder{}
+	desired := func(endpoint string) *wire.DesiredState {
+		return &wire.DesiredState{Generation: 3, Assignment: assignment("u1"),
+			Reach: &wire.Reach{Endpoint: endpoint, Addresses: []string{"10.0.0.1"}, Tunnels: true}}
+	}
+	files := func() []os.FileInfo {
+		t.Helper()
+		var out []os.FileInfo
+		for _, name := range []string{fileDesired, fileApplied} {
+			fi, err := os.Stat(filepath.Join(dir, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, fi)
+		}
+		return out
+	}
+	// The store replaces a file by renaming a new one over it.
+	same := func(a, b []os.FileInfo) bool { return os.SameFile(a[0], b[0]) && os.SameFile(a[1], b[1]) }
+
+	a := newTestAgent(t, dir, rec)
+	a.apply(ctx, desired("c1.example:6443"))
+	first := files()
+	a.apply(ctx, desired("c1.example:6443"))
+	if !same(first, files()) {
+		t.Fatal("the same desired state again rewrote the state files")
+	}
+	b := newTestAgent(t, dir, rec)
+	b.apply(ctx, desired("c1.example:6443"))
+	if !same(first, files()) {
+		t.Fatal("after a restart, the same desired state rewrote the state files")
+	}
+	b.apply(ctx, desired("c2.example:6443"))
+	if os.SameFile(first[0], files()[0]) {
+		t.Fatal("a desired state that changed at the same generation was not recorded")
+	}
+	if n := len(rec.Provisions()); n != 1 {
+		t.Fatalf("bootstrap ran %d times", n)
 	}
 }
 

@@ -193,6 +193,17 @@ func (s Store) ForgetIdentity() error {
 // SaveDesired records the last desired state received.
 func (s Store) SaveDesired(d *wire.DesiredState) error { return s.writeJSON(fileDesired, d) }
 
+// LoadDesired returns the last desired state received before a restart
+// (nil if none, or if the file cannot be read: it is a record, and only
+// spares work when it matches what the hub sends).
+func (s Store) LoadDesired() *wire.DesiredState {
+	d := &wire.DesiredState{}
+	if ok, err := s.readJSON(fileDesired, d); !ok || err != nil {
+		return nil
+	}
+	return d
+}
+
 // SaveApplied records what the agent has done.
 func (s Store) SaveApplied(a Applied) error { return s.writeJSON(fileApplied, a) }
 
