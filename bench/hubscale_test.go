@@ -44,6 +44,7 @@ var (
 	resultsDir     = flag.String("results", "../docs/perf", "Where the scale benchmarks write their JSON results (bench/report makes docs/PERFORMANCE.md and plots from them).")
 	hubArgs        = flag.String("hub-args", "", "Extra fleet-hub flags for BenchmarkHubScale, space-separated (e.g. \"--kube-api-qps 200\").")
 	hubEnv         = flag.String("hub-env", "", "Extra environment for the fleet-hub process of BenchmarkHubScale, space-separated (e.g. \"GOGC=50\").")
+	coldStarts     = flag.Int("cold-starts", 1, "How many times BenchmarkHubScale makes the cold start (each after every host reads disconnected again), to show its spread; the slowest is a figure of its own.")
 	profileDir     = flag.String("profiles", "", "Where BenchmarkHubScale keeps the hub's heap and goroutine profiles (default: a temporary directory).")
 )
 
@@ -108,6 +109,8 @@ type hubScale struct {
 	// emptyWatches are the watches open on the API server before any
 	// agent connected.
 	emptyWatches float64
+	// coldStarts are the cold starts made, in order.
+	coldStarts []coldStartRun
 
 	// Desired-state latency samples: agent index → what it waits for.
 	waitMu  sync.Mutex
@@ -216,6 +219,9 @@ func (s *hubScale) run() {
 	s.apiLoad()
 	s.latency()
 	s.coldStart()
+	if *coldStarts > 1 {
+		s.coldStartAgain()
+	}
 	s.storm()
 	b.StopTimer()
 
@@ -812,10 +818,113 @@ func (s *hubScale) latency() {
 func (s *hubScale) coldStart() {
 	ctx := context.Background()
 	s.logf("cold start")
+	m0 := s.stopAll("cold start")
+	dir := s.profiles("cold-start")
+	stopDriverProfile, hubProfiled := s.profileCPU(dir, hubProfileWindow)
+	api0, err := load.ReadAPIServerLoad(ctx, env.Config)
+	if err != nil {
+		s.b.Fatal(err)
+	}
+	reasons := s.agents.Disconnects.Snapshot()
+	run := s.startAll("cold start", m0)
+	stopDriverProfile()
+	defer func() {
+		<-hubProfiled
+		s.rep.Tables = append(s.rep.Tables, profileTable(fmt.Sprintf("Hub CPU during the cold start by function (`go tool pprof -top` of the hub's %.0f s CPU profile from the start)", hubProfileWindow.Seconds()), filepath.Join(dir, "hub-cpu.pb.gz")))
+	}()
+	s.rep.Tables = append(s.rep.Tables, cpuTable(fmt.Sprintf("Where the machine's CPU went while %s agents connected (cold start, %.1f s on %d cores; /proc/PID/stat)", commas(s.n), run.took.Seconds(), runtime.NumCPU()),
+		"load driver (the agents: TLS client, sessions)", run.cpu0, run.cpu1, run.took),
+		profileTable("Load driver CPU during the cold start by function (the agents' side: `go tool pprof -top` of the driver's CPU profile until all connected)", filepath.Join(dir, "driver-cpu.pb.gz")),
+		s.disconnectTable("Why agents' attempts or sessions ended during the cold start (each then retried)", reasons))
+	if api1, err := load.ReadAPIServerLoad(ctx, env.Config); err == nil {
+		t, _, _ := requestTable(fmt.Sprintf("API requests from the cold start until every host read connected (%.0f s), by verb and resource", run.recordedTook.Seconds()),
+			"per agent", api1.Since(api0).Requests, float64(s.n))
+		s.rep.Tables = append(s.rep.Tables, t)
+	}
+	s.rep.Add(results.Figure{Key: "cold-start-s", Name: "cold start: agents holding identities all connected", Value: run.took.Seconds(), Unit: "s",
+		Target: "≤ 30 s at 10,000", Limit: results.Limit(30), Below: true})
+	s.rep.Add(results.Figure{Key: "handshake-rate", Name: "cold start: handshakes per second", Value: float64(s.n) / run.took.Seconds(), Unit: "/s"})
+	s.rep.Add(results.Figure{Key: "cold-start-cpu-per-agent", Name: "cold start: CPU per agent, all processes (driver, hub, API server, etcd)",
+		Value: run.cpuPerAgent(), Unit: "ms"})
+	s.rep.Add(results.Figure{Key: "cold-start-hub-cpu-per-agent", Name: "cold start: the hub's CPU per agent",
+		Value: (run.cpu1["fleet-hub"] - run.cpu0["fleet-hub"]).Seconds() * 1000 / float64(s.n), Unit: "ms"})
+	s.rep.Add(results.Figure{Key: "cold-start-busy", Name: "cold start: handshakes turned away by the admission limit (503, retried)", Value: run.busy})
+	s.rep.Add(results.Figure{Key: "cold-start-tls-unserved", Name: "cold start: connections closed after waiting for a TLS handshake place (each retried by its agent)", Value: run.tlsBusy})
+	s.rep.Add(results.Figure{Key: "cold-start-tls-failed", Name: "cold start: TLS handshakes begun and not finished (timed out, or the agent gave up)", Value: run.tlsFailed})
+	s.rep.Add(results.Figure{Key: "cold-start-wave-delayed", Name: "cold start: AgentConnected writes held back until the wave passed (--wave-status-delay)", Value: run.waveDelayed})
+	s.rep.Add(results.Figure{Key: "cold-start-recorded-s", Name: "cold start: every host recorded connected in the API (AgentConnected, one write each)", Value: run.recordedTook.Seconds(), Unit: "s"})
+	s.rep.Series = append(s.rep.Series, results.Series{Key: "cold-start", Title: fmt.Sprintf("cold start: %s agents holding identities connect at once to hosts that read disconnected", commas(s.n)),
+		XLabel: "seconds", YLabel: "agents", Lines: []results.Line{run.sessions, run.recorded}})
+	s.coldStarts = append(s.coldStarts, run)
+	s.settle("cold start")
+	after := s.memory()
+	s.steadyRSS = after.rss
+	s.rep.Add(results.Figure{Key: "rss-per-agent-after-cold-start", Name: "hub RSS per idle agent after the cold start (sessions made on a heap the enrollment wave left)",
+		Value: float64(after.rss-s.empty.rss) / float64(s.n) / kib, Unit: "KiB", Target: "≤ 32 KiB at 10,000 agents", Limit: results.Limit(32), Below: true})
+	s.rep.Add(results.Figure{Key: "heap-per-agent-after-cold-start", Name: "Go heap in use per idle agent after the cold start",
+		Value: float64(after.heap-s.empty.heap) / float64(s.n) / kib, Unit: "KiB"})
+}
+
+// coldStartAgain repeats the cold start -cold-starts times in all, to show
+// how much its time varies from one to the next on the same code: the
+// cores are shared by the agents, the hub and the API server, and how the
+// first seconds go decides how many connections wait out their place and
+// come back.
+func (s *hubScale) coldStartAgain() {
+	for i := len(s.coldStarts); i < *coldStarts; i++ {
+		what := fmt.Sprintf("cold start %d", i+1)
+		s.logf("%s", what)
+		m0 := s.stopAll(what)
+		s.coldStarts = append(s.coldStarts, s.startAll(what, m0))
+		s.settle(fmt.Sprintf("cold-start-%d", i+1))
+	}
+	t := results.Table{Title: fmt.Sprintf("The cold start of %s agents, %d times on the same hub (the first is the one above)", commas(s.n), len(s.coldStarts)),
+		Header: []string{"run", "all connected (s)", "connections closed waiting for a TLS place", "TLS handshakes not finished", "AgentConnected writes held for the wave", "CPU per agent, all processes (ms)"}}
+	worst := 0.0
+	for i, r := range s.coldStarts {
+		worst = max(worst, r.took.Seconds())
+		t.Rows = append(t.Rows, []string{strconv.Itoa(i + 1), fmt.Sprintf("%.1f", r.took.Seconds()), fmt.Sprintf("%.0f", r.tlsBusy),
+			fmt.Sprintf("%.0f", r.tlsFailed), fmt.Sprintf("%.0f", r.waveDelayed), fmt.Sprintf("%.2f", r.cpuPerAgent())})
+	}
+	s.rep.Tables = append(s.rep.Tables, t)
+	s.rep.Add(results.Figure{Key: "cold-start-worst-s", Name: fmt.Sprintf("cold start: the slowest of %d", len(s.coldStarts)), Value: worst, Unit: "s",
+		Target: "≤ 30 s at 10,000", Limit: results.Limit(30), Below: true})
+}
+
+// coldStartRun is what one cold start measured.
+type coldStartRun struct {
+	took, recordedTook                    time.Duration
+	cpu0, cpu1                            map[string]time.Duration
+	busy, tlsBusy, tlsFailed, waveDelayed float64
+	sessions, recorded                    results.Line
+	n                                     int
+}
+
+// cpuPerAgent is what the cold start cost, apart from how the processes
+// shared the cores: the floor of its time on this machine is all of it
+// divided by the cores, and the hub's part is what a hub with cores of
+// its own would spend.
+func (r coldStartRun) cpuPerAgent() float64 {
+	var machineCPU time.Duration
+	for _, p := range measuredPrograms {
+		machineCPU += r.cpu1[p] - r.cpu0[p]
+	}
+	return machineCPU.Seconds() * 1000 / float64(r.n)
+}
+
+// Hub metrics the cold start reads.
+const (
+	disconnectedWrites = `fleet_gateway_status_writes_total{cause="disconnected"}`
+	connectedWrites    = `fleet_gateway_status_writes_total{cause="connected"}`
+)
+
+// stopAll stops every agent and waits until the hub has recorded every
+// host disconnected; it returns the hub's metrics from then.
+func (s *hubScale) stopAll(what string) map[string]float64 {
+	ctx := context.Background()
 	// Counted from before the agents stop: stopping 10,000 of them takes
 	// longer than the disconnect grace, so the first disconnects are
 	// recorded before the last session ends.
-	const disconnected, connected = `fleet_gateway_status_writes_total{cause="disconnected"}`, `fleet_gateway_status_writes_total{cause="connected"}`
 	m0, err := s.hub.Metrics(ctx)
 	if err != nil {
 		s.b.Fatal(err)
@@ -827,7 +936,7 @@ func (s *hubScale) coldStart() {
 			break
 		}
 		if time.Since(start) > 5*time.Minute {
-			s.fatalf("cold start: the hub still holds %d sessions 5 minutes after every agent stopped (%v)", n, err)
+			s.fatalf("%s: the hub still holds %d sessions 5 minutes after every agent stopped (%v)", what, n, err)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
@@ -837,108 +946,73 @@ func (s *hubScale) coldStart() {
 	// outage), so wait until the hub has recorded every one.
 	for start, last := time.Now(), time.Now(); ; {
 		m, err := s.hub.Metrics(ctx)
-		if err == nil && m[disconnected]-m0[disconnected] >= float64(s.n) {
+		if err == nil && m[disconnectedWrites]-m0[disconnectedWrites] >= float64(s.n) {
 			break
 		}
 		if time.Since(last) > 30*time.Second {
-			s.logf("cold start: %v of %d hosts recorded disconnected", m[disconnected]-m0[disconnected], s.n)
+			s.logf("%s: %v of %d hosts recorded disconnected", what, m[disconnectedWrites]-m0[disconnectedWrites], s.n)
 			last = time.Now()
 		}
 		if time.Since(start) > 10*time.Minute {
-			s.fatalf("cold start: %v of %d hosts recorded disconnected after 10 minutes (%v)", m[disconnected]-m0[disconnected], s.n, err)
+			s.fatalf("%s: %v of %d hosts recorded disconnected after 10 minutes (%v)", what, m[disconnectedWrites]-m0[disconnectedWrites], s.n, err)
 		}
 		time.Sleep(time.Second)
 	}
-	s.logf("cold start: every host recorded disconnected")
+	s.logf("%s: every host recorded disconnected", what)
 	m0, err = s.hub.Metrics(ctx)
 	if err != nil {
 		s.b.Fatal(err)
 	}
-	dir := s.profiles("cold-start")
-	stopDriverProfile, hubProfiled := s.profileCPU(dir, hubProfileWindow)
-	api0, err := load.ReadAPIServerLoad(ctx, env.Config)
-	if err != nil {
-		s.b.Fatal(err)
-	}
-	reasons := s.agents.Disconnects.Snapshot()
+	return m0
+}
+
+// startAll starts every agent at once and waits until all hold a session,
+// then until the hub has recorded every host connected.
+func (s *hubScale) startAll(what string, m0 map[string]float64) coldStartRun {
+	ctx := context.Background()
 	// Start builds every agent first and lets them all go as it returns:
 	// the CPU is counted from there, like the time, so building 10,000
 	// agent objects in one process (which real agents do not share) is
 	// not charged to the cold start.
 	s.agents.Start(0)
-	cpu0 := load.CPUByProgram(cpuPrograms...)
-	recorded := results.Line{Name: "recorded connected in the API"}
+	run := coldStartRun{n: s.n, cpu0: load.CPUByProgram(cpuPrograms...), recorded: results.Line{Name: "recorded connected in the API"}}
 	start := time.Now()
-	took, line := s.waitAll("cold start", func() int {
+	run.took, run.sessions = s.waitAll(what, func() int {
 		if m, err := s.hub.Metrics(ctx); err == nil {
-			recorded.Points = append(recorded.Points, [2]float64{time.Since(start).Seconds(), m[connected] - m0[connected]})
+			run.recorded.Points = append(run.recorded.Points, [2]float64{time.Since(start).Seconds(), m[connectedWrites] - m0[connectedWrites]})
 		}
 		n, _ := s.hub.Sessions(ctx)
 		return n
 	})
-	line.Name = "sessions"
-	cpu1 := load.CPUByProgram(cpuPrograms...)
-	stopDriverProfile()
-	defer func() {
-		<-hubProfiled
-		s.rep.Tables = append(s.rep.Tables, profileTable(fmt.Sprintf("Hub CPU during the cold start by function (`go tool pprof -top` of the hub's %.0f s CPU profile from the start)", hubProfileWindow.Seconds()), filepath.Join(dir, "hub-cpu.pb.gz")))
-	}()
-	s.rep.Tables = append(s.rep.Tables, cpuTable(fmt.Sprintf("Where the machine's CPU went while %s agents connected (cold start, %.1f s on %d cores; /proc/PID/stat)", commas(s.n), took.Seconds(), runtime.NumCPU()),
-		"load driver (the agents: TLS client, sessions)", cpu0, cpu1, took),
-		profileTable("Load driver CPU during the cold start by function (the agents' side: `go tool pprof -top` of the driver's CPU profile until all connected)", filepath.Join(dir, "driver-cpu.pb.gz")),
-		s.disconnectTable("Why agents' attempts or sessions ended during the cold start (each then retried)", reasons))
-	var recordedTook time.Duration
-	for {
-		m, err := s.hub.Metrics(ctx)
-		el := time.Since(start)
-		if err == nil {
-			recorded.Points = append(recorded.Points, [2]float64{el.Seconds(), m[connected] - m0[connected]})
-			if m[connected]-m0[connected] >= float64(s.n) {
-				recordedTook = el
-				break
-			}
-		}
-		if el > 15*time.Minute {
-			s.fatalf("cold start: %v of %d hosts recorded connected after %s (%v)", m[connected]-m0[connected], s.n, el, err)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-	if api1, err := load.ReadAPIServerLoad(ctx, env.Config); err == nil {
-		t, _, _ := requestTable(fmt.Sprintf("API requests from the cold start until every host read connected (%.0f s), by verb and resource", recordedTook.Seconds()),
-			"per agent", api1.Since(api0).Requests, float64(s.n))
-		s.rep.Tables = append(s.rep.Tables, t)
-	}
+	run.sessions.Name = "sessions"
+	run.cpu1 = load.CPUByProgram(cpuPrograms...)
 	m1, err := s.hub.Metrics(ctx)
 	if err != nil {
 		s.b.Fatal(err)
 	}
-	busy := m1[`fleet_gateway_handshakes_total{result="busy"}`] - m0[`fleet_gateway_handshakes_total{result="busy"}`]
-	s.rep.Add(results.Figure{Key: "cold-start-s", Name: "cold start: agents holding identities all connected", Value: took.Seconds(), Unit: "s",
-		Target: "≤ 30 s at 10,000", Limit: results.Limit(30), Below: true})
-	s.rep.Add(results.Figure{Key: "handshake-rate", Name: "cold start: handshakes per second", Value: float64(s.n) / took.Seconds(), Unit: "/s"})
-	// What the cold start costs, apart from how the processes shared the
-	// cores: the floor of its time on this machine is all of it divided by
-	// the cores, and the hub's part is what a hub with cores of its own
-	// would spend.
-	var machineCPU time.Duration
-	for _, p := range measuredPrograms {
-		machineCPU += cpu1[p] - cpu0[p]
+	since := func(k string) float64 { return m1[k] - m0[k] }
+	run.busy = since(`fleet_gateway_handshakes_total{result="busy"}`)
+	run.tlsBusy = since(`fleet_gateway_tls_handshakes_total{result="busy"}`)
+	run.tlsFailed = since(`fleet_gateway_tls_handshakes_total{result="failed"}`)
+	run.waveDelayed = since(`fleet_gateway_status_writes_wave_delayed_total{cause="connected"}`)
+	s.logf("%s: all connected in %.1f s; %.0f connections closed waiting for a TLS place, %.0f TLS handshakes not finished, %.0f connected writes held for the wave, %.2f ms CPU per agent",
+		what, run.took.Seconds(), run.tlsBusy, run.tlsFailed, run.waveDelayed, run.cpuPerAgent())
+	for {
+		m, err := s.hub.Metrics(ctx)
+		el := time.Since(start)
+		if err == nil {
+			run.recorded.Points = append(run.recorded.Points, [2]float64{el.Seconds(), m[connectedWrites] - m0[connectedWrites]})
+			if m[connectedWrites]-m0[connectedWrites] >= float64(s.n) {
+				run.recordedTook = el
+				break
+			}
+		}
+		if el > 15*time.Minute {
+			s.fatalf("%s: %v of %d hosts recorded connected after %s (%v)", what, m[connectedWrites]-m0[connectedWrites], s.n, el, err)
+		}
+		time.Sleep(250 * time.Millisecond)
 	}
-	s.rep.Add(results.Figure{Key: "cold-start-cpu-per-agent", Name: "cold start: CPU per agent, all processes (driver, hub, API server, etcd)",
-		Value: machineCPU.Seconds() * 1000 / float64(s.n), Unit: "ms"})
-	s.rep.Add(results.Figure{Key: "cold-start-hub-cpu-per-agent", Name: "cold start: the hub's CPU per agent",
-		Value: (cpu1["fleet-hub"] - cpu0["fleet-hub"]).Seconds() * 1000 / float64(s.n), Unit: "ms"})
-	s.rep.Add(results.Figure{Key: "cold-start-busy", Name: "cold start: handshakes turned away by the admission limit (503, retried)", Value: busy})
-	s.rep.Add(results.Figure{Key: "cold-start-recorded-s", Name: "cold start: every host recorded connected in the API (AgentConnected, one write each)", Value: recordedTook.Seconds(), Unit: "s"})
-	s.rep.Series = append(s.rep.Series, results.Series{Key: "cold-start", Title: fmt.Sprintf("cold start: %s agents holding identities connect at once to hosts that read disconnected", commas(s.n)),
-		XLabel: "seconds", YLabel: "agents", Lines: []results.Line{line, recorded}})
-	s.settle("cold start")
-	after := s.memory()
-	s.steadyRSS = after.rss
-	s.rep.Add(results.Figure{Key: "rss-per-agent-after-cold-start", Name: "hub RSS per idle agent after the cold start (sessions made on a heap the enrollment wave left)",
-		Value: float64(after.rss-s.empty.rss) / float64(s.n) / kib, Unit: "KiB", Target: "≤ 32 KiB at 10,000 agents", Limit: results.Limit(32), Below: true})
-	s.rep.Add(results.Figure{Key: "heap-per-agent-after-cold-start", Name: "Go heap in use per idle agent after the cold start",
-		Value: float64(after.heap-s.empty.heap) / float64(s.n) / kib, Unit: "KiB"})
+	return run
 }
 
 // hubProfileWindow is how long the hub's CPU is profiled from the start
