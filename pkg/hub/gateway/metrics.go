@@ -45,7 +45,7 @@ var (
 	})
 	waveDelayedStatusWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fleet_gateway_status_writes_wave_delayed_total",
-		Help: "EdgeHost status writes held back while a wave of connections queued for TLS handshake places (see --wave-status-delay), by cause (connected, last_seen).",
+		Help: "EdgeHost status writes held back (counted as they start to wait) while a wave of connections queued for TLS handshake places (see --wave-status-delay), by cause (connected, last_seen).",
 	}, []string{"cause"})
 	skippedStatusWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fleet_gateway_status_writes_skipped_total",

@@ -141,9 +141,9 @@ func (s *Server) setConnectivity(ctx context.Context, ss *session, connected boo
 			skippedStatusWrites.WithLabelValues(cause).Inc()
 			return
 		}
-		if s.waves.outlast(ctx, s.opts.WaveStatusDelay) {
-			waveDelayedStatusWrites.WithLabelValues(cause).Inc()
-		}
+		// Counted as it starts to wait, so a wave in progress shows.
+		waveDelayedStatusWrites.WithLabelValues(cause).Inc()
+		s.waves.outlast(ctx, s.opts.WaveStatusDelay)
 	}
 	mu, _ := s.connMu.LoadOrStore(ss.id.String(), &sync.Mutex{})
 	mu.(*sync.Mutex).Lock()

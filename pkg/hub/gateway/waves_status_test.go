@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -65,11 +66,15 @@ func TestConnectedWritesWaitForWaves(t *testing.T) {
 
 	// In a wave: after it.
 	two := newSession("store-2", "uid-2")
+	held := testutil.ToFloat64(waveDelayedStatusWrites.WithLabelValues("connected"))
 	s.waves.begin()
 	written := mark(two)
 	settle()
 	if got := connected("store-2"); got != metav1.ConditionUnknown {
 		t.Fatalf("in a wave: AgentConnected %s before the wave ended", got)
+	}
+	if d := testutil.ToFloat64(waveDelayedStatusWrites.WithLabelValues("connected")) - held; d != 1 {
+		t.Fatalf("%v connected writes counted as held during the wave, want 1", d)
 	}
 	// A lost host does not wait.
 	s.markDisconnected(ctx, one)
