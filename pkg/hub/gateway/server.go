@@ -79,11 +79,12 @@ type Options struct {
 	// WaveStatusDelay is how long a write that only says a host is well
 	// (AgentConnected on a new session, a lastSeenTime refresh) waits for
 	// a wave of connections to pass (default 1 min; negative: not at
-	// all). During a fleet's cold start each such write costs the hub and
-	// the API server more CPU than the agent's TLS handshake (5.6 ms of
-	// API server CPU a status patch, measured at 10,000 agents); written
-	// after the wave, the cores serve the handshakes first and the hosts
-	// are recorded as fast as the client's rate limit lets them anyway.
+	// all). During a fleet's cold start each such write cost the API
+	// server 6 to 10 ms of CPU, several times the hub's whole share of a
+	// session's TLS handshake (docs/PERFORMANCE.md, 10,000 agents);
+	// written after the wave, the cores serve the handshakes first, and
+	// the hosts are recorded as fast as the client's rate limit lets them
+	// anyway.
 	WaveStatusDelay time.Duration
 	// EnrollRate and EnrollBurst limit enrollments across all callers.
 	EnrollRate  rate.Limit
