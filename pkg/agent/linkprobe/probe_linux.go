@@ -217,9 +217,11 @@ func dropProgram(m *ebpf.Map, f *eventFormat) (asm.Instructions, error) {
 	return append(insns, exit()...), nil
 }
 
-// increment emits counters[slot]++ on this CPU. A plain load/add/store is
-// enough: the slot is per-CPU and tracepoint programs run with preemption
-// disabled, so nothing else touches it meanwhile.
+// increment emits counters[slot]++ on this CPU, as one atomic add. The
+// slot is per-CPU, but a plain load/add/store still lost counts: a program
+// runs with migration disabled, not always preemption, and a kfree_skb in a
+// softirq can run this program on the same CPU between another run's load
+// and store (TestProbeCountsRetransmissions saw 60 drops counted of 61).
 func increment(m *ebpf.Map, slot int64) asm.Instructions {
 	return asm.Instructions{
 		asm.StoreImm(asm.RFP, -4, slot, asm.Word), // key on the stack
@@ -228,9 +230,8 @@ func increment(m *ebpf.Map, slot int64) asm.Instructions {
 		asm.Add.Imm(asm.R2, -4),
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, "exit"),
-		asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord),
-		asm.Add.Imm(asm.R1, 1),
-		asm.StoreMem(asm.R0, 0, asm.R1, asm.DWord),
+		asm.Mov.Imm(asm.R1, 1),
+		asm.StoreXAdd(asm.R0, asm.R1, asm.DWord),
 	}
 }
 
