@@ -221,7 +221,8 @@ func dropProgram(m *ebpf.Map, f *eventFormat) (asm.Instructions, error) {
 // slot is per-CPU, but a plain load/add/store still lost counts: a program
 // runs with migration disabled, not always preemption, and a kfree_skb in a
 // softirq can run this program on the same CPU between another run's load
-// and store (TestProbeCountsRetransmissions saw 60 drops counted of 61).
+// and store (the likely cause of TestProbeCountsRetransmissions counting
+// 60 drops of 61 once in CI).
 func increment(m *ebpf.Map, slot int64) asm.Instructions {
 	return asm.Instructions{
 		asm.StoreImm(asm.RFP, -4, slot, asm.Word), // key on the stack
