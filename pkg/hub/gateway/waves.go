@@ -52,13 +52,17 @@ func (w *waves) end() {
 	}
 }
 
+// current is closed once no wave is on (at once if none is).
+func (w *waves) current() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.over
+}
+
 // on tells whether a wave is on now.
 func (w *waves) on() bool {
-	w.mu.Lock()
-	over := w.over
-	w.mu.Unlock()
 	select {
-	case <-over:
+	case <-w.current():
 		return false
 	default:
 		return true
@@ -68,9 +72,7 @@ func (w *waves) on() bool {
 // outlast waits until no wave is on, at most max, or until ctx ends; it
 // tells whether it had to wait at all.
 func (w *waves) outlast(ctx context.Context, max time.Duration) bool {
-	w.mu.Lock()
-	over := w.over
-	w.mu.Unlock()
+	over := w.current()
 	select {
 	case <-over:
 		return false
