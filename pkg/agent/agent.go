@@ -69,9 +69,12 @@ type Agent struct {
 	reach   atomic.Pointer[wire.Reach]
 	reachMu sync.Mutex
 	tunnels tunnels
-	// The managed hosts block last written, under reachMu.
-	hostsBlock   []byte
-	hostsWritten bool
+	// The managed hosts block last written, and the assignment whose
+	// endpoint reach is held to, under reachMu.
+	hostsBlock     []byte
+	hostsWritten   bool
+	pinnedClaim    types.UID
+	pinnedEndpoint string
 
 	// Counters for tests and metrics.
 	enrollments atomic.Int64
@@ -158,6 +161,12 @@ func (a *Agent) Run(ctx context.Context, ready func()) error {
 	a.applied = applied
 	a.mu.Unlock()
 	a.done = a.store.LoadDesired()
+	if a.done != nil {
+		// The endpoint given with the assignment holds across restarts.
+		a.reachMu.Lock()
+		a.pinReach(a.done)
+		a.reachMu.Unlock()
+	}
 	a.refreshStatus()
 	if ready != nil {
 		ready()

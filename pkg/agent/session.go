@@ -43,8 +43,14 @@ func (a *Agent) sessionSource(ctx context.Context) {
 			return
 		}
 		if errors.Is(err, errRevoked) {
-			a.log.Info("Hub revoked this host's identity", "reenroll", a.cfg.Token != "")
-			if a.cfg.Token != "" {
+			// A host that runs a workload keeps its identity and keeps
+			// trying: enrolling afresh would make it a new, empty host that
+			// resets what runs here without anyone having ordered it (the
+			// hub may be restored, or the deletion a mistake).
+			held := a.holdsWorkload()
+			reenroll := a.cfg.Token != "" && !held
+			a.log.Info("Hub revoked this host's identity", "reenroll", reenroll, "holdsWorkload", held)
+			if reenroll {
 				if ferr := a.store.ForgetIdentity(); ferr != nil {
 					a.log.Error(ferr, "Forgetting revoked identity")
 				}
@@ -265,7 +271,7 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 			if a.OnDesired != nil {
 				a.OnDesired(m)
 			}
-			a.setReach(m.Reach)
+			a.setReach(m)
 			a.interruptIfReleased(m)
 			// Latest wins: replace a desired state the worker has not
 			// picked up yet.
@@ -359,16 +365,20 @@ func (r *rotator) run(ctx context.Context) {
 func (r *rotator) received(c *wire.Certificate) {
 	r.mu.Lock()
 	key := r.pendingKey
-	r.pendingKey = nil
 	r.mu.Unlock()
 	if key == nil {
 		r.a.log.Info("Ignoring a certificate that was not asked for")
 		return
 	}
 	if _, err := tls.X509KeyPair(c.Certificate, key); err != nil {
+		// A late answer to an earlier request: the one for the pending
+		// key may still come.
 		r.a.log.Error(err, "Hub sent a certificate that does not match the new key")
 		return
 	}
+	r.mu.Lock()
+	r.pendingKey = nil
+	r.mu.Unlock()
 	leaf, err := pki.ParseCertPEM(c.Certificate)
 	if err != nil {
 		return
@@ -386,4 +396,11 @@ func (r *rotator) received(c *wire.Certificate) {
 	case r.got <- struct{}{}:
 	default:
 	}
+}
+
+// holdsWorkload tells whether the agent has a workload on record (a
+// bootstrap that ran, or a reset not yet done).
+func (a *Agent) holdsWorkload() bool {
+	applied, err := a.store.LoadApplied()
+	return err != nil || applied.Workload != nil
 }

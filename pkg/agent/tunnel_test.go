@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/edgefleet/fleet/pkg/contract/wire"
 	"github.com/edgefleet/fleet/pkg/transport"
@@ -85,7 +86,7 @@ func TestTunnelCarriesBytesToTheEndpoint(t *testing.T) {
 	a := New(Config{StateDir: t.TempDir(), RootDir: t.TempDir()}, Unavailable{}, logr.Discard())
 	addr := echoServer(t)
 	_, port, _ := net.SplitHostPort(addr)
-	a.setReach(&wire.Reach{Endpoint: "edge.ns.fleet.internal:" + port, Addresses: []string{"127.0.0.1"}, Tunnels: true})
+	a.setReach(assigned(&wire.Reach{Endpoint: "edge.ns.fleet.internal:" + port, Addresses: []string{"127.0.0.1"}, Tunnels: true}))
 	hub := tunnelPair(t, a)
 
 	st, msg := askTunnel(t, hub, "edge.ns.fleet.internal:"+port)
@@ -117,7 +118,7 @@ func TestTunnelRefusesOtherTargets(t *testing.T) {
 	if e, ok := msg.(*wire.Error); !ok || e.Code != wire.ErrForbidden || !strings.Contains(e.Message, "belongs to no cluster") {
 		t.Fatalf("before any cluster: %#v", msg)
 	}
-	a.setReach(&wire.Reach{Endpoint: "edge.ns.fleet.internal:6443", Addresses: []string{"127.0.0.1"}, Tunnels: true})
+	a.setReach(assigned(&wire.Reach{Endpoint: "edge.ns.fleet.internal:6443", Addresses: []string{"127.0.0.1"}, Tunnels: true}))
 	for _, target := range []string{addr, "edge.ns.fleet.internal:22", "10.0.0.1:6443"} {
 		_, msg := askTunnel(t, hub, target)
 		if e, ok := msg.(*wire.Error); !ok || e.Code != wire.ErrForbidden {
@@ -125,7 +126,7 @@ func TestTunnelRefusesOtherTargets(t *testing.T) {
 		}
 	}
 	// Edge reach disabled for the cluster: not even the endpoint.
-	a.setReach(&wire.Reach{Endpoint: addr, Addresses: []string{"127.0.0.1"}})
+	a.setReach(assigned(&wire.Reach{Endpoint: addr, Addresses: []string{"127.0.0.1"}}))
 	if _, msg := askTunnel(t, hub, addr); msg.(*wire.Error).Code != wire.ErrForbidden {
 		t.Errorf("with tunnels disabled: %#v", msg)
 	}
@@ -140,7 +141,7 @@ func TestTunnelDialFailureIsReported(t *testing.T) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	ln.Close()
-	a.setReach(&wire.Reach{Endpoint: "edge.ns.fleet.internal:" + port, Addresses: []string{"127.0.0.1"}, Tunnels: true})
+	a.setReach(assigned(&wire.Reach{Endpoint: "edge.ns.fleet.internal:" + port, Addresses: []string{"127.0.0.1"}, Tunnels: true}))
 	_, msg := askTunnel(t, tunnelPair(t, a), "edge.ns.fleet.internal:"+port)
 	if e, ok := msg.(*wire.Error); !ok || e.Code != wire.ErrDialFailed {
 		t.Fatalf("answer %#v, want DialFailed", msg)
@@ -168,26 +169,26 @@ func TestHostsEntryFollowsReach(t *testing.T) {
 		return string(b)
 	}
 
-	a.setReach(&wire.Reach{Endpoint: "edge.ns.fleet.internal:6443", Addresses: []string{"10.0.0.5", "10.0.0.6"}})
+	a.setReach(assigned(&wire.Reach{Endpoint: "edge.ns.fleet.internal:6443", Addresses: []string{"10.0.0.5", "10.0.0.6"}}))
 	want := orig + "\n" + hostsBegin + "10.0.0.5 edge.ns.fleet.internal\n10.0.0.6 edge.ns.fleet.internal\n" + hostsEnd
 	if got := read(); got != want {
 		t.Fatalf("hosts:\n%s\nwant:\n%s", got, want)
 	}
 	// The control plane moved: the entry follows, still once.
-	a.setReach(&wire.Reach{Endpoint: "edge.ns.fleet.internal:6443", Addresses: []string{"10.0.0.7"}})
+	a.setReach(assigned(&wire.Reach{Endpoint: "edge.ns.fleet.internal:6443", Addresses: []string{"10.0.0.7"}}))
 	want = orig + "\n" + hostsBegin + "10.0.0.7 edge.ns.fleet.internal\n" + hostsEnd
 	if got := read(); got != want {
 		t.Fatalf("after a move:\n%s\nwant:\n%s", got, want)
 	}
 	// Released: the block goes, the rest stays.
-	a.setReach(nil)
+	a.setReach(assigned(nil))
 	if got := read(); got != orig+"\n" {
 		t.Fatalf("after release:\n%q\nwant:\n%q", got, orig+"\n")
 	}
 	// An address, or a name outside fleet's zone (a load balancer's, in
 	// the site's DNS), gets no entry.
 	for _, ep := range []string{"192.0.2.10:6443", "api.store-17.example.com:6443"} {
-		a.setReach(&wire.Reach{Endpoint: ep, Addresses: []string{"10.0.0.7"}})
+		a.setReach(assigned(&wire.Reach{Endpoint: ep, Addresses: []string{"10.0.0.7"}}))
 		if got := read(); strings.Contains(got, hostsBegin) {
 			t.Fatalf("entry for %s:\n%s", ep, got)
 		}
@@ -196,8 +197,54 @@ func TestHostsEntryFollowsReach(t *testing.T) {
 	if err := os.WriteFile(hosts, []byte("127.0.0.1 localhost\n"+hostsBegin+"10.0.0.7 edge.ns.fleet.internal\n10.1.2.3 printer\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	a.setReach(&wire.Reach{Endpoint: "edge.ns.fleet.internal:6443", Addresses: []string{"10.0.0.8"}})
+	a.setReach(assigned(&wire.Reach{Endpoint: "edge.ns.fleet.internal:6443", Addresses: []string{"10.0.0.8"}}))
 	if got := read(); !strings.Contains(got, "10.1.2.3 printer\n") || !strings.HasSuffix(got, hostsBegin+"10.0.0.8 edge.ns.fleet.internal\n"+hostsEnd) {
 		t.Fatalf("after a damaged block:\n%s", got)
+	}
+}
+
+// assigned is a desired state carrying r for an assignment of its own per
+// endpoint (nil: no assignment): the agent holds an assignment to the
+// endpoint it was first given with it.
+func assigned(r *wire.Reach) *wire.DesiredState {
+	if r == nil {
+		return &wire.DesiredState{}
+	}
+	return &wire.DesiredState{Reach: r, Assignment: &wire.Assignment{ClaimUID: types.UID("claim-" + r.Endpoint),
+		MachineName: "m", BootstrapData: []byte("#cloud-config\n")}}
+}
+
+// A hub that re-aims an assignment's endpoint is not followed: tunnels
+// still go to the endpoint given with the assignment, and only a new
+// assignment changes it. Addresses may change (control-plane hosts move).
+func TestReachIsHeldToTheAssignment(t *testing.T) {
+	a := New(Config{StateDir: t.TempDir(), RootDir: t.TempDir()}, Unavailable{}, logr.Discard())
+	addr := echoServer(t)
+	_, port, _ := net.SplitHostPort(addr)
+	ep := "edge.ns.fleet.internal:" + port
+	claim := &wire.Assignment{ClaimUID: "claim-1", MachineName: "m", BootstrapData: []byte("#cloud-config\n")}
+	a.setReach(&wire.DesiredState{Assignment: claim, Reach: &wire.Reach{Endpoint: ep, Addresses: []string{"127.0.0.1"}, Tunnels: true}})
+	hub := tunnelPair(t, a)
+
+	// Re-aimed at two other ports within a second, same assignment.
+	for _, other := range []string{"edge.ns.fleet.internal:22", "edge.ns.fleet.internal:2379"} {
+		a.setReach(&wire.DesiredState{Assignment: claim, Reach: &wire.Reach{Endpoint: other, Addresses: []string{"127.0.0.1"}, Tunnels: true}})
+		if _, msg := askTunnel(t, hub, other); msg.(*wire.Error).Code != wire.ErrForbidden {
+			t.Errorf("re-aimed at %s: %#v, want Forbidden", other, msg)
+		}
+		if got := a.reach.Load(); got == nil || got.Endpoint != ep {
+			t.Fatalf("reach after re-aiming at %s: %+v, want endpoint %s", other, got, ep)
+		}
+	}
+	if _, msg := askTunnel(t, hub, ep); msg == nil {
+		t.Fatal("no answer")
+	} else if _, ok := msg.(*wire.TunnelReady); !ok {
+		t.Fatalf("the assignment's own endpoint: %#v, want TunnelReady", msg)
+	}
+	// A new assignment brings its own endpoint.
+	next := &wire.Assignment{ClaimUID: "claim-2", MachineName: "m2", BootstrapData: []byte("#cloud-config\n")}
+	a.setReach(&wire.DesiredState{Assignment: next, Reach: &wire.Reach{Endpoint: "other.ns.fleet.internal:6443", Tunnels: true}})
+	if got := a.reach.Load(); got == nil || got.Endpoint != "other.ns.fleet.internal:6443" {
+		t.Fatalf("reach after a new assignment: %+v", got)
 	}
 }

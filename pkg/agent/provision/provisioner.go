@@ -293,6 +293,11 @@ func (p *Provisioner) Reset(ctx context.Context, claim types.UID) error {
 	// Files of whatever claim the record is for: a reset leaves nothing
 	// of any bootstrap behind.
 	for _, f := range sortedUnique(append(rec.Files, SentinelFile)) {
+		// The same check as the write: a directory on the path may since
+		// have been swapped for a link that points the delete elsewhere.
+		if err := checkNoUntrustedLinks(root, rel(path.Dir(f))); err != nil {
+			return &StepError{Step: "reset: removing bootstrap files", Command: f, Err: err}
+		}
 		if err := root.Remove(rel(f)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return &StepError{Step: "reset: removing bootstrap files", Command: f, Err: err}
 		}

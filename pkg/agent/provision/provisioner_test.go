@@ -414,3 +414,37 @@ func TestUnitsAreRestartedBeforeTheCommands(t *testing.T) {
 		})
 	}
 }
+
+// A reset checks the path it deletes as a write checks the path it writes:
+// a user who owns a directory on a recorded path and swaps a part of it for
+// a link cannot point the delete at another file.
+func TestResetRefusesUntrustedSymlinks(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to own symlinks as another user")
+	}
+	root := sandbox(t)
+	state := t.TempDir()
+	p := New(Options{Root: root, StateDir: state, Runner: &fakeRunner{}})
+	if _, err := p.Provision(context.Background(), assign([]byte("#cloud-config\nwrite_files:\n- {path: /home/ops/app/conf, content: x}\n")), func(string) {}); err != nil {
+		t.Fatal(err)
+	}
+	// The user ops owns /home/ops and swaps app for a link to /etc.
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.Chown(filepath.Join(root, "home/ops"), 1001, 1001))
+	must(os.RemoveAll(filepath.Join(root, "home/ops/app")))
+	must(os.WriteFile(filepath.Join(root, "etc/conf"), []byte("the operator's\n"), 0o644))
+	must(os.Symlink("/etc", filepath.Join(root, "home/ops/app")))
+	must(os.Lchown(filepath.Join(root, "home/ops/app"), 1001, 1001))
+	err := New(Options{Root: root, StateDir: state, Runner: &fakeRunner{}}).Reset(context.Background(), "u1")
+	if err == nil || !strings.Contains(err.Error(), "symlink not owned by root") {
+		t.Fatalf("reset through a planted symlink: %v", err)
+	}
+	if read(t, root, "etc/conf") != "the operator's\n" {
+		t.Fatal("the reset deleted a file through the planted symlink")
+	}
+}
