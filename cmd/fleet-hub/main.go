@@ -73,6 +73,12 @@ type options struct {
 	clientCertValidity time.Duration
 	maxHandshakes      int
 	maxTLSHandshakes   int
+	maxTLSPerSource    int
+	maxPending         int
+	maxPendingSource   int
+	maxConns           int
+	maxConnsSource     int
+	rotationOverlap    time.Duration
 	maxEnrollments     int
 	lastSeenInterval   time.Duration
 	disconnectGrace    time.Duration
@@ -118,6 +124,12 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.DurationVar(&o.clientCertValidity, "client-cert-validity", 90*24*time.Hour, "Lifetime of host client certificates; agents renew at 70-90 %.")
 	fs.IntVar(&o.maxHandshakes, "max-concurrent-handshakes", 1024, "Session handshakes admitted at once (from the upgrade to the agent's Hello); more wait up to 5 s for a place, then are told to retry (503).")
 	fs.IntVar(&o.maxTLSHandshakes, "max-concurrent-tls-handshakes", 0, "TLS handshakes on the gateway at once (0: 64 per core); more connections wait up to 10 s for a place, the newest served first, then are closed. Bounded, a fleet dialling at once after an outage is served one handshake after another instead of all of them timing out together.")
+	fs.IntVar(&o.maxTLSPerSource, "max-tls-handshakes-per-source", 0, "TLS handshakes one source address (an IPv6 /64) may hold at once (0: a quarter of --max-concurrent-tls-handshakes). A connection takes a place only once its ClientHello has arrived.")
+	fs.IntVar(&o.maxPending, "max-pending-connections", 0, "Connections between accept and a finished TLS handshake (0: 16384); more are closed at once.")
+	fs.IntVar(&o.maxPendingSource, "max-pending-connections-per-source", 0, "Of those, from one source address (0: 1024, a large site behind one NAT reconnecting at once).")
+	fs.IntVar(&o.maxConns, "max-connections", 0, "Established gateway connections (0: 65536).")
+	fs.IntVar(&o.maxConnsSource, "max-connections-per-source", 0, "Established gateway connections from one source address, e.g. one site's NAT (0: half of --max-connections).")
+	fs.DurationVar(&o.rotationOverlap, "rotation-overlap", 10*time.Minute, "How long a host's previous client certificate still opens sessions after a rotation, unless the new one is used first.")
 	fs.IntVar(&o.maxEnrollments, "max-concurrent-enrollments", 16, "Enrollments in progress at once; more are told to retry shortly (503). Each costs several API requests (see --kube-api-qps).")
 	fs.DurationVar(&o.lastSeenInterval, "last-seen-interval", 5*time.Minute, "How often a connected host's lastSeenTime is refreshed (its only idle API write).")
 	fs.DurationVar(&o.disconnectGrace, "disconnect-grace", 30*time.Second, "How long a host whose session ended still reads as connected: an agent back within it (a restart, a dropped connection, a hub restart) costs no API write. 0 records every disconnection at once.")
@@ -159,6 +171,10 @@ func main() {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "fleet-hub: loading kubeconfig: %v\n", err)
 		os.Exit(1)
+	}
+	if o.maxTLSPerSource < 0 || o.maxPending < 0 || o.maxPendingSource < 0 || o.maxConns < 0 || o.maxConnsSource < 0 {
+		fmt.Fprintln(os.Stderr, "fleet-hub: the --max-*-connections and --max-tls-handshakes-per-source limits must not be negative")
+		os.Exit(2)
 	}
 	if o.maxHandshakes < 0 || o.maxTLSHandshakes < 0 || o.maxEnrollments < 0 {
 		fmt.Fprintf(os.Stderr, "fleet-hub: --max-concurrent-handshakes, --max-concurrent-tls-handshakes and --max-concurrent-enrollments must not be negative (got %d, %d and %d)\n", o.maxHandshakes, o.maxTLSHandshakes, o.maxEnrollments)
@@ -268,22 +284,28 @@ func run(ctx context.Context, cfg *rest.Config, o options) error {
 		}
 		hostname, _ := os.Hostname()
 		gw, err := gateway.Setup(ctx, mgr, gateway.Options{
-			Addr:                       o.gatewayAddr,
-			HubNamespace:               o.hubNamespace,
-			DNSNames:                   splitList(o.gatewayDNSNames),
-			IPs:                        ips,
-			ClientCertValidity:         o.clientCertValidity,
-			MaxConcurrentHandshakes:    o.maxHandshakes,
-			MaxConcurrentEnrollments:   o.maxEnrollments,
-			MaxConcurrentTLSHandshakes: o.maxTLSHandshakes,
-			LastSeenInterval:           o.lastSeenInterval,
-			DisconnectGrace:            zeroMeansNone(o.disconnectGrace),
-			WaveStatusDelay:            zeroMeansNone(o.waveStatusDelay),
-			ReplicaName:                hostname,
-			AdvertiseURL:               o.advertiseURL,
-			LinkThresholds:             thresholds,
-			EnrollRate:                 rate.Limit(o.enrollRate),
-			EnrollBurst:                o.enrollBurst,
+			Addr:                           o.gatewayAddr,
+			HubNamespace:                   o.hubNamespace,
+			DNSNames:                       splitList(o.gatewayDNSNames),
+			IPs:                            ips,
+			ClientCertValidity:             o.clientCertValidity,
+			MaxConcurrentHandshakes:        o.maxHandshakes,
+			MaxConcurrentEnrollments:       o.maxEnrollments,
+			MaxConcurrentTLSHandshakes:     o.maxTLSHandshakes,
+			MaxTLSHandshakesPerSource:      o.maxTLSPerSource,
+			MaxPendingConnections:          o.maxPending,
+			MaxPendingConnectionsPerSource: o.maxPendingSource,
+			MaxConnections:                 o.maxConns,
+			MaxConnectionsPerSource:        o.maxConnsSource,
+			RotationOverlap:                o.rotationOverlap,
+			LastSeenInterval:               o.lastSeenInterval,
+			DisconnectGrace:                zeroMeansNone(o.disconnectGrace),
+			WaveStatusDelay:                zeroMeansNone(o.waveStatusDelay),
+			ReplicaName:                    hostname,
+			AdvertiseURL:                   o.advertiseURL,
+			LinkThresholds:                 thresholds,
+			EnrollRate:                     rate.Limit(o.enrollRate),
+			EnrollBurst:                    o.enrollBurst,
 		})
 		if err != nil {
 			return err

@@ -237,8 +237,22 @@ func CSRForKey(keyPEM []byte, commonName string) ([]byte, error) {
 // KeyID names a CSR's public key: "sha256:" and the hex digest of its
 // SubjectPublicKeyInfo.
 func KeyID(csr *x509.CertificateRequest) string {
-	sum := sha256.Sum256(csr.RawSubjectPublicKeyInfo)
+	return keyID(csr.PublicKey, csr.RawSubjectPublicKeyInfo)
+}
+
+// keyID digests the key's canonical encoding, so a CSR's key and the same
+// key in the certificate issued for it get one id.
+func keyID(pub any, raw []byte) string {
+	if der, err := x509.MarshalPKIXPublicKey(pub); err == nil {
+		raw = der
+	}
+	sum := sha256.Sum256(raw)
 	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// CertKeyID names a certificate's public key as KeyID names a CSR's.
+func CertKeyID(cert *x509.Certificate) string {
+	return keyID(cert.PublicKey, cert.RawSubjectPublicKeyInfo)
 }
 
 // ParseCertPEM returns the first certificate in PEM data.

@@ -219,6 +219,18 @@ func TestEdgeReachThroughAgents(t *testing.T) {
 		t.Error("the agent did not log the refused tunnel")
 	}
 
+	// A leaked credential is retired with `kubectl fleet kubeconfig
+	// --rotate-credential`: the kubeconfig it prints works, the credential
+	// handed out before is refused, and no agent was touched.
+	rotated := fleetKubeconfig(t, ns, "--rotate-credential")
+	if out := kubectl(t, rotated, "get", "nodes", "-o", "name"); !strings.Contains(out, "node/w-0") {
+		t.Fatalf("kubectl get nodes with the rotated credential: %q", out)
+	}
+	if code, body := proxyRequest(t, proxyAddr, http.MethodConnect, target, user, password); code != http.StatusProxyAuthRequired {
+		t.Errorf("the retired credential: status %d, want 407 (%s)", code, body)
+	}
+	user, password = credentialsOf(t, ns)
+
 	// No agent left: a clear error naming the cluster.
 	wAgent.kill(t)
 	eventually(t, "no agent of the cluster connected", func() error {
@@ -291,14 +303,14 @@ func credentialsOf(t *testing.T, ns string) (user, password string) {
 
 // fleetKubeconfig runs `kubectl fleet kubeconfig` as an operator would and
 // returns the file it wrote.
-func fleetKubeconfig(t *testing.T, ns string) string {
+func fleetKubeconfig(t *testing.T, ns string, args ...string) string {
 	t.Helper()
 	dir := t.TempDir()
 	bin := build(t, dir, "./cmd/kubectl-fleet", "kubectl-fleet")
 	hubKC := filepath.Join(dir, "hub.kubeconfig")
 	b := kubeconfig.FromEnvTestConfig(hub.Config, &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "hub"}})
 	must(t, os.WriteFile(hubKC, b, 0o600))
-	cmd := exec.Command(bin, "kubeconfig", clusterName, "--kubeconfig", hubKC, "-n", ns)
+	cmd := exec.Command(bin, append([]string{"kubeconfig", clusterName, "--kubeconfig", hubKC, "-n", ns}, args...)...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -5,6 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -31,6 +35,11 @@ type Options struct {
 	// Service), keeping the cluster's credentials.
 	ProxyURL string
 	proxy    *url.URL
+	// RotateCredential retires the cluster's proxy credential (bumps its
+	// epoch) and prints the kubeconfig once the hub has written the new one.
+	RotateCredential bool
+	// Timeout bounds the wait for the hub after a rotation.
+	Timeout time.Duration
 }
 
 // NewCmd returns `kubectl fleet kubeconfig`.
@@ -44,6 +53,8 @@ func NewCmd(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStr
 			"one of its agents from anywhere the hub's proxy is reachable. TLS is end to end: the hub never sees\n" +
 			"inside the connection. Treat the output as a secret: it holds the cluster's admin credentials.",
 		Example: "  kubectl fleet kubeconfig store-042 > store-042.kubeconfig\n" +
+			"  # a kubeconfig leaked: retire the credential in it\n" +
+			"  kubectl fleet kubeconfig store-042 --rotate-credential > store-042.kubeconfig\n" +
 			"  kubectl --kubeconfig store-042.kubeconfig get nodes\n\n" +
 			"  # from outside the management cluster, through the proxy's external address:\n" +
 			"  kubectl fleet kubeconfig store-042 --proxy-url http://fleet-proxy.example.com:7444",
@@ -60,6 +71,8 @@ func NewCmd(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStr
 		},
 	}
 	cmd.Flags().StringVar(&o.ProxyURL, "proxy-url", "", "Reach the hub's edge-reach proxy at this URL instead of the one the hub wrote (http://host:port).")
+	cmd.Flags().BoolVar(&o.RotateCredential, "rotate-credential", false, "Retire the cluster's edge-reach proxy credential (every kubeconfig printed before stops working; Cluster API's Secret is rewritten by the hub) and print a kubeconfig with the new one.")
+	cmd.Flags().DurationVar(&o.Timeout, "timeout", 2*time.Minute, "With --rotate-credential: how long to wait for the hub to write the new credential.")
 	return cmd
 }
 
@@ -106,6 +119,11 @@ func (o *Options) Run(ctx context.Context) error {
 		}
 		return conn.Explain(err)
 	}
+	if o.RotateCredential {
+		if s, err = o.rotate(ctx, conn, cluster, s); err != nil {
+			return err
+		}
+	}
 	cfg, err := clientcmd.Load(s.Data[secret.KubeconfigDataName])
 	if err != nil {
 		return fmt.Errorf("Secret %s holds no valid kubeconfig: %w", name, err)
@@ -138,4 +156,52 @@ func (o *Options) Run(ctx context.Context) error {
 	}
 	_, err = o.Out.Write(out)
 	return err
+}
+
+// rotate bumps the cluster's credential epoch and waits until the hub has
+// rewritten the kubeconfig Secret's proxy-url with the new credential.
+func (o *Options) rotate(ctx context.Context, conn *kube.Connection, cluster *clusterv1.Cluster, s *corev1.Secret) (*corev1.Secret, error) {
+	if cluster.Annotations[infrav1.EdgeReachAnnotation] == "disabled" {
+		return nil, fmt.Errorf("edge reach is disabled for cluster %s: it has no proxy credential to rotate", o.Name)
+	}
+	before := proxyURLs(s)
+	epoch, _ := strconv.ParseUint(cluster.Annotations[infrav1.ReachCredentialEpochAnnotation], 10, 63)
+	patch := client.MergeFromWithOptions(cluster.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	if cluster.Annotations == nil {
+		cluster.Annotations = map[string]string{}
+	}
+	cluster.Annotations[infrav1.ReachCredentialEpochAnnotation] = strconv.FormatUint(epoch+1, 10)
+	if err := conn.Client.Patch(ctx, cluster, patch); err != nil {
+		return nil, conn.Explain(err)
+	}
+	fmt.Fprintf(o.ErrOut, "Retired the edge-reach credential of cluster %s (epoch %d); waiting for the hub to write the new one…\n", o.Name, epoch+1)
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	key := client.ObjectKeyFromObject(s)
+	for {
+		cur := &corev1.Secret{}
+		if err := conn.Client.Get(ctx, key, cur); err == nil && proxyURLs(cur) != before {
+			return cur, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("the old credential is retired, but the hub did not write the new one into Secret %s within %s: "+
+				"is fleet-hub running? Run `kubectl fleet kubeconfig %s` again later", s.Name, o.Timeout, o.Name)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// proxyURLs joins the proxy-urls of a kubeconfig Secret's cluster entries.
+func proxyURLs(s *corev1.Secret) string {
+	cfg, err := clientcmd.Load(s.Data[secret.KubeconfigDataName])
+	if err != nil {
+		return ""
+	}
+	var urls []string
+	for _, c := range cfg.Clusters {
+		urls = append(urls, c.ProxyURL)
+	}
+	slices.Sort(urls)
+	return strings.Join(urls, ",")
 }

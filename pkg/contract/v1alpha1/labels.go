@@ -42,6 +42,19 @@ const (
 	// and is given the same host, not a second one.
 	EnrollmentKeyAnnotation = "fleet.edgefleet.io/enrollment-key"
 
+	// ClientKeyAnnotation on an EdgeHost names the public key of the host's
+	// current client certificate (same form as EnrollmentKeyAnnotation):
+	// only that certificate opens sessions, so a rotation retires the one
+	// before it. PreviousClientKeyAnnotation names the key a rotation
+	// replaced; it is honoured until the new certificate is first used.
+	ClientKeyAnnotation         = "fleet.edgefleet.io/client-key"
+	PreviousClientKeyAnnotation = "fleet.edgefleet.io/previous-client-key"
+
+	// ReachCredentialEpochAnnotation on a Cluster is mixed into its
+	// edge-reach proxy credential: bumping it (`kubectl fleet kubeconfig
+	// CLUSTER --rotate-credential`) retires a leaked credential.
+	ReachCredentialEpochAnnotation = "fleet.edgefleet.io/reach-credential-epoch"
+
 	// EdgeClusterFinalizer lets the hub clean up before an EdgeCluster goes.
 	EdgeClusterFinalizer = "edgecluster.infrastructure.cluster.x-k8s.io"
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -18,6 +19,13 @@ import (
 // is tens of KiB; 1 MiB leaves room without letting a peer make the other
 // side allocate without limit.
 const MaxFrameSize = 1 << 20
+
+// MaxHelloSize bounds the Hello, the one frame read before a session is
+// set up: a Hello is a name, a version and a few capabilities.
+const MaxHelloSize = 4 << 10
+
+// frameChunk is what ReadFrame allocates before more data has arrived.
+const frameChunk = 16 << 10
 
 // Envelope wraps every message.
 type Envelope struct {
@@ -223,9 +231,18 @@ func ReadFrame(r io.Reader, max int) ([]byte, error) {
 	if uint64(n) > uint64(max) {
 		return nil, fmt.Errorf("frame announces %d bytes, limit %d: %w", n, max, ErrTooLarge)
 	}
-	buf := make([]byte, n)
-	if _, err := io.ReadFull(r, buf); err != nil {
-		return nil, fmt.Errorf("reading %d-byte frame: %w", n, err)
+	// What the header announces is allocated as the data arrives: a peer
+	// that announces 1 MiB and sends nothing holds a small buffer.
+	buf := make([]byte, 0, min(int(n), frameChunk))
+	for len(buf) < int(n) {
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, min(int(n)-len(buf), len(buf)))
+		}
+		m, err := io.ReadFull(r, buf[len(buf):min(int(n), cap(buf))])
+		buf = buf[:len(buf)+m]
+		if err != nil {
+			return nil, fmt.Errorf("reading %d-byte frame: %w", n, err)
+		}
 	}
 	if s, ok := r.(Shrinker); ok {
 		s.Shrink()

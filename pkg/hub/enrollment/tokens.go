@@ -12,12 +12,14 @@ import (
 	"math/big"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -90,6 +92,9 @@ func Create(ctx context.Context, c client.Client, hubNamespace string, opts Opti
 		return "", nil, errors.New("host namespace is required")
 	}
 	for k, v := range opts.HostLabels {
+		if ReservedLabel(k) {
+			return "", nil, fmt.Errorf("host label %q: labels under fleet.edgefleet.io/ and cluster.x-k8s.io/ are set by the hub and Cluster API, not by tokens", k)
+		}
 		if e := validation.IsQualifiedName(k); len(e) > 0 {
 			return "", nil, fmt.Errorf("host label key %q: %s", k, e[0])
 		}
@@ -249,4 +254,66 @@ func randomString(n int) (string, error) {
 		b[i] = alphabet[k.Int64()]
 	}
 	return string(b), nil
+}
+
+// Refund gives back the use Consume recorded, for an enrollment that then
+// failed: a machine retrying a refused enrollment (a cloned image, facts the
+// API server refuses) must not drain its token. It re-reads the Secret and
+// retries on conflicts, since other enrollments may have used it meanwhile.
+func Refund(ctx context.Context, c client.Client, reader client.Reader, t *Token) error {
+	key := client.ObjectKeyFromObject(t.secret)
+	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		s := &corev1.Secret{}
+		if err := reader.Get(ctx, key, s); err != nil {
+			return fmt.Errorf("reading token %s to give back a use: %w", t.ID, err)
+		}
+		n, err := atoi(string(s.Data[KeyUsages]))
+		if err != nil || n == 0 {
+			return nil // nothing to give back, or a value Parse refuses anyway
+		}
+		s.Data[KeyUsages] = []byte(strconv.Itoa(n - 1))
+		if err := c.Update(ctx, s); err != nil {
+			return fmt.Errorf("giving back a use of token %s: %w", t.ID, err)
+		}
+		return nil
+	})
+}
+
+// reservedLabelPrefixes are the label domains the hub and Cluster API
+// manage: a token that stamped them on a host could make an unclaimed host
+// look like a member of a cluster (and a carrier of its tunnels), approved,
+// or cordoned.
+var reservedLabelPrefixes = []string{"fleet.edgefleet.io/", "cluster.x-k8s.io/"}
+
+// hostSettableLabels are fleet labels that describe the machine itself, which
+// an operator may stamp through a token.
+var hostSettableLabels = map[string]bool{"fleet.edgefleet.io/interruptible": true}
+
+// ReservedLabel reports whether key is managed by fleet or Cluster API and
+// so may not come from a token.
+func ReservedLabel(key string) bool {
+	if hostSettableLabels[key] {
+		return false
+	}
+	prefix, _, ok := strings.Cut(key, "/")
+	if !ok {
+		return false
+	}
+	prefix += "/"
+	for _, r := range reservedLabelPrefixes {
+		if prefix == r || strings.HasSuffix(prefix, "."+r) {
+			return true
+		}
+	}
+	return false
+}
+
+// PublicID is the id of a presented token when the token is well formed,
+// and "" otherwise: a value sent without its id is all secret, and no part
+// of it may reach a log.
+func PublicID(presented string) string {
+	if m := tokenRE.FindStringSubmatch(presented); m != nil {
+		return m[1]
+	}
+	return ""
 }

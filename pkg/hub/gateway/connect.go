@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -41,18 +42,44 @@ var upgrader = websocket.Upgrader{
 // serveConnect authenticates the client certificate, admits the handshake,
 // upgrades, and runs the session until it ends.
 func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
-	id, err := s.authenticate(r)
+	peer, err := s.authenticate(r)
 	if err != nil {
 		code, status := "Unauthorized", http.StatusUnauthorized
-		if errors.Is(err, errRevoked) {
+		switch {
+		case errors.Is(err, errReplaced):
+			// Not Revoked: an agent told so forgets its identity, and a
+			// replaced certificate is more likely the owner's lost answer
+			// (or a thief's rotation) than a revocation.
+			code = "CertificateReplaced"
+			handshakes.WithLabelValues("replaced").Inc()
+			s.log.Info("Refused a certificate that was replaced by a newer one", "EdgeHost", peerName(r), "remote", r.RemoteAddr)
+		case errors.Is(err, errRevoked):
 			code, status = string(wire.ErrRevoked), http.StatusForbidden
 			handshakes.WithLabelValues("revoked").Inc()
-		} else {
+			s.log.Info("Refused a revoked host's session", "EdgeHost", peerName(r), "reason", err.Error(), "remote", r.RemoteAddr)
+		default:
 			handshakes.WithLabelValues("no_certificate").Inc()
 		}
 		writeError(w, status, code, err.Error())
 		return
 	}
+	id := peer.id
+	// An agent sets up one session at a time; more from one identity
+	// (a stolen key, or a loop gone wrong) must not take every place.
+	if !s.beginSetup(id) {
+		handshakes.WithLabelValues("host_busy").Inc()
+		w.Header().Set("Retry-After", "2")
+		writeError(w, http.StatusServiceUnavailable, "Busy", "this host already has sessions being set up; retry later")
+		return
+	}
+	settingUp := true
+	endSetup := func() {
+		if settingUp {
+			settingUp = false
+			s.endSetup(id)
+		}
+	}
+	defer endSetup()
 	if !s.admit(r.Context()) {
 		handshakes.WithLabelValues("busy").Inc()
 		w.Header().Set("Retry-After", "2")
@@ -86,6 +113,8 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 	// freed, and the hijacked connection is the session's alone.
 	mux.Start()
 	ss := newSession(s, id, mux)
+	ss.setKey(peer.key)
+	ss.expires.Store(peer.notAfter.UnixNano())
 	if err := ss.handshake(s.opts.HelloTimeout); err != nil {
 		handshakes.WithLabelValues("bad_hello").Inc()
 		s.log.Info("Rejected session", "EdgeHost", id.String(), "reason", err.Error())
@@ -93,6 +122,7 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	release()
+	endSetup()
 	handshakes.WithLabelValues("ok").Inc()
 	s.register(ss)
 	if s.ctx.Err() != nil {
@@ -135,40 +165,138 @@ func takePlace(ctx context.Context, places chan struct{}, wait time.Duration) bo
 	}
 }
 
-var errRevoked = errors.New("host identity revoked: its EdgeHost was deleted; enroll again")
+var (
+	errRevoked  = errors.New("host identity revoked: its EdgeHost was deleted; enroll again")
+	errDeleting = fmt.Errorf("%w (it is being deleted)", errRevoked)
+	errReplaced = errors.New("this certificate was replaced by a newer one (a rotation): only the host's current certificate opens sessions")
+)
 
-// authenticate maps the verified client certificate to a live EdgeHost.
-// The certificate names the EdgeHost down to its uid, so a host deleted and
-// re-created under the same name does not accept the old certificate.
-func (s *Server) authenticate(r *http.Request) (pki.Identity, error) {
+// MaxSetupsPerHost is how many sessions of one host may be between
+// authentication and Hello at once.
+const MaxSetupsPerHost = 2
+
+func (s *Server) beginSetup(id pki.Identity) bool {
+	s.setupMu.Lock()
+	defer s.setupMu.Unlock()
+	if s.setups[id.String()] >= MaxSetupsPerHost {
+		return false
+	}
+	s.setups[id.String()]++
+	return true
+}
+
+func (s *Server) endSetup(id pki.Identity) {
+	s.setupMu.Lock()
+	defer s.setupMu.Unlock()
+	if s.setups[id.String()]--; s.setups[id.String()] <= 0 {
+		delete(s.setups, id.String())
+	}
+}
+
+// peer is who a verified client certificate speaks for.
+type peer struct {
+	id pki.Identity
+	// key names the certificate's public key; notAfter is its expiry.
+	key      string
+	notAfter time.Time
+}
+
+// authenticate maps the verified client certificate to a live EdgeHost:
+// the certificate names the EdgeHost down to its uid (a host deleted and
+// re-created under the same name does not accept the old certificate), the
+// host is not being deleted (deleting it revokes it), and the certificate's
+// key is the host's current one (a rotation retires the one before).
+func (s *Server) authenticate(r *http.Request) (peer, error) {
 	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 || len(r.TLS.VerifiedChains) == 0 {
-		return pki.Identity{}, errors.New("a client certificate from the hub CA is required; enroll first")
+		return peer{}, errors.New("a client certificate from the hub CA is required; enroll first")
 	}
-	id, err := pki.IdentityFromCert(r.TLS.PeerCertificates[0])
+	leaf := r.TLS.PeerCertificates[0]
+	id, err := pki.IdentityFromCert(leaf)
 	if err != nil {
-		return pki.Identity{}, err
+		return peer{}, err
 	}
+	p := peer{id: id, key: pki.CertKeyID(leaf), notAfter: leaf.NotAfter}
 	key := client.ObjectKey{Namespace: id.Namespace, Name: id.Name}
 	host := &infrav1.EdgeHost{}
 	err = s.client.Get(r.Context(), key, host)
-	if err == nil && string(host.UID) != id.UID || apierrors.IsNotFound(err) {
-		// The cache may not have seen a host enrolled a moment ago: ask
-		// the API server before telling an agent it is revoked (it would
-		// throw its identity away).
+	if err == nil && trust(host, p) != nil || apierrors.IsNotFound(err) {
+		// The cache may not have seen a host enrolled, or a key rotated, a
+		// moment ago: ask the API server before telling an agent it is
+		// revoked (it would throw its identity away).
 		err = s.apiReader.Get(r.Context(), key, host)
 	}
 	if apierrors.IsNotFound(err) {
-		return pki.Identity{}, errRevoked
+		return peer{}, errRevoked
 	}
 	if err != nil {
-		return pki.Identity{}, fmt.Errorf("looking up EdgeHost %s: %w", id, err)
+		return peer{}, fmt.Errorf("looking up EdgeHost %s: %w", id, err)
 	}
-	// A terminating host stays reachable: its agent must be able to reset
-	// it, or the protection finalizer would never let it go.
-	if string(host.UID) != id.UID {
-		return pki.Identity{}, errRevoked
+	if err := trust(host, p); err != nil {
+		return peer{}, err
 	}
-	return id, nil
+	if p.key == host.Annotations[infrav1.ClientKeyAnnotation] && host.Annotations[infrav1.PreviousClientKeyAnnotation] != "" {
+		// The agent uses its new certificate: the old one is retired.
+		if err := s.setClientKeys(r.Context(), host, p.key, ""); err != nil {
+			s.log.Error(err, "Retiring the previous client key", "EdgeHost", id.String())
+		}
+	}
+	return p, nil
+}
+
+// trust says why host does not accept p's certificate, or nil.
+func trust(host *infrav1.EdgeHost, p peer) error {
+	switch {
+	case string(host.UID) != p.id.UID:
+		return errRevoked
+	case !host.DeletionTimestamp.IsZero():
+		// Whatever its agent reports: what the finalizer protects is a
+		// separate question from whether the identity is still trusted.
+		return errDeleting
+	}
+	cur := host.Annotations[infrav1.ClientKeyAnnotation]
+	if cur == "" || p.key == cur {
+		return nil // "": enrolled before keys were recorded; its first rotation records one
+	}
+	if prev, until, ok := previousKey(host); ok && p.key == prev && time.Now().Before(until) {
+		return nil
+	}
+	return errReplaced
+}
+
+// previousKey parses PreviousClientKeyAnnotation: "<key> <RFC 3339 time
+// until which it is honoured>".
+func previousKey(host *infrav1.EdgeHost) (key string, until time.Time, ok bool) {
+	key, at, found := strings.Cut(host.Annotations[infrav1.PreviousClientKeyAnnotation], " ")
+	if !found {
+		return "", time.Time{}, false
+	}
+	until, err := time.Parse(time.RFC3339, at)
+	return key, until, err == nil
+}
+
+// setClientKeys records the host's current client key, and the previous
+// one ("" for none) with the end of its overlap.
+func (s *Server) setClientKeys(ctx context.Context, host *infrav1.EdgeHost, cur, prev string) error {
+	if prev != "" {
+		prev += " " + time.Now().Add(s.opts.RotationOverlap).UTC().Format(time.RFC3339)
+	}
+	want := host.DeepCopy()
+	if want.Annotations == nil {
+		want.Annotations = map[string]string{}
+	}
+	want.Annotations[infrav1.ClientKeyAnnotation] = cur
+	if prev == "" {
+		delete(want.Annotations, infrav1.PreviousClientKeyAnnotation)
+	} else {
+		want.Annotations[infrav1.PreviousClientKeyAnnotation] = prev
+	}
+	// Optimistic: a patch built from a stale copy must not undo a newer
+	// rotation (on another replica).
+	p := client.MergeFromWithOptions(host, client.MergeFromWithOptimisticLock{})
+	if err := s.client.Patch(ctx, want, p); err != nil {
+		return fmt.Errorf("recording the client key of EdgeHost %s/%s: %w", host.Namespace, host.Name, err)
+	}
+	return nil
 }
 
 func (s *Server) register(ss *session) {
@@ -255,7 +383,11 @@ func (s *Server) hostChanged(obj any) {
 	if ss == nil {
 		return
 	}
-	if string(h.UID) != ss.id.UID {
+	switch err := trust(h, peer{id: ss.id, key: ss.keyID()}); {
+	case errors.Is(err, errReplaced):
+		go s.closeIfReplaced(ss)
+		return
+	case err != nil:
 		// Not on the informer's goroutine: telling a stuck peer may block
 		// for a write timeout.
 		go ss.revoke()
@@ -285,4 +417,73 @@ func (s *Server) hostDeleted(obj any) {
 	}
 	s.mu.Unlock()
 	s.wroteDisconnect.Delete(h.Namespace + "/" + h.Name)
+}
+
+// rotate signs a new client certificate for the session's host and
+// records its key as the host's current one before the agent has it. The
+// session's key stays valid until the new certificate is first used, for
+// RotationOverlap at most: long enough for an agent whose answer was lost
+// with its session to come back and ask again. The session itself now
+// counts as holding the new key: its holder is the one who received it.
+func (s *Server) rotate(ctx context.Context, ss *session, csrPEM []byte) ([]byte, error) {
+	csr, err := pki.ParseCSR(csrPEM)
+	if err != nil {
+		return nil, err
+	}
+	host := &infrav1.EdgeHost{}
+	if err := s.apiReader.Get(ctx, client.ObjectKey{Namespace: ss.id.Namespace, Name: ss.id.Name}, host); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, errRevoked
+		}
+		return nil, fmt.Errorf("reading EdgeHost %s: %w", ss.id, err)
+	}
+	if err := trust(host, peer{id: ss.id, key: ss.keyID()}); err != nil {
+		return nil, err
+	}
+	next := pki.KeyID(csr)
+	if host.Annotations[infrav1.ClientKeyAnnotation] != next {
+		if err := s.setClientKeys(ctx, host, next, ss.keyID()); err != nil {
+			return nil, errors.New("the hub could not record the new key; retry later")
+		}
+	}
+	cert, err := s.ca.SignClient(csrPEM, ss.id, s.opts.ClientCertValidity)
+	if err != nil {
+		return nil, err
+	}
+	ss.expires.Store(time.Now().Add(s.opts.ClientCertValidity).UnixNano())
+	ss.setKey(next)
+	return cert, nil
+}
+
+// peerName is the EdgeHost a request's certificate names, for logs.
+func peerName(r *http.Request) string {
+	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+		return ""
+	}
+	id, err := pki.IdentityFromCert(r.TLS.PeerCertificates[0])
+	if err != nil {
+		return ""
+	}
+	return id.String()
+}
+
+// closeIfReplaced closes the session if the API server confirms what the
+// cache said, that its key is no longer the host's: an informer event older
+// than a rotation on this very session must not end it. It says nothing a
+// holder of the new key could mistake for its own revocation.
+func (s *Server) closeIfReplaced(ss *session) {
+	host := &infrav1.EdgeHost{}
+	if err := s.apiReader.Get(s.ctx, client.ObjectKey{Namespace: ss.id.Namespace, Name: ss.id.Name}, host); err != nil {
+		if apierrors.IsNotFound(err) {
+			ss.revoke()
+		}
+		return
+	}
+	switch err := trust(host, peer{id: ss.id, key: ss.keyID()}); {
+	case errors.Is(err, errReplaced):
+		s.log.Info("Closing a session whose certificate was replaced", "EdgeHost", ss.id.String())
+		ss.close()
+	case err != nil:
+		ss.revoke()
+	}
 }

@@ -76,9 +76,9 @@ func (s *Server) serveEnroll(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "BadRequest", "enrollment request: "+err.Error())
 		return
 	}
-	if req.Facts.Hostname == "" || req.Facts.MachineID == "" || len(req.CSR) == 0 {
+	if err := req.Validate(); err != nil {
 		enrollments.WithLabelValues("bad_request").Inc()
-		writeError(w, http.StatusBadRequest, "BadRequest", "enrollment request needs facts.hostname, facts.machineID and csr")
+		writeError(w, http.StatusBadRequest, "BadRequest", err.Error())
 		return
 	}
 	// A place is taken only once the request is read: a client sending
@@ -109,14 +109,21 @@ func (s *Server) serveEnroll(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Retry-After", "1")
 		}
 		enrollments.WithLabelValues(result).Inc()
-		// The token's secret half is never logged; its id is public.
+		// No part of what was sent as a secret is logged: an id only when
+		// the token is well formed.
 		s.log.Info("Refused enrollment", "reason", err.Error(), "hostname", req.Facts.Hostname,
-			"tokenID", tokenID(req.Token), "remote", r.RemoteAddr)
-		writeError(w, status, code, err.Error())
+			"tokenID", enrollment.PublicID(req.Token), "remote", r.RemoteAddr)
+		msg := err.Error()
+		if status == http.StatusInternalServerError {
+			// The caller has not proven anything yet: the API server's
+			// words stay in the hub's log.
+			msg = "the hub could not complete the enrollment; retry later"
+		}
+		writeError(w, status, code, msg)
 		return
 	}
 	enrollments.WithLabelValues("ok").Inc()
-	s.log.Info("Enrolled host", "EdgeHost", resp.Namespace+"/"+resp.Host, "tokenID", tokenID(req.Token))
+	s.log.Info("Enrolled host", "EdgeHost", resp.Namespace+"/"+resp.Host, "tokenID", enrollment.PublicID(req.Token))
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(resp)
 }
@@ -125,14 +132,6 @@ func fnv32(s string) uint32 {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(s))
 	return h.Sum32()
-}
-
-func tokenID(token string) string {
-	id, _, _ := strings.Cut(token, ".")
-	if len(id) > 6 {
-		id = id[:6]
-	}
-	return id
 }
 
 func (s *Server) enroll(ctx context.Context, req *wire.EnrollRequest) (*wire.EnrollResponse, int, string, error) {
@@ -162,8 +161,20 @@ func (s *Server) enroll(ctx context.Context, req *wire.EnrollRequest) (*wire.Enr
 		}
 		host, err = s.createHost(ctx, tok, req, keyID)
 		if err != nil {
-			if errors.Is(err, errHostExists) {
+			// Refused for what the machine sent, nothing was made: the use
+			// goes back to the token. After another failure a host may
+			// exist that a retry resumes, so the use stays spent.
+			refund := errors.Is(err, errHostExists) || apierrors.IsInvalid(err)
+			if refund {
+				if rerr := enrollment.Refund(ctx, s.client, s.apiReader, tok); rerr != nil {
+					s.log.Error(rerr, "Giving a use back to a token after a refused enrollment", "tokenID", tok.ID)
+				}
+			}
+			switch {
+			case errors.Is(err, errHostExists):
 				return nil, http.StatusConflict, "HostExists", err
+			case apierrors.IsInvalid(err):
+				return nil, http.StatusBadRequest, "BadFacts", fmt.Errorf("the EdgeHost cannot hold these facts: %s", invalidCauses(err))
 			}
 			return nil, http.StatusInternalServerError, "Internal", err
 		}
@@ -182,7 +193,7 @@ func (s *Server) enroll(ctx context.Context, req *wire.EnrollRequest) (*wire.Enr
 // at the API server, and most would lose. Striped by token id, so the
 // lock table stays small whatever ids callers send.
 func (s *Server) consumeToken(ctx context.Context, token string) (*enrollment.Token, int, string, error) {
-	mu := &s.tokenLocks[fnv32(tokenID(token))%uint32(len(s.tokenLocks))]
+	mu := &s.tokenLocks[fnv32(enrollment.PublicID(token))%uint32(len(s.tokenLocks))]
 	mu.Lock()
 	defer mu.Unlock()
 	for attempt := 0; ; attempt++ {
@@ -238,6 +249,11 @@ func (s *Server) createHost(ctx context.Context, tok *enrollment.Token, req *wir
 	candidates := hostCandidates(req)
 	labels := map[string]string{TokenIDLabel: tok.ID}
 	for k, v := range tok.HostLabels {
+		if enrollment.ReservedLabel(k) {
+			// A token Secret made by hand; `token create` refuses these.
+			s.log.Info("Ignoring a label the token may not set", "tokenID", tok.ID, "label", k)
+			continue
+		}
 		labels[k] = v
 	}
 	if tok.ApprovalRequired {
@@ -245,7 +261,7 @@ func (s *Server) createHost(ctx context.Context, tok *enrollment.Token, req *wir
 	}
 	for _, name := range candidates {
 		h := &infrav1.EdgeHost{ObjectMeta: metav1.ObjectMeta{Namespace: tok.HostNamespace, Name: name, Labels: labels,
-			Annotations: map[string]string{infrav1.EnrollmentKeyAnnotation: keyID}}}
+			Annotations: map[string]string{infrav1.EnrollmentKeyAnnotation: keyID, infrav1.ClientKeyAnnotation: keyID}}}
 		if err := s.client.Create(ctx, h); err != nil {
 			if apierrors.IsAlreadyExists(err) {
 				// Another attempt of this same enrollment (the agent gave
@@ -341,4 +357,18 @@ func (s *Server) reportFacts(ctx context.Context, h *infrav1.EdgeHost, req *wire
 		return fmt.Errorf("recording facts of EdgeHost %s: %w", h.Name, err)
 	}
 	return nil
+}
+
+// invalidCauses lists what the API server found wrong, without its
+// boilerplate.
+func invalidCauses(err error) string {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || status.Status().Details == nil || len(status.Status().Details.Causes) == 0 {
+		return "refused by the API server's validation"
+	}
+	var causes []string
+	for _, c := range status.Status().Details.Causes {
+		causes = append(causes, strings.TrimPrefix(c.Field, "status.")+": "+c.Message)
+	}
+	return strings.Join(causes, "; ")
 }

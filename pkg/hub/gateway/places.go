@@ -22,30 +22,41 @@ import (
 type newestFirst struct {
 	mu          sync.Mutex
 	limit, free int
-	// waiting is a stack; entries that gave up stay until popped or
-	// compacted away.
+	// perSource caps the places one source address holds, so a single
+	// address (an attacker's, or one site's) never holds them all.
+	perSource int
+	held      map[string]int
+	// waiting is a stack; entries that gave up or were served out of
+	// order stay until popped or compacted away (dead counts them).
 	waiting []*placeWaiter
-	gaveUp  int
+	dead    int
 	// queued gets a token when a connection starts waiting while none
-	// did: a crowd begins (see relaxGCInCrowds).
+	// did: a wave begins (see followWaves).
 	queued chan struct{}
 }
 
 type placeWaiter struct {
+	src   string
 	given chan struct{} // closed when the waiter is given a place
 	done  bool          // given a place or gave up; guarded by mu
 }
 
-func newNewestFirst(n int) *newestFirst {
-	return &newestFirst{limit: n, free: n, queued: make(chan struct{}, 1)}
+func newNewestFirst(n int) *newestFirst { return newNewestFirstPerSource(n, n) }
+
+// newNewestFirstPerSource hands out n places, at most perSource of them to
+// one source.
+func newNewestFirstPerSource(n, perSource int) *newestFirst {
+	return &newestFirst{limit: n, free: n, perSource: max(perSource, 1), held: map[string]int{},
+		queued: make(chan struct{}, 1)}
 }
 
-// take takes a place, waiting up to wait (none if wait is not positive)
-// or until ctx ends.
-func (p *newestFirst) take(ctx context.Context, wait time.Duration) bool {
+// take takes a place for src, waiting up to wait (none if wait is not
+// positive) or until ctx ends.
+func (p *newestFirst) take(ctx context.Context, src string, wait time.Duration) bool {
 	p.mu.Lock()
-	if p.free > 0 {
+	if p.free > 0 && p.held[src] < p.perSource {
 		p.free--
+		p.held[src]++
 		p.mu.Unlock()
 		return true
 	}
@@ -53,8 +64,8 @@ func (p *newestFirst) take(ctx context.Context, wait time.Duration) bool {
 		p.mu.Unlock()
 		return false
 	}
-	w := &placeWaiter{given: make(chan struct{})}
-	if len(p.waiting) == p.gaveUp {
+	w := &placeWaiter{src: src, given: make(chan struct{})}
+	if len(p.waiting) == p.dead {
 		select {
 		case p.queued <- struct{}{}:
 		default:
@@ -77,26 +88,40 @@ func (p *newestFirst) take(ctx context.Context, wait time.Duration) bool {
 		return true // given a place as the wait ran out
 	}
 	w.done = true
-	p.gaveUp++
-	if p.gaveUp > 64 && p.gaveUp > len(p.waiting)/2 {
+	p.dead++
+	if p.dead > 64 && p.dead > len(p.waiting)/2 {
 		p.compact()
 	}
 	return false
 }
 
-// release gives a place back: to the newest waiter, if any.
-func (p *newestFirst) release() {
+// release gives src's place back: to the newest waiter whose source may
+// hold one more, if any.
+func (p *newestFirst) release(src string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for n := len(p.waiting); n > 0; n = len(p.waiting) {
-		w := p.waiting[n-1]
-		p.waiting[n-1] = nil
-		p.waiting = p.waiting[:n-1]
-		if w.done {
-			p.gaveUp--
+	if p.held[src]--; p.held[src] <= 0 {
+		delete(p.held, src)
+	}
+	for i := len(p.waiting) - 1; i >= 0; i-- {
+		w := p.waiting[i]
+		if !w.done && p.held[w.src] >= p.perSource {
 			continue
 		}
+		if i == len(p.waiting)-1 {
+			p.waiting[i] = nil
+			p.waiting = p.waiting[:i]
+			if w.done {
+				p.dead--
+				continue
+			}
+		} else if w.done {
+			continue
+		} else {
+			p.dead++ // served out of order: its entry stays, dead
+		}
 		w.done = true
+		p.held[w.src]++
 		close(w.given)
 		return
 	}
@@ -107,7 +132,7 @@ func (p *newestFirst) release() {
 func (p *newestFirst) waiters() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.waiting) - p.gaveUp
+	return len(p.waiting) - p.dead
 }
 
 // inUse is the number of places taken.
@@ -117,7 +142,8 @@ func (p *newestFirst) inUse() int {
 	return p.limit - p.free
 }
 
-// compact drops the waiters that gave up, keeping the others' order.
+// compact drops the entries of waiters that are done, keeping the others'
+// order.
 func (p *newestFirst) compact() {
 	kept := p.waiting[:0]
 	for _, w := range p.waiting {
@@ -127,5 +153,5 @@ func (p *newestFirst) compact() {
 	}
 	clear(p.waiting[len(kept):])
 	p.waiting = kept
-	p.gaveUp = 0
+	p.dead = 0
 }

@@ -37,7 +37,7 @@ const MaxTunnelsPerAgent = 32
 // cluster has no endpoint yet.
 func (s *Server) reachFor(ctx context.Context, h *infrav1.EdgeHost) *wire.Reach {
 	name := h.Labels[infrav1.ClusterLabel]
-	if h.Spec.ClaimRef == nil || name == "" {
+	if name == "" || !s.claimedFor(ctx, h, name) {
 		return nil
 	}
 	cluster := &clusterv1.Cluster{}
@@ -59,7 +59,7 @@ func (s *Server) reachFor(ctx context.Context, h *infrav1.EdgeHost) *wire.Reach 
 	var others []string
 	for i := range cps.Items {
 		cp := &cps.Items[i]
-		if cp.Name == h.Name || inventory.Phase(cp) != infrav1.HostProvisioned {
+		if cp.Name == h.Name || inventory.Phase(cp) != infrav1.HostProvisioned || !s.claimedFor(ctx, cp, name) {
 			continue
 		}
 		for _, a := range cp.Status.Addresses {
@@ -77,6 +77,22 @@ func (s *Server) reachFor(ctx context.Context, h *infrav1.EdgeHost) *wire.Reach 
 		r.Addresses = r.Addresses[:wire.MaxReachAddresses]
 	}
 	return r
+}
+
+// claimedFor tells whether h is claimed by a machine of cluster: its claim
+// names an EdgeMachine that exists with the claim's uid and belongs to the
+// cluster. Only such a host may carry the cluster's traffic or be where its
+// endpoint resolves; membership labels are a selector's convenience.
+func (s *Server) claimedFor(ctx context.Context, h *infrav1.EdgeHost, cluster string) bool {
+	claim := h.Spec.ClaimRef
+	if claim == nil {
+		return false
+	}
+	em := &infrav1.EdgeMachine{}
+	if err := s.client.Get(ctx, client.ObjectKey{Namespace: h.Namespace, Name: claim.Name}, em); err != nil {
+		return false
+	}
+	return em.UID == claim.UID && em.Labels[clusterv1.ClusterNameLabel] == cluster
 }
 
 // kickCluster asks every session of a cluster's hosts to recompute its
@@ -195,6 +211,8 @@ func (s *Server) DialCluster(ctx context.Context, namespace, cluster, target str
 		ss := s.sessionFor(namespace, h.Name)
 		switch {
 		case ss == nil:
+		case !s.claimedFor(ctx, h, cluster):
+			// Labels alone say nothing: a token or a hand edit can set them.
 		case !ss.tunnelCapable:
 			// An agent older than tunnels never accepts a stream.
 			tooOld++

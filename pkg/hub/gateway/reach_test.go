@@ -39,7 +39,8 @@ func TestReachFollowsTheControlPlane(t *testing.T) {
 	// so the hub keeps the claim), with an address, provisioned or not.
 	claim := func(name, ip string, controlPlane, provisioned bool) {
 		t.Helper()
-		em := &infrav1.EdgeMachine{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+		em := &infrav1.EdgeMachine{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
+			Labels: map[string]string{clusterv1.ClusterNameLabel: "store"}}}
 		if err := c.Create(ctx, em); err != nil {
 			t.Fatal(err)
 		}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"testing"
-	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -43,43 +42,6 @@ func TestReenrollmentNeverReusesAHost(t *testing.T) {
 	if again.UID != first.UID {
 		t.Fatal("the first host was replaced")
 	}
-}
-
-// A provisioned host that is being deleted stays reachable, so its agent
-// can reset it; it goes once released and reset, and then its agent is cut
-// off.
-func TestDeletingAProvisionedHostLetsTheAgentReset(t *testing.T) {
-	ns := newNamespace(t)
-	h := startHub(t, hubOptions{ns: ns})
-	tok := newToken(t, ns, enrollment.Options{UsageLimit: 1})
-	e := newEdge(t, "retiring", h.url, h.srv.CA().Pin(), tok).start()
-	bootstrapSecret(t, ns, "boot", "#cloud-config\n")
-	eventually(t, "enrolled", func() error { _, err := getHost(ns, "retiring"); return err })
-	uid := claim(t, ns, "retiring", "m", "boot")
-	eventually(t, "provisioned", func() error {
-		if len(e.rec.Provisions()) != 1 {
-			return errors.New("not yet")
-		}
-		return nil
-	})
-	must(t, env.Client.Delete(context.Background(), &infrav1.EdgeHost{ObjectMeta: objMeta(ns, "retiring")}))
-	time.Sleep(time.Second)
-	if !e.agent.Connected() {
-		t.Fatal("a terminating host's agent was cut off before it could reset")
-	}
-	release(t, ns, "retiring")
-	eventually(t, "reset, deleted, cut off", func() error {
-		if r := e.rec.Resets(); len(r) != 1 || r[0] != uid {
-			return fmt.Errorf("resets %v", r)
-		}
-		if _, err := getHost(ns, "retiring"); err == nil {
-			return errors.New("host still there")
-		}
-		if e.agent.Connected() {
-			return errors.New("still connected")
-		}
-		return nil
-	})
 }
 
 // A host cannot make the hub record another host's providerID.

@@ -42,6 +42,12 @@ type Options struct {
 	IPs      []net.IP
 	// ClientCertValidity is the lifetime of host certificates.
 	ClientCertValidity time.Duration
+	// RotationOverlap is how long a host's previous certificate still
+	// opens sessions after a rotation, unless the new one is used first
+	// (default 10 min): enough for an agent whose answer was lost with its
+	// session to come back and ask again, too short for a stolen key to
+	// outlive the rotation.
+	RotationOverlap time.Duration
 	// MaxConcurrentHandshakes admits at most this many session handshakes at
 	// once (default 1024); the rest wait up to HelloTimeout/2 for a place,
 	// then are told to come back later (503, Retry-After). A place is held
@@ -56,9 +62,25 @@ type Options struct {
 	// dialling at once shares the cores between all of its handshakes and
 	// none completes in time (see handshakeListener).
 	MaxConcurrentTLSHandshakes int
-	// TLSHandshakeWait is how long a connection waits for a TLS handshake
-	// place (default 10 s: agents give a dial 15 s).
+	// MaxTLSHandshakesPerSource is how many of those one source address
+	// (an IPv6 /64) may hold (default a quarter of them): one address, an
+	// attacker's or one site's NAT, never holds every place.
+	MaxTLSHandshakesPerSource int
+	// TLSHandshakeWait is how long a connection waits for its ClientHello,
+	// and then for a TLS handshake place (default 10 s: agents give a dial
+	// 15 s).
 	TLSHandshakeWait time.Duration
+	// MaxPendingConnections bounds the connections between accept and a
+	// finished TLS handshake (default 16,384), MaxPendingConnectionsPerSource
+	// those from one address (default 1,024: a large site behind one NAT
+	// reconnecting at once); more are closed at once.
+	MaxPendingConnections          int
+	MaxPendingConnectionsPerSource int
+	// MaxConnections bounds the established connections (default 65,536),
+	// MaxConnectionsPerSource those from one address (default 32,768: a
+	// fleet of 10,000 behind one NAT fits).
+	MaxConnections          int
+	MaxConnectionsPerSource int
 	// MaxConcurrentEnrollments admits at most this many enrollments at
 	// once (default 16); more are told to come back shortly (503). Each
 	// costs several API requests: without a bound, a fleet powering up at
@@ -125,6 +147,8 @@ type Options struct {
 	// published, with the CA pin, in the ConfigMap fleet-hub-info so that
 	// `kubectl fleet token create` can print a complete agent command.
 	AdvertiseURL string
+	// Logger is the gateway's log (default: the manager's "gateway").
+	Logger logr.Logger
 	// LinkThresholds decide when a link-health report is written at once
 	// (its LinkDegraded verdict changed) rather than with lastSeenTime;
 	// they must be the EdgeHost reconciler's.
@@ -139,11 +163,29 @@ func (o *Options) Defaults() {
 	if o.ClientCertValidity == 0 {
 		o.ClientCertValidity = 90 * 24 * time.Hour
 	}
+	if o.RotationOverlap <= 0 {
+		o.RotationOverlap = 10 * time.Minute
+	}
 	if o.MaxConcurrentHandshakes == 0 {
 		o.MaxConcurrentHandshakes = 1024
 	}
 	if o.MaxConcurrentTLSHandshakes <= 0 {
 		o.MaxConcurrentTLSHandshakes = 64 * runtime.GOMAXPROCS(0)
+	}
+	if o.MaxTLSHandshakesPerSource <= 0 {
+		o.MaxTLSHandshakesPerSource = max(o.MaxConcurrentTLSHandshakes/4, 1)
+	}
+	if o.MaxPendingConnections <= 0 {
+		o.MaxPendingConnections = 16384
+	}
+	if o.MaxPendingConnectionsPerSource <= 0 {
+		o.MaxPendingConnectionsPerSource = min(1024, o.MaxPendingConnections)
+	}
+	if o.MaxConnections <= 0 {
+		o.MaxConnections = 65536
+	}
+	if o.MaxConnectionsPerSource <= 0 {
+		o.MaxConnectionsPerSource = max(o.MaxConnections/2, 1)
 	}
 	if o.TLSHandshakeWait <= 0 {
 		o.TLSHandshakeWait = 10 * time.Second
@@ -184,6 +226,9 @@ func (o *Options) Defaults() {
 	if o.HelloTimeout == 0 {
 		o.HelloTimeout = 10 * time.Second
 	}
+	if o.Logger.GetSink() == nil {
+		o.Logger = ctrl.Log.WithName("gateway")
+	}
 	if o.ReplicaName == "" {
 		o.ReplicaName = "fleet-hub"
 	}
@@ -201,6 +246,9 @@ type Server struct {
 
 	ca        *pki.CA
 	enrollLim *rate.Limiter
+	// setups counts, per host, sessions between authentication and Hello.
+	setupMu sync.Mutex
+	setups  map[string]int
 	// tokenLocks serialise enrollments per token (striped) on this replica.
 	tokenLocks [64]sync.Mutex
 	admission  chan struct{}
@@ -243,13 +291,14 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Server, error)
 		opts:              opts,
 		client:            mgr.GetClient(),
 		apiReader:         mgr.GetAPIReader(),
-		log:               ctrl.Log.WithName("gateway"),
+		log:               opts.Logger,
 		enrollLim:         rate.NewLimiter(opts.EnrollRate, opts.EnrollBurst),
 		admission:         make(chan struct{}, opts.MaxConcurrentHandshakes),
 		enrolling:         make(chan struct{}, opts.MaxConcurrentEnrollments),
 		statusWrites:      make(chan struct{}, opts.MaxConcurrentStatusWrites),
 		waves:             newWaves(),
 		sessions:          map[string]*session{},
+		setups:            map[string]int{},
 		pendingDisconnect: map[string]*time.Timer{},
 		ready:             make(chan struct{}),
 		pushes:            workqueue.NewTyped[*session](),
@@ -366,7 +415,12 @@ func (s *Server) Start(ctx context.Context) error {
 	errc := make(chan error, 1)
 	// The TLS handshake timeout is net/http's read-header timeout, which
 	// it used to bound.
-	tlsLn := newHandshakeListener(ln, tlsCfg, s.opts.MaxConcurrentTLSHandshakes, s.opts.TLSHandshakeWait, srv.ReadHeaderTimeout)
+	tlsLn := newHandshakeListener(ln, tlsCfg, admissionLimits{
+		Handshakes: s.opts.MaxConcurrentTLSHandshakes, HandshakesPerSource: s.opts.MaxTLSHandshakesPerSource,
+		Pending: s.opts.MaxPendingConnections, PendingPerSource: s.opts.MaxPendingConnectionsPerSource,
+		Connections: s.opts.MaxConnections, ConnectionsPerSource: s.opts.MaxConnectionsPerSource,
+		Wait: s.opts.TLSHandshakeWait, Timeout: srv.ReadHeaderTimeout,
+	})
 	go followWaves(ctx, tlsLn.places, s.waves, freeOSMemory)
 	go func() { errc <- srv.Serve(tlsLn) }()
 	select {

@@ -27,6 +27,11 @@ type session struct {
 	srv *Server
 	id  pki.Identity
 	mux *hubmux.Session
+	// key names the public key of the certificate the session was opened
+	// with; expires is when the newest certificate it holds (that one, or
+	// one issued on the session) expires, in UnixNano.
+	key     atomic.Pointer[string]
+	expires atomic.Int64
 
 	// ctrl is the control stream, opened by the agent. Between messages
 	// nothing reads it: the mux wakes a handler when data arrives.
@@ -129,7 +134,7 @@ func (ss *session) handshake(timeout time.Duration) error {
 	}
 	ss.ctrl = stream
 	_ = stream.SetReadDeadline(time.Now().Add(timeout))
-	msg, err := ss.read()
+	msg, err := ss.read(wire.MaxHelloSize)
 	if err != nil {
 		return err
 	}
@@ -149,8 +154,8 @@ func (ss *session) handshake(timeout time.Duration) error {
 }
 
 // read reads and decodes one frame, counting and answering what is wrong.
-func (ss *session) read() (any, error) {
-	frame, err := wire.ReadFrame(ss.ctrl, wire.MaxFrameSize)
+func (ss *session) read(maxSize int) (any, error) {
+	frame, err := wire.ReadFrame(ss.ctrl, maxSize)
 	if err != nil {
 		if errors.Is(err, wire.ErrTooLarge) {
 			rejectedFrames.WithLabelValues(string(wire.ErrFrameTooLarge)).Inc()
@@ -213,6 +218,7 @@ func (ss *session) fail(e *wire.Error) {
 }
 
 func (ss *session) revoke() {
+	ss.srv.log.Info("Revoked a session: its EdgeHost is gone or being deleted", "EdgeHost", ss.id.String())
 	ss.fail(&wire.Error{Code: wire.ErrRevoked, Message: errRevoked.Error()})
 	ss.close()
 }
@@ -260,7 +266,7 @@ func (ss *session) handle(ctx context.Context) {
 			ss.srv.markConnected(ctx, ss)
 		}
 		for ss.ctrl.ReadReady() {
-			msg, err := ss.read()
+			msg, err := ss.read(wire.MaxFrameSize)
 			if err != nil || !ss.serve(ctx, msg) {
 				ss.end()
 				return
@@ -291,6 +297,12 @@ func (ss *session) serve(ctx context.Context, msg any) bool {
 			return true
 		}
 		if err := ss.srv.recordStatus(ctx, ss, m); err != nil {
+			if errors.Is(err, errReplaced) {
+				// The cache may predate a rotation on this session; the
+				// report is resent on the agent's timer.
+				go ss.srv.closeIfReplaced(ss)
+				return true
+			}
 			if errors.Is(err, errRevoked) {
 				ss.revoke()
 				return false
@@ -303,7 +315,15 @@ func (ss *session) serve(ctx context.Context, msg any) bool {
 			_ = ss.send(&wire.Error{Code: wire.ErrRejected, Message: "certificate requests are limited to one per 10 s"})
 			return true
 		}
-		cert, err := ss.srv.ca.SignClient(m.CSR, ss.id, ss.srv.opts.ClientCertValidity)
+		cert, err := ss.srv.rotate(ctx, ss, m.CSR)
+		if errors.Is(err, errReplaced) {
+			ss.close()
+			return false
+		}
+		if errors.Is(err, errRevoked) {
+			ss.revoke()
+			return false
+		}
 		if err != nil {
 			_ = ss.send(&wire.Error{Code: wire.ErrRejected, Message: "certificate request refused: " + err.Error()})
 			return true
@@ -343,7 +363,11 @@ func (ss *session) push() (retry bool) {
 	if err := ss.srv.client.Get(context.Background(), client.ObjectKey{Namespace: ss.id.Namespace, Name: ss.id.Name}, host); err != nil {
 		return requeue()
 	}
-	if string(host.UID) != ss.id.UID {
+	if err := trust(host, peer{id: ss.id, key: ss.keyID()}); err != nil {
+		if errors.Is(err, errReplaced) {
+			go ss.srv.closeIfReplaced(ss)
+			return requeue()
+		}
 		ss.revoke()
 		return false
 	}
@@ -393,10 +417,21 @@ func sameIntent(last *wire.DesiredState, h *infrav1.EdgeHost) bool {
 // startHousekeeping refreshes lastSeenTime every LastSeenInterval on a
 // timer instead of a goroutine; its state lives in the session, so an idle
 // session holds no closure for it.
+// The same timer closes the session when its certificate expires.
 func (ss *session) startHousekeeping() {
 	ss.seenMu.Lock()
 	defer ss.seenMu.Unlock()
-	ss.seenTimer = time.AfterFunc(ss.srv.opts.LastSeenInterval, ss.refreshLastSeen)
+	ss.seenTimer = time.AfterFunc(ss.nextHousekeeping(), ss.refreshLastSeen)
+}
+
+// nextHousekeeping is the time to the next lastSeenTime refresh, or to the
+// certificate's expiry if that comes first.
+func (ss *session) nextHousekeeping() time.Duration {
+	d := ss.srv.opts.LastSeenInterval
+	if e := ss.expires.Load(); e != 0 {
+		d = min(d, max(time.Until(time.Unix(0, e)), 0))
+	}
+	return d
 }
 
 func (ss *session) refreshLastSeen() {
@@ -405,11 +440,18 @@ func (ss *session) refreshLastSeen() {
 		return
 	default:
 	}
+	if e := ss.expires.Load(); e != 0 && !time.Now().Before(time.Unix(0, e)) {
+		// Its certificate expired: a session lives no longer than the
+		// credential it was opened (or last renewed) with.
+		ss.srv.log.Info("Closing a session whose client certificate expired", "EdgeHost", ss.id.String())
+		ss.close()
+		return
+	}
 	ss.srv.touchLastSeen(context.Background(), ss)
 	ss.seenMu.Lock()
 	defer ss.seenMu.Unlock()
 	if !ss.seenStopped {
-		ss.seenTimer.Reset(ss.srv.opts.LastSeenInterval)
+		ss.seenTimer.Reset(ss.nextHousekeeping())
 	}
 }
 
@@ -421,3 +463,14 @@ func (ss *session) stopHousekeeping() {
 		ss.seenTimer.Stop()
 	}
 }
+
+// keyID is the key the session's holder proved, or was last issued a
+// certificate for on it.
+func (ss *session) keyID() string {
+	if k := ss.key.Load(); k != nil {
+		return *k
+	}
+	return ""
+}
+
+func (ss *session) setKey(k string) { ss.key.Store(&k) }

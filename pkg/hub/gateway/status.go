@@ -60,8 +60,9 @@ func (s *Server) recordStatus(ctx context.Context, ss *session, st *wire.Status)
 	if err != nil {
 		return err
 	}
-	if string(host.UID) != ss.id.UID {
-		return errRevoked
+	if err := trust(host, peer{id: ss.id, key: ss.keyID()}); err != nil {
+		// A host being deleted is written no more, whatever it reports.
+		return err
 	}
 	// The providerID is the hub's to define: Cluster API matches Nodes by
 	// it, and a host claiming another's would tie a Machine to a Node that

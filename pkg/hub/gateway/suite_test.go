@@ -176,6 +176,11 @@ type hubOptions struct {
 	// each status write.
 	statusWrites int
 	slowStatus   time.Duration
+	// tlsHandshakes is MaxConcurrentTLSHandshakes; rotationOverlap,
+	// RotationOverlap; log, the gateway's log (default: the test's).
+	tlsHandshakes   int
+	rotationOverlap time.Duration
+	log             logr.Logger
 }
 
 func startHub(t *testing.T, o hubOptions) *hub {
@@ -211,6 +216,7 @@ func startHub(t *testing.T, o hubOptions) *hub {
 		LastSeenInterval: o.lastSeen, KeepAlive: 2 * time.Second, HelloTimeout: 2 * time.Second,
 		DisconnectGrace: o.disconnectGrace, ReturnGrace: o.returnGrace,
 		LinkThresholds: linkhealth.DefaultThresholds(), MaxConcurrentStatusWrites: o.statusWrites,
+		MaxConcurrentTLSHandshakes: o.tlsHandshakes, RotationOverlap: o.rotationOverlap, Logger: o.log,
 	})
 	if err != nil {
 		t.Fatal(err)

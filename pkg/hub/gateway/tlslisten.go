@@ -27,6 +27,7 @@ type handshakeListener struct {
 	raw     net.Listener
 	cfg     *tls.Config
 	places  *newestFirst
+	conns   *connCounts
 	wait    time.Duration
 	timeout time.Duration
 
@@ -38,11 +39,34 @@ type handshakeListener struct {
 	err    error
 }
 
-// newHandshakeListener serves TLS on raw with at most limit handshakes at
-// once, each bounded by timeout.
-func newHandshakeListener(raw net.Listener, cfg *tls.Config, limit int, wait, timeout time.Duration) *handshakeListener {
+// clientHelloWait is how long an accepted connection has to send its
+// ClientHello: an agent sends it at once, so this is a few round trips of a
+// slow uplink, and an idle connection holds a pending place no longer.
+const clientHelloWait = 3 * time.Second
+
+// admissionLimits bound what connections that have proven nothing yet
+// can hold, in total and per source address.
+type admissionLimits struct {
+	// Handshakes is how many TLS handshakes run at once, PerSource how
+	// many of them one source address may hold.
+	Handshakes, HandshakesPerSource int
+	// Pending is how many connections may be between accept and a
+	// finished handshake (waiting for a ClientHello or a place), in all
+	// and from one source.
+	Pending, PendingPerSource int
+	// Connections is how many established connections the listener keeps
+	// open, in all and from one source.
+	Connections, ConnectionsPerSource int
+	// Wait is how long a connection waits for its ClientHello and then for
+	// a place; Timeout bounds the handshake itself.
+	Wait, Timeout time.Duration
+}
+
+// newHandshakeListener serves TLS on raw within lim.
+func newHandshakeListener(raw net.Listener, cfg *tls.Config, lim admissionLimits) *handshakeListener {
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &handshakeListener{raw: raw, cfg: cfg, places: newNewestFirst(limit), wait: wait, timeout: timeout,
+	l := &handshakeListener{raw: raw, cfg: cfg, places: newNewestFirstPerSource(lim.Handshakes, lim.HandshakesPerSource),
+		conns: newConnCounts(lim), wait: lim.Wait, timeout: lim.Timeout,
 		ready: make(chan net.Conn), ctx: ctx, cancel: cancel}
 	go l.acceptLoop()
 	return l
@@ -102,24 +126,47 @@ func (l *handshakeListener) acceptLoop() {
 	}
 }
 
-// handshake waits for a place, does the TLS handshake and hands the
-// connection to Accept.
+// handshake waits for the ClientHello and a place, does the TLS handshake
+// and hands the connection to Accept. A connection takes a place only once
+// its ClientHello is in: idle TCP connections hold none.
 func (l *handshakeListener) handshake(raw net.Conn) {
-	if !l.places.take(l.ctx, l.wait) {
+	src := sourceOf(raw)
+	if reason := l.conns.enter(src); reason != "" {
+		tlsHandshakes.WithLabelValues(reason).Inc()
+		_ = raw.Close()
+		return
+	}
+	hello, err := readClientHello(raw, min(l.wait, clientHelloWait))
+	if err != nil {
+		l.conns.leave(src, false)
+		tlsHandshakes.WithLabelValues("no_client_hello").Inc()
+		_ = raw.Close()
+		return
+	}
+	if !l.places.take(l.ctx, src, l.wait) {
+		l.conns.leave(src, false)
 		tlsHandshakes.WithLabelValues("busy").Inc()
 		_ = raw.Close()
 		return
 	}
-	conn := tls.Server(raw, l.cfg)
+	sc := &sourceConn{Conn: raw, pre: hello}
+	conn := tls.Server(sc, l.cfg)
 	ctx, cancel := context.WithTimeout(l.ctx, l.timeout)
-	err := conn.HandshakeContext(ctx)
+	err = conn.HandshakeContext(ctx)
 	cancel()
-	l.places.release()
+	l.places.release(src)
 	if err != nil {
+		l.conns.leave(src, false)
 		tlsHandshakes.WithLabelValues("failed").Inc()
 		_ = conn.Close()
 		return
 	}
+	if !l.conns.leave(src, true) {
+		tlsHandshakes.WithLabelValues("too_many_connections").Inc()
+		_ = conn.Close()
+		return
+	}
+	sc.release = func() { l.conns.closed(src) }
 	tlsHandshakes.WithLabelValues("ok").Inc()
 	select {
 	case l.ready <- conn:

@@ -36,7 +36,8 @@ func TestTLSHandshakesAreBounded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l := newHandshakeListener(raw, serverCfg, 1, wait, 5*time.Second)
+		l := newHandshakeListener(raw, serverCfg, admissionLimits{Handshakes: 1, HandshakesPerSource: 1, Pending: 100, PendingPerSource: 100,
+			Connections: 100, ConnectionsPerSource: 100, Wait: wait, Timeout: 5 * time.Second})
 		t.Cleanup(func() { _ = l.Close() })
 		accepted := make(chan net.Conn, 4)
 		go func() {
@@ -51,10 +52,23 @@ func TestTLSHandshakesAreBounded(t *testing.T) {
 		}()
 		return l, accepted
 	}
-	// stall takes the only place: a connection that never says hello.
+	// stall takes the only place: a connection that sends its ClientHello
+	// and nothing more. One that sends nothing at all takes none.
 	stall := func(l *handshakeListener) net.Conn {
+		idle, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer idle.Close()
+		time.Sleep(100 * time.Millisecond)
+		if n := l.places.inUse(); n != 0 {
+			t.Fatalf("a connection that sent nothing took a place (%d in use)", n)
+		}
 		c, err := net.Dial("tcp", l.Addr().String())
 		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Write(firstRecord(t, clientCfg)); err != nil {
 			t.Fatal(err)
 		}
 		for deadline := time.Now().Add(10 * time.Second); l.places.inUse() != 1; time.Sleep(10 * time.Millisecond) {
@@ -133,4 +147,19 @@ func TestTLSHandshakesAreBounded(t *testing.T) {
 			t.Errorf("Accept after Close: %v, want net.ErrClosed", err)
 		}
 	})
+}
+
+// firstRecord is the first TLS record (the ClientHello) a client with cfg
+// sends.
+func firstRecord(t *testing.T, cfg *tls.Config) []byte {
+	t.Helper()
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	go func() { _ = tls.Client(a, cfg).Handshake() }()
+	rec, err := readClientHello(b, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec
 }

@@ -16,7 +16,7 @@ func TestWavesFollowed(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	p := newNewestFirst(1)
-	if !p.take(ctx, 0) {
+	if !p.take(ctx, "", 0) {
 		t.Fatal("the only place was not free")
 	}
 	freed := make(chan struct{}, 4)
@@ -47,10 +47,10 @@ func TestWavesFollowed(t *testing.T) {
 
 	for wave := range 2 {
 		served := make(chan bool, 1)
-		go func() { served <- p.take(ctx, time.Minute) }()
+		go func() { served <- p.take(ctx, "", time.Minute) }()
 		expectFreed(false, 2*crowdCalm, "while a connection waits")
 		expectOn(true, "while a connection waits")
-		p.release()
+		p.release("")
 		if !<-served {
 			t.Fatalf("wave %d: the waiter was not given the freed place", wave)
 		}
@@ -60,14 +60,14 @@ func TestWavesFollowed(t *testing.T) {
 		// The served waiter holds the only place: the next waits too.
 	}
 	// A waiter that gives up ends a wave too.
-	if p.take(ctx, 50*time.Millisecond) {
+	if p.take(ctx, "", 50*time.Millisecond) {
 		t.Fatal("a place was given while none was free")
 	}
 	expectFreed(true, 10*time.Second, "after a wave whose last waiter gave up")
 	expectFreed(false, 3*crowdCheckInterval, "with no new wave")
 
 	// A hub that stops in a wave stops waiting for its end.
-	go p.take(ctx, time.Minute)
+	go p.take(ctx, "", time.Minute)
 	for deadline := time.Now().Add(10 * time.Second); p.waiters() == 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the waiter never got in line")

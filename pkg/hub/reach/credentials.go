@@ -9,13 +9,16 @@ import (
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/pki"
 )
 
 // Credentials makes and checks the per-cluster proxy credentials. A
 // credential is an HMAC of the cluster's identity (namespace, name, uid)
-// under a key derived from the hub CA key: nothing is stored, a deleted
-// and re-created cluster gets a new one, and rotating the CA revokes all.
+// and its credential epoch under a key derived from the hub CA key:
+// nothing is stored, a deleted and re-created cluster gets a new one,
+// bumping the epoch (infrav1.ReachCredentialEpochAnnotation) retires one
+// cluster's, and rotating the CA revokes all.
 type Credentials struct {
 	key []byte
 }
@@ -32,6 +35,10 @@ func NewCredentials(ca *pki.CA) *Credentials {
 func (c *Credentials) For(cluster *clusterv1.Cluster) (user, password string) {
 	m := hmac.New(sha256.New, c.key)
 	m.Write([]byte(cluster.Namespace + "\x00" + cluster.Name + "\x00" + string(cluster.UID)))
+	if epoch := cluster.Annotations[infrav1.ReachCredentialEpochAnnotation]; epoch != "" && epoch != "0" {
+		// Epoch 0 is the credential clusters had before epochs existed.
+		m.Write([]byte("\x00epoch " + epoch))
+	}
 	return cluster.Namespace + "/" + cluster.Name, base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 

@@ -322,3 +322,47 @@ func TestProxyForwardsToTheReplicaWithTheAgents(t *testing.T) {
 		t.Errorf("replica b dialled %d times, want 2 (no forwarding back)", len(withAgents.calls))
 	}
 }
+
+// Bumping a cluster's credential epoch retires the credential handed out
+// before: the proxy refuses it and accepts only the new one; epoch 0 is the
+// credential of a cluster that never had one.
+func TestRotatedCredentialIsRefused(t *testing.T) {
+	ca, err := pki.NewCA("test", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds := NewCredentials(ca)
+	scheme := runtime.NewScheme()
+	_ = clusterv1.AddToScheme(scheme)
+	cluster := fleetCluster("edge", nil)
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(cluster).Build()
+	d := &echoDialer{}
+	srv := httptest.NewServer(New(Options{}, c, d, func() *Credentials { return creds }))
+	t.Cleanup(srv.Close)
+
+	user, leaked := creds.For(cluster)
+	if _, zero := creds.For(fleetCluster("edge", map[string]string{infrav1.ReachCredentialEpochAnnotation: "0"})); zero != leaked {
+		t.Fatal("epoch 0 changed the credential")
+	}
+	if code, body, conn := connect(t, srv, "edge.site-a.fleet.internal:6443", basic(user, leaked)); code != http.StatusOK {
+		t.Fatalf("before the rotation: %d %q", code, body)
+	} else {
+		conn.Close()
+	}
+	cluster.Annotations = map[string]string{infrav1.ReachCredentialEpochAnnotation: "1"}
+	if err := c.Update(context.Background(), cluster); err != nil {
+		t.Fatal(err)
+	}
+	if code, body, conn := connect(t, srv, "edge.site-a.fleet.internal:6443", basic(user, leaked)); code != http.StatusProxyAuthRequired {
+		if conn != nil {
+			conn.Close()
+		}
+		t.Fatalf("the retired credential: %d %q, want 407", code, body)
+	}
+	_, fresh := creds.For(cluster)
+	if code, body, conn := connect(t, srv, "edge.site-a.fleet.internal:6443", basic(user, fresh)); code != http.StatusOK {
+		t.Fatalf("the new credential: %d %q", code, body)
+	} else {
+		conn.Close()
+	}
+}

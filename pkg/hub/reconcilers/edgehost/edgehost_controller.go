@@ -160,17 +160,20 @@ func (r *Reconciler) reconcileOrphanedClaim(ctx context.Context, host *infrav1.E
 	return nil
 }
 
-// reconcileDelete lets a host go only once nothing holds it and its agent
-// left it clean.
+// reconcileDelete lets a host go once no Machine holds it. Deleting a host
+// revokes its identity at once (the gateway refuses it from then on), so
+// no reset can be reported any more: a host that was not clean is let go
+// unreset, and says so.
 func (r *Reconciler) reconcileDelete(host *infrav1.EdgeHost) {
-	if inventory.IsReleased(host) {
+	if host.Spec.ClaimRef == nil {
+		if !inventory.IsReleased(host) {
+			r.Recorder.Eventf(host, nil, corev1.EventTypeWarning, "DeletedUnreset", "Delete",
+				"EdgeHost deleted in phase %s: its identity was revoked and the host was not reset", inventory.Phase(host))
+		}
 		controllerutil.RemoveFinalizer(host, infrav1.HostProtectionFinalizer)
 		return
 	}
-	msg := fmt.Sprintf("Deletion waits until the host is released and reset (phase %s)", inventory.Phase(host))
-	if host.Spec.ClaimRef != nil {
-		msg = fmt.Sprintf("Deletion waits until EdgeMachine %s releases the host and its agent resets it", host.Spec.ClaimRef.Name)
-	}
+	msg := fmt.Sprintf("Deletion waits until EdgeMachine %s releases the host (delete its Machine); the host's identity is already revoked", host.Spec.ClaimRef.Name)
 	if !conditions.IsFalse(host, infrav1.ReadyCondition) || conditions.GetReason(host, infrav1.ReadyCondition) != DeletionBlockedReason {
 		r.Recorder.Eventf(host, nil, corev1.EventTypeWarning, DeletionBlockedReason, "Delete", "%s", msg)
 	}
