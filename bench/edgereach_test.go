@@ -167,7 +167,8 @@ func startReachRig(b *testing.B) *reachRig {
 		host = &hosts.Items[0]
 		return nil
 	})
-	em := &infrav1.EdgeMachine{ObjectMeta: metav1.ObjectMeta{Name: "bench-cp", Namespace: ns}}
+	em := &infrav1.EdgeMachine{ObjectMeta: metav1.ObjectMeta{Name: "bench-cp", Namespace: ns,
+		Labels: map[string]string{clusterv1.ClusterNameLabel: "bench"}}}
 	must(b, c.Create(ctx, em))
 	waitFor(b, "the claim", func() error {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(host), host); err != nil {

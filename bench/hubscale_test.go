@@ -189,7 +189,7 @@ func (s *hubScale) run() {
 
 	s.waiting = map[int]*latencySample{}
 	s.agents, err = load.NewAgents(ctx, env.Client, s.hub, load.AgentOptions{N: s.n, Dir: agentStateDir(s.b, s.dir),
-		Sources: 1 + s.n/10000, OnDesired: s.desired})
+		Sources: 1 + s.n/250, OnDesired: s.desired})
 	if err != nil {
 		b.Fatal(err)
 	}
