@@ -225,11 +225,14 @@ func TestSessionEndsWithItsCertificate(t *testing.T) {
 // few KiB at most.
 func TestOneIdentityCannotHoldTheSetupPlaces(t *testing.T) {
 	ns := newNamespace(t)
-	h := startHub(t, hubOptions{ns: ns})
+	h := startHub(t, hubOptions{ns: ns, handshakes: 4})
 	tok := newToken(t, ns, enrollment.Options{})
 	e := newEdge(t, "hoarder", h.url, h.srv.CA().Pin(), tok)
 	must(t, agentEnroll(e))
 	pair, caPEM := credentials(t, e)
+	victim := newEdge(t, "victim", h.url, h.srv.CA().Pin(), tok)
+	must(t, agentEnroll(victim))
+	victimPair, _ := credentials(t, victim)
 	admitted, refused := 0, 0
 	for range 16 {
 		_, resp, err := dialRaw(t, h.url, caPEM, &pair)
@@ -245,6 +248,14 @@ func TestOneIdentityCannotHoldTheSetupPlaces(t *testing.T) {
 	if admitted != gateway.MaxSetupsPerHost || refused != 16-gateway.MaxSetupsPerHost {
 		t.Fatalf("16 silent upgrades with one certificate: %d admitted, %d refused; want %d admitted", admitted, refused, gateway.MaxSetupsPerHost)
 	}
+	// Meanwhile another host, from another address, sets up its session
+	// (4 session-setup places: the hoarder holds two).
+	v, _, err := dialRawVia(t, h.url, caPEM, &victimPair, time.Second, &net.TCPAddr{IP: net.ParseIP("127.0.0.2")})
+	if err != nil {
+		t.Fatalf("another host's session while one identity flooded the setup places: %v", err)
+	}
+	v.send(t, &wire.Hello{Host: "victim"})
+	v.expectDesiredState(t)
 	// Once those time out (no Hello), the identity may set up again; a
 	// 900 KiB Hello is refused without being read.
 	var c *rawClient

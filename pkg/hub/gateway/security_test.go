@@ -78,13 +78,20 @@ func dialRaw(t *testing.T, hubURL string, caPEM []byte, cert *tls.Certificate) (
 // dialRawPinging is dialRaw with the client's ping interval (0: never).
 func dialRawPinging(t *testing.T, hubURL string, caPEM []byte, cert *tls.Certificate, keepAlive time.Duration) (*rawClient, *http.Response, error) {
 	t.Helper()
+	return dialRawVia(t, hubURL, caPEM, cert, keepAlive, nil)
+}
+
+// dialRawVia is dialRawPinging from a given local address (nil: any).
+func dialRawVia(t *testing.T, hubURL string, caPEM []byte, cert *tls.Certificate, keepAlive time.Duration, local net.Addr) (*rawClient, *http.Response, error) {
+	t.Helper()
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
 	cfg := &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}
 	if cert != nil {
 		cfg.Certificates = []tls.Certificate{*cert}
 	}
-	d := websocket.Dialer{TLSClientConfig: cfg, HandshakeTimeout: 5 * time.Second}
+	d := websocket.Dialer{TLSClientConfig: cfg, HandshakeTimeout: 5 * time.Second,
+		NetDial: (&net.Dialer{LocalAddr: local, Timeout: 5 * time.Second}).Dial}
 	ws, resp, err := d.Dial("wss://"+strings.TrimPrefix(hubURL, "https://")+wire.PathConnect, nil)
 	if err != nil {
 		return nil, resp, err
