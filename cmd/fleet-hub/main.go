@@ -144,7 +144,7 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.proxyAdvertiseURL, "proxy-advertise-url", "", "URL Cluster API's controllers reach the edge-reach proxy at, http://host:port (written as proxy-url into each fleet cluster's kubeconfig Secret); required unless --proxy-bind-address names a host.")
 	fs.StringVar(&o.proxyPeerDomain, "proxy-peer-domain", "", "DNS domain under which each hub replica's proxy is <pod name>.<domain> (a headless Service); a CONNECT for a cluster whose agents hold sessions on another replica is forwarded there. Empty: one replica, no forwarding.")
 	fs.IntVar(&o.proxyMaxTunnels, "proxy-max-tunnels", 4096, "Edge-reach tunnels this replica carries at once (each agent carries at most 32).")
-	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 100, "Requests per second the hub sends the API server at most (client-side limit). Its idle load is one lastSeenTime refresh (a read and a write) per connected host per --last-seen-interval: 10,000 hosts need 67/s.")
+	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 100, "Requests per second the hub sends the API server at most (client-side limit). Its idle load is one lastSeenTime refresh (a read and a write) per connected host per --last-seen-interval: keep it above twice the hosts divided by that interval in seconds.")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 200, "Requests the hub may send at once above --kube-api-qps.")
 	fs.IntVar(&o.gcPercent, "gc-percent", 25, "Go garbage-collector target: the heap may grow this many percent above live data before a collection. The hub's live heap is mostly its idle sessions and caches, so a low value keeps memory per agent low for little CPU (docs/PERFORMANCE.md); the GOGC environment variable, when set, wins.")
 	o.zap.BindFlags(fs)

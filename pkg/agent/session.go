@@ -96,12 +96,10 @@ func (e *unservedError) Error() string {
 func (e *unservedError) Unwrap() error { return e.err }
 
 // unservedCeiling caps the back-off after connections the hub accepted
-// and did not serve. Such a hub is up and working through a crowd; an
-// agent turned away five or six times would otherwise wait up to
-// MaxBackoff, and at the end of a 10,000-agent cold start the hub sat idle
-// for 44 s while the last 829 agents waited out such back-offs. The hub
-// makes each connection wait up to its TLSHandshakeWait (10 s) before
-// closing it, so retries stay paced by the hub's wait, not by this.
+// and did not serve: such a hub is up and working through a crowd, and an
+// agent backing off to MaxBackoff would leave it idle at the end of one
+// (docs/PERFORMANCE.md, "Cold start and reconnect storm"). The hub's own
+// wait before closing paces the retries.
 const unservedCeiling = 5 * time.Second
 
 func retryAfter(h http.Header) time.Duration {

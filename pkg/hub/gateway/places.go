@@ -13,8 +13,8 @@ import (
 // finish, and a line forms. Served in arrival order, every connection
 // would wait nearly the whole wait and come to its handshake with little
 // of its agent's 15-s dial timeout left; on a loaded machine the handshake
-// then often outlasts it and the work of both ends is lost (3,284 times in
-// a 10,000-agent cold start). Served newest first, a connection is either
+// then often outlasts it and the work of both ends is lost. Served newest
+// first, a connection is either
 // handshaken soon after it arrives, with its agent's whole timeout ahead,
 // or waits out the wait and is closed, its agent backing off. This is the
 // adaptive LIFO that request queues under overload use (Facebook's

@@ -101,12 +101,11 @@ type Options struct {
 	// WaveStatusDelay is how long a write that only says a host is well
 	// (AgentConnected on a new session, a lastSeenTime refresh) waits for
 	// a wave of connections to pass (default 1 min; negative: not at
-	// all). During a fleet's cold start each such write cost the API
-	// server 6 to 10 ms of CPU, several times the hub's whole share of a
-	// session's TLS handshake (docs/PERFORMANCE.md, 10,000 agents);
-	// written after the wave, the cores serve the handshakes first, and
-	// the hosts are recorded as fast as the client's rate limit lets them
-	// anyway.
+	// all). Each such write costs the API server more CPU than the hub's
+	// share of a session's TLS handshake (docs/PERFORMANCE.md, "Cold start
+	// and reconnect storm"); written after the wave, the cores serve the
+	// handshakes first, and the hosts are recorded as fast as the client's
+	// rate limit lets them anyway.
 	WaveStatusDelay time.Duration
 	// EnrollRate and EnrollBurst limit enrollments across all callers.
 	EnrollRate  rate.Limit

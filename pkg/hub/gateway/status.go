@@ -168,8 +168,8 @@ func (s *Server) setConnectivity(ctx context.Context, ss *session, connected boo
 		return
 	}
 	// The first attempt reads the informer cache (the optimistic lock
-	// turns a stale read into a conflict); a retry asks the API server.
-	// At 10,000 agents that is one request per refresh instead of two.
+	// turns a stale read into a conflict); a retry asks the API server: one
+	// request per refresh instead of two.
 	var reader client.Reader = s.client
 	// A conflict is retried with a fresh read, and so is an overloaded API
 	// server's answer (timeouts, 429, 5xx: thousands of sessions ending
@@ -245,8 +245,7 @@ func (s *Server) writeConnectivity(ctx context.Context, ss *session, connected b
 
 // setLinkVerdict sets LinkDegraded as the EdgeHost reconciler would on
 // seeing the connectivity change, so that it finds nothing left to patch:
-// a connect or a disconnect is one API write, not two (at a fleet's cold
-// start, 10,000 fewer). A verdict that turns to or from degraded is left to
+// a connect or a disconnect is one API write, not two. A verdict that turns to or from degraded is left to
 // the reconciler, which records an event for it.
 func setLinkVerdict(host *infrav1.EdgeHost, connected bool, t linkhealth.Thresholds) {
 	was := meta.FindStatusCondition(host.Status.Conditions, infrav1.LinkDegradedCondition)

@@ -20,8 +20,8 @@ import (
 // thousands in progress none finishes before the agents' 15-s dial timeout,
 // all that work is lost, and the goroutines of the sessions already
 // established wait so long for a core that their agents' pings time out,
-// which brings those agents back too. A 10,000-agent cold start collapsed
-// so for 40 minutes. Bounded, handshakes finish in milliseconds each, one
+// which brings those agents back too (docs/PERFORMANCE.md, "Cold start and
+// reconnect storm"). Bounded, handshakes finish in milliseconds each, one
 // after another, and established sessions keep their share of the cores.
 type handshakeListener struct {
 	raw     net.Listener

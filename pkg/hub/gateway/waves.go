@@ -97,16 +97,10 @@ func (w *waves) outlast(ctx context.Context, max time.Duration) bool {
 // above what the idle sessions need, and the runtime hands the difference
 // back slowly: its goal stays where the wave left it until the next
 // collection, which an idle hub reaches only by the runtime's 2-minute
-// forced one, and its scavenger returns pages a little at a time. After a
-// 10,000-agent cold start the hub's RSS stayed 3.6 KiB per agent above
-// the same sessions' cost after enrollment, unused memory that counts
-// against a pod's limit. One full collection per wave is cheap beside the
-// wave.
-//
-// (Raising the collector's target during a wave, to spend less CPU on
-// marking, was tried and measured: the sessions made during the wave then
-// lay scattered over twice the heap, and a non-moving collector cannot
-// pack them again; the hub held 34.7 KiB per idle agent instead of 31.7.)
+// forced one, and its scavenger returns pages a little at a time: unused
+// memory that counts against a pod's limit. One full collection per wave
+// is cheap beside the wave (docs/PERFORMANCE.md, "Hub memory per idle
+// agent", also for why the collector's target is not raised meanwhile).
 func followWaves(ctx context.Context, places *newestFirst, w *waves, free func()) {
 	for {
 		select {

@@ -5,5 +5,6 @@
 // pairs (controller, kind, namespace, name, reconcile ID), and zap encodes
 // pairs as soon as they are added, cloning its encoder each time. At the
 // default level nearly none of those loggers writes a line, yet at a
-// 10,000-agent cold start building them was a tenth of the hub's CPU.
+// fleet's cold start building them was a noticeable share of the hub's CPU
+// (docs/PERFORMANCE.md).
 package lazylog

@@ -64,9 +64,8 @@ func (r *Reconciler) hostToEdgeMachines(ctx context.Context, o client.Object) []
 // it can be claimed or of its labels (selectors, zones: what a waiting
 // machine counts in its message). The rest — an unclaimed host's
 // connectivity and lastSeenTime, its facts and link reports — would wake
-// every waiting machine to list every host for nothing: at a fleet's cold
-// start that is 10,000 events, and in an idle fleet a lastSeenTime refresh
-// every 30 ms at 10,000 hosts.
+// every waiting machine to list every host for nothing: an event per host
+// at a fleet's cold start, and one per lastSeenTime refresh of an idle one.
 func hostChangeMattersToMachines() predicate.Funcs {
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 		old, okOld := e.ObjectOld.(*infrav1.EdgeHost)
