@@ -10,17 +10,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 )
-
-func ptrDeref(p *int32) int32 {
-	if p == nil {
-		return 0
-	}
-	return *p
-}
 
 func labelsSelector(s string) (labels.Selector, error) { return labels.Parse(s) }
 
@@ -53,8 +47,8 @@ func (d *demo) createCluster(ctx context.Context) error {
 			return "", err
 		}
 		for _, md := range mds.Items {
-			if md.Spec.Replicas != nil && ptrDeref(md.Status.AvailableReplicas) < *md.Spec.Replicas {
-				return "", fmt.Errorf("%s: %d available", md.Name, ptrDeref(md.Status.AvailableReplicas))
+			if md.Spec.Replicas != nil && ptr.Deref(md.Status.AvailableReplicas, 0) < *md.Spec.Replicas {
+				return "", fmt.Errorf("%s: %d available", md.Name, ptr.Deref(md.Status.AvailableReplicas, 0))
 			}
 		}
 		return "", nil

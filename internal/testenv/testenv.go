@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/kubeconfig"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -167,7 +168,7 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 	}
 	hubMgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
-		GracefulShutdownTimeout: ptrDuration(5 * time.Second),
+		GracefulShutdownTimeout: ptr.To(5 * time.Second),
 		Metrics:                 metricsserver.Options{BindAddress: "0"},
 		Logger:                  log.Log.WithName("fleet-hub"),
 	})
@@ -241,8 +242,6 @@ func (e *Env) CreateNamespace(ctx context.Context, prefix string) (string, error
 	}
 	return ns.Name, nil
 }
-
-func ptrDuration(d time.Duration) *time.Duration { return &d }
 
 // repoRoot finds the directory of the fleet module's go.mod.
 func repoRoot() (string, error) {

@@ -13,7 +13,7 @@ import (
 	"os"
 	"path"
 	"regexp"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -572,14 +572,7 @@ func earliestExpiry(root *os.Root, dirs []string) *time.Time {
 
 // sortedUnique is used by the reset to remove each file once.
 func sortedUnique(in []string) []string {
-	m := map[string]bool{}
-	for _, s := range in {
-		m[s] = true
-	}
-	out := make([]string, 0, len(m))
-	for s := range m {
-		out = append(out, s)
-	}
-	sort.Strings(out)
-	return out
+	out := slices.Clone(in)
+	slices.Sort(out)
+	return slices.Compact(out)
 }

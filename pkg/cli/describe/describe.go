@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/utils/ptr"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -205,7 +206,7 @@ func Build(ctx context.Context, c client.Client, ns, name string, now time.Time)
 		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: ref.Name}, kcp); err == nil {
 			cp.Ready, cp.Message = ready(kcp.Status.Conditions)
 			cp.Conditions = kcp.Status.Conditions
-			cp.Replicas = fmt.Sprintf("%d/%d", ptrInt(kcp.Status.ReadyReplicas), ptrInt(kcp.Spec.Replicas))
+			cp.Replicas = fmt.Sprintf("%d/%d", ptr.Deref(kcp.Status.ReadyReplicas, 0), ptr.Deref(kcp.Spec.Replicas, 0))
 		}
 	}
 	mdNodes := map[string]*Node{}
@@ -215,7 +216,7 @@ func Build(ctx context.Context, c client.Client, ns, name string, now time.Time)
 		md := &mds.Items[i]
 		r, msg := ready(md.Status.Conditions)
 		n := &Node{Kind: "MachineDeployment", Name: md.Name, Ready: r, Message: msg, Conditions: md.Status.Conditions,
-			Replicas: fmt.Sprintf("%d/%d", ptrInt(md.Status.ReadyReplicas), ptrInt(md.Spec.Replicas))}
+			Replicas: fmt.Sprintf("%d/%d", ptr.Deref(md.Status.ReadyReplicas, 0), ptr.Deref(md.Spec.Replicas, 0))}
 		mdNodes[md.Name] = n
 		mdList = append(mdList, n)
 	}
@@ -235,13 +236,6 @@ func Build(ctx context.Context, c client.Client, ns, name string, now time.Time)
 	root.Children = append(root.Children, cp)
 	root.Children = append(root.Children, mdList...)
 	return root, nil
-}
-
-func ptrInt(p *int32) int32 {
-	if p == nil {
-		return 0
-	}
-	return *p
 }
 
 // Print writes the tree as text, JSON or YAML.

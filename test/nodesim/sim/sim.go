@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 )
 
@@ -234,7 +235,7 @@ func mirrorPods(ctx context.Context, cs kubernetes.Interface, node string) error
 		}
 		created.Status = corev1.PodStatus{Phase: corev1.PodRunning, StartTime: &now,
 			Conditions: []corev1.PodCondition{ready(corev1.PodScheduled), ready(corev1.PodInitialized), ready(corev1.ContainersReady), ready(corev1.PodReady)},
-			ContainerStatuses: []corev1.ContainerStatus{{Name: component, Ready: true, Started: ptrTrue(), Image: created.Spec.Containers[0].Image,
+			ContainerStatuses: []corev1.ContainerStatus{{Name: component, Ready: true, Started: ptr.To(true), Image: created.Spec.Containers[0].Image,
 				State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}}}}
 		if _, err := cs.CoreV1().Pods(metav1.NamespaceSystem).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
 			return fmt.Errorf("marking mirror pod %s Running: %w", pod.Name, err)
@@ -242,8 +243,6 @@ func mirrorPods(ctx context.Context, cs kubernetes.Interface, node string) error
 	}
 	return nil
 }
-
-func ptrTrue() *bool { t := true; return &t }
 
 func (s *Simulator) reset(ctx context.Context) error {
 	b, err := os.ReadFile(s.path(nodeFile))

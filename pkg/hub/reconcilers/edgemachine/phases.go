@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util"
 	"sigs.k8s.io/cluster-api/util/conditions"
@@ -56,11 +57,11 @@ func (r *Reconciler) setStep(em *infrav1.EdgeMachine, related client.Object, c m
 // Machine's bootstrap secret, and refuses secrets an agent cannot run.
 func (r *Reconciler) reconcileBootstrapData(ctx context.Context, s *scope) (bool, error) {
 	em := s.edgeMachine
-	if ptr(em.Status.Initialization.Provisioned) {
+	if ptr.Deref(em.Status.Initialization.Provisioned, false) {
 		// Already running: the bootstrap data has done its job.
 		return false, nil
 	}
-	if !ptr(s.cluster.Status.Initialization.InfrastructureProvisioned) {
+	if !ptr.Deref(s.cluster.Status.Initialization.InfrastructureProvisioned, false) {
 		r.setStep(em, s.cluster, metav1.Condition{
 			Type: infrav1.BootstrapDataReadyCondition, Status: metav1.ConditionFalse,
 			Reason:  infrav1.WaitingForClusterInfrastructureReason,
@@ -151,7 +152,7 @@ func (r *Reconciler) reconcileHostClaim(ctx context.Context, s *scope) (bool, er
 		r.setClaimed(em, host)
 		return false, nil
 	}
-	if em.Status.HostRef != "" && ptr(em.Status.Initialization.Provisioned) {
+	if em.Status.HostRef != "" && ptr.Deref(em.Status.Initialization.Provisioned, false) {
 		// We had a host and lost it (deleted by force, or claim cleared by
 		// hand). Never silently grab another: the Machine's node lived there.
 		r.setStep(em, nil, metav1.Condition{
@@ -315,7 +316,7 @@ func (r *Reconciler) reconcileHostStatus(_ context.Context, s *scope) (bool, err
 	em.Status.Addresses = append(infrav1.MachineAddresses(nil), host.Status.Addresses...)
 	em.Status.NodeName = host.Status.NodeName
 	em.Status.CertificatesExpiryDate = host.Status.CertificatesExpiryDate.DeepCopy()
-	em.Status.Initialization.Provisioned = boolPtr(true)
+	em.Status.Initialization.Provisioned = ptr.To(true)
 	r.setStep(em, host, metav1.Condition{
 		Type: infrav1.HostProvisionedCondition, Status: metav1.ConditionTrue,
 		Reason: infrav1.ProvisionedReason, Message: fmt.Sprintf("EdgeHost %s is provisioned", host.Name),
@@ -398,7 +399,3 @@ func (r *Reconciler) keepOneHost(ctx context.Context, em *infrav1.EdgeMachine, h
 	}
 	return keep, nil
 }
-
-func ptr(b *bool) bool { return b != nil && *b }
-
-func boolPtr(b bool) *bool { return &b }
