@@ -5,12 +5,10 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 	"github.com/edgefleet/fleet/internal/clusterapi"
 	"github.com/edgefleet/fleet/internal/localkube"
 	"github.com/edgefleet/fleet/internal/testenv"
+	"github.com/edgefleet/fleet/internal/testkit"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 )
 
@@ -259,15 +258,7 @@ func waitOutput(t *testing.T, out *syncBuffer, exited <-chan error, s string, ti
 
 func eventually(t *testing.T, what string, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(4 * time.Minute)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = cond(); err == nil {
-			return
-		}
-		time.Sleep(time.Second)
-	}
-	t.Fatalf("%s: still not true after 4m: %v", what, err)
+	testkit.Eventually(t, 4*time.Minute, time.Second, what, cond)
 }
 
 func must(t *testing.T, err error) {
@@ -277,12 +268,7 @@ func must(t *testing.T, err error) {
 	}
 }
 
-func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	must(t, err)
-	defer l.Close()
-	return l.Addr().String()
-}
+func freeAddr(t *testing.T) string { return testkit.FreeAddr(t) }
 
 func tail(s string, n int) string {
 	if len(s) > n {
@@ -291,19 +277,4 @@ func tail(s string, n int) string {
 	return s
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = testkit.SyncBuffer

@@ -5,28 +5,11 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/edgefleet/fleet/internal/testkit"
 )
 
-func tcpPair(t *testing.T) (client, server net.Conn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		accepted <- c
-	}()
-	client, err = net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	server = <-accepted
-	t.Cleanup(func() { client.Close(); server.Close() })
-	return client, server
-}
+func tcpPair(t *testing.T) (client, server net.Conn) { return testkit.TCPPair(t) }
 
 // Bytes go both ways; an ended direction is passed on as EOF while the
 // other still carries the answer.

@@ -22,6 +22,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/hashicorp/yamux"
 
+	"github.com/edgefleet/fleet/internal/testkit"
 	"github.com/edgefleet/fleet/pkg/transport"
 )
 
@@ -68,27 +69,10 @@ func pairIdle(t *testing.T, cfg Config, idle time.Duration, keepAlive bool) (*Se
 	return hub, agent, served
 }
 
+// tcpPair returns the accepted end first.
 func tcpPair(t *testing.T) (net.Conn, net.Conn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		accepted <- c
-	}()
-	dialed, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := <-accepted
-	if c == nil {
-		t.Fatal("accept failed")
-	}
-	return c, dialed
+	client, server := testkit.TCPPair(t)
+	return server, client
 }
 
 func accept(t *testing.T, hub *Session) *Stream {
