@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/edgefleet/fleet/pkg/agent/atomicfile"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
 	"github.com/edgefleet/fleet/pkg/pki"
@@ -65,34 +66,7 @@ func (s Store) write(name string, data []byte, mode os.FileMode) error {
 	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
 		return fmt.Errorf("creating state dir: %w", err)
 	}
-	tmp, err := os.CreateTemp(s.Dir, "."+name+".*")
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", name, err)
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing %s: %w", name, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), s.path(name)); err != nil {
-		return fmt.Errorf("writing %s: %w", name, err)
-	}
-	if d, err := os.Open(s.Dir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-	return nil
+	return atomicfile.Write(s.path(name), data, mode)
 }
 
 func (s Store) read(name string) ([]byte, error) { return os.ReadFile(s.path(name)) }

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/edgefleet/fleet/pkg/agent"
+	"github.com/edgefleet/fleet/pkg/agent/atomicfile"
 	"github.com/edgefleet/fleet/pkg/agent/cloudconfig"
 	"github.com/edgefleet/fleet/pkg/agent/units"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
@@ -322,23 +323,7 @@ func (p *Provisioner) saveWritten(rec *written) error {
 	if err != nil {
 		return err
 	}
-	tmp := path.Join(p.opts.StateDir, "."+writtenFile+".tmp")
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path.Join(p.opts.StateDir, writtenFile))
+	return atomicfile.Write(path.Join(p.opts.StateDir, writtenFile), b, 0o600)
 }
 
 // rel turns an absolute host path into one relative to the root.
