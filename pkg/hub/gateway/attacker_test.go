@@ -1,7 +1,6 @@
 package gateway_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -274,17 +273,10 @@ func enrollRaw(t *testing.T, hubURL string, caPEM []byte, token string, facts in
 	t.Helper()
 	_, csr, err := pki.NewKeyAndCSR(facts.Hostname)
 	must(t, err)
-	body, err := json.Marshal(wire.EnrollRequest{Token: token, CSR: csr, Facts: facts})
-	must(t, err)
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(caPEM)
-	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}}}
-	resp, err := hc.Post(hubURL+wire.PathEnroll, "application/json", bytes.NewReader(body))
-	must(t, err)
-	defer resp.Body.Close()
+	status, body := postEnroll(t, hubURL, caPEM, wire.EnrollRequest{Token: token, CSR: csr, Facts: facts})
 	var e struct{ Code, Message string }
-	_ = json.NewDecoder(resp.Body).Decode(&e)
-	return resp.StatusCode, e.Code, e.Message
+	_ = json.Unmarshal(body, &e)
+	return status, e.Code, e.Message
 }
 
 func tokenUsages(t *testing.T, ns, token string) string {

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -150,18 +151,12 @@ func TestEnrollmentRetryGetsTheSameHost(t *testing.T) {
 	csr, err := pki.CSRForKey(keyPEM, "kiosk")
 	must(t, err)
 	req := wire.EnrollRequest{Token: tok, CSR: csr, Facts: infrav1.HostFacts{Hostname: "kiosk", MachineID: "0123456789abcdef0123456789abcdef"}}
-	pool := x509.NewCertPool()
-	pool.AddCert(h.srv.CA().Cert)
-	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}}}
 	post := func(r wire.EnrollRequest) (int, wire.EnrollResponse) {
 		t.Helper()
-		body, _ := json.Marshal(r)
-		resp, err := hc.Post(h.url+wire.PathEnroll, "application/json", bytes.NewReader(body))
-		must(t, err)
-		defer resp.Body.Close()
+		code, body := postEnroll(t, h.url, h.srv.CA().CertPEM, r)
 		var er wire.EnrollResponse
-		_ = json.NewDecoder(resp.Body).Decode(&er)
-		return resp.StatusCode, er
+		_ = json.Unmarshal(body, &er)
+		return code, er
 	}
 	code, first := post(req)
 	if code != http.StatusOK {
@@ -205,4 +200,22 @@ func TestEnrollmentRetryGetsTheSameHost(t *testing.T) {
 	if tk, err := enrollment.Verify(ctx, env.Client, ns, tok, time.Now()); err != nil || tk.Usages != 1 {
 		t.Errorf("token usages %v %v, want 1", tk, err)
 	}
+}
+
+// postEnroll sends an enrollment request as an agent would, over TLS to
+// the pinned hub CA, and returns the status and the body.
+func postEnroll(t *testing.T, hubURL string, caPEM []byte, r wire.EnrollRequest) (int, []byte) {
+	t.Helper()
+	body, err := json.Marshal(r)
+	must(t, err)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	hc := &http.Client{Timeout: 30 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}}}
+	resp, err := hc.Post(hubURL+wire.PathEnroll, "application/json", bytes.NewReader(body))
+	must(t, err)
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	must(t, err)
+	return resp.StatusCode, out
 }
