@@ -34,7 +34,7 @@ import (
 
 	"github.com/edgefleet/fleet/pkg/agent"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
-	hubcontrollers "github.com/edgefleet/fleet/pkg/hub/controllers"
+	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
 	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
 	"github.com/edgefleet/fleet/pkg/hub/reach"
@@ -103,7 +103,7 @@ func startReachRig(b *testing.B) *reachRig {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := hubcontrollers.Setup(ctx, mgr, hubcontrollers.Options{Concurrency: 2, SkipNameValidation: true}); err != nil {
+	if err := hubreconcilers.Setup(ctx, mgr, hubreconcilers.Options{Concurrency: 2, SkipNameValidation: true}); err != nil {
 		b.Fatal(err)
 	}
 	gw, err := gateway.Setup(ctx, mgr, gateway.Options{Addr: "127.0.0.1:0", HubNamespace: ns, IPs: []net.IP{net.ParseIP("127.0.0.1")}})

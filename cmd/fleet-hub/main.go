@@ -22,7 +22,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/edgefleet/fleet/internal/version"
-	hubcontrollers "github.com/edgefleet/fleet/pkg/hub/controllers"
+	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
 	"github.com/edgefleet/fleet/pkg/hub/lazylog"
 	"github.com/edgefleet/fleet/pkg/hub/linkhealth"
@@ -246,7 +246,7 @@ func run(ctx context.Context, cfg *rest.Config, o options) error {
 		metricsOpts.TLSOpts = append(metricsOpts.TLSOpts, disableHTTP2)
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                  hubcontrollers.NewScheme(),
+		Scheme:                  hubreconcilers.NewScheme(),
 		Metrics:                 metricsOpts,
 		HealthProbeBindAddress:  o.probeAddr,
 		PprofBindAddress:        o.pprofAddr,
@@ -263,7 +263,7 @@ func run(ctx context.Context, cfg *rest.Config, o options) error {
 		return fmt.Errorf("creating manager: %w", err)
 	}
 	thresholds := linkhealth.Thresholds{RetransmitsToHubPerMinute: o.linkRetransmits, RTT: o.linkRTT}
-	if err := hubcontrollers.Setup(ctx, mgr, hubcontrollers.Options{
+	if err := hubreconcilers.Setup(ctx, mgr, hubreconcilers.Options{
 		Concurrency:      o.concurrency,
 		WatchFilterValue: o.watchFilter,
 		LinkThresholds:   thresholds,

@@ -23,7 +23,7 @@ import (
 
 	"github.com/edgefleet/fleet/internal/clusterapi"
 	fleetcrd "github.com/edgefleet/fleet/manifests/crd"
-	hubcontrollers "github.com/edgefleet/fleet/pkg/hub/controllers"
+	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
 )
 
 // ErrNoAssets means the kube-apiserver and etcd binaries are missing.
@@ -177,7 +177,7 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 		_ = e.env.Stop()
 		return nil, fmt.Errorf("creating fleet hub manager: %w", err)
 	}
-	if err := hubcontrollers.Setup(ctx, hubMgr, hubcontrollers.Options{
+	if err := hubreconcilers.Setup(ctx, hubMgr, hubreconcilers.Options{
 		Concurrency:        max(opts.HubConcurrency, 4),
 		SkipNameValidation: true,
 		ContactTimeout:     opts.ContactTimeout,

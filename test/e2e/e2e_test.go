@@ -28,7 +28,7 @@ import (
 	"github.com/edgefleet/fleet/internal/testenv"
 	"github.com/edgefleet/fleet/internal/testkit"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
-	hubcontrollers "github.com/edgefleet/fleet/pkg/hub/controllers"
+	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
 	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
 )
@@ -349,7 +349,7 @@ func startFleetHub(t *testing.T, ns, addr string) (*gateway.Server, func()) {
 	mgr, err := ctrl.NewManager(hub.Config, ctrl.Options{Scheme: hub.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, Logger: logr.Discard()})
 	must(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
-	must(t, hubcontrollers.Setup(ctx, mgr, hubcontrollers.Options{Concurrency: 4, SkipNameValidation: true}))
+	must(t, hubreconcilers.Setup(ctx, mgr, hubreconcilers.Options{Concurrency: 4, SkipNameValidation: true}))
 	gw, err := gateway.Setup(ctx, mgr, gateway.Options{Addr: addr, HubNamespace: ns, IPs: []net.IP{net.ParseIP("127.0.0.1")}})
 	must(t, err)
 	done := make(chan struct{})

@@ -38,7 +38,7 @@ import (
 	"github.com/edgefleet/fleet/internal/testenv"
 	"github.com/edgefleet/fleet/pkg/cli/create"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
-	hubcontrollers "github.com/edgefleet/fleet/pkg/hub/controllers"
+	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
 	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
 	"github.com/edgefleet/fleet/pkg/hub/reach"
@@ -255,7 +255,7 @@ func startFleetHubWithReach(t *testing.T, ns string) (*gateway.Server, string) {
 		Cache:  cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}}})
 	must(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
-	must(t, hubcontrollers.Setup(ctx, mgr, hubcontrollers.Options{Concurrency: 4, SkipNameValidation: true}))
+	must(t, hubreconcilers.Setup(ctx, mgr, hubreconcilers.Options{Concurrency: 4, SkipNameValidation: true}))
 	gw, err := gateway.Setup(ctx, mgr, gateway.Options{Addr: "127.0.0.1:0", HubNamespace: ns, IPs: []net.IP{net.ParseIP("127.0.0.1")}})
 	must(t, err)
 	proxyAddr := freeAddr(t)

@@ -16,12 +16,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/internal/version"
-	hubcontrollers "github.com/edgefleet/fleet/pkg/hub/controllers"
+	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
 )
 
 // Scheme knows every kind the plugin reads or writes.
 func Scheme() *runtime.Scheme {
-	s := hubcontrollers.NewScheme()
+	s := hubreconcilers.NewScheme()
 	utilruntime.Must(bootstrapv1.AddToScheme(s))
 	utilruntime.Must(controlplanev1.AddToScheme(s))
 	return s

@@ -25,7 +25,7 @@ import (
 	"github.com/edgefleet/fleet/internal/localkube"
 	"github.com/edgefleet/fleet/internal/version"
 	fleetcrd "github.com/edgefleet/fleet/manifests/crd"
-	hubcontrollers "github.com/edgefleet/fleet/pkg/hub/controllers"
+	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
 	"github.com/edgefleet/fleet/pkg/hub/linkhealth"
 )
@@ -156,7 +156,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("creating fleet hub manager: %w", err)
 	}
-	if err := hubcontrollers.Setup(ctx, hubMgr, hubcontrollers.Options{Concurrency: 10, LinkThresholds: linkhealth.DefaultThresholds(),
+	if err := hubreconcilers.Setup(ctx, hubMgr, hubreconcilers.Options{Concurrency: 10, LinkThresholds: linkhealth.DefaultThresholds(),
 		// Twice the gateway's default 5-minute lastSeenTime refresh, plus a minute.
 		ContactTimeout: 11 * time.Minute}); err != nil {
 		return err

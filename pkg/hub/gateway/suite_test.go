@@ -31,7 +31,7 @@ import (
 	"github.com/edgefleet/fleet/internal/testkit"
 	"github.com/edgefleet/fleet/pkg/agent"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
-	hubcontrollers "github.com/edgefleet/fleet/pkg/hub/controllers"
+	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
 	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
 	"github.com/edgefleet/fleet/pkg/hub/linkhealth"
@@ -198,7 +198,7 @@ func startHub(t *testing.T, o hubOptions) *hub {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
-	if err := hubcontrollers.Setup(ctx, mgr, hubcontrollers.Options{SkipNameValidation: true, LinkThresholds: linkhealth.DefaultThresholds()}); err != nil {
+	if err := hubreconcilers.Setup(ctx, mgr, hubreconcilers.Options{SkipNameValidation: true, LinkThresholds: linkhealth.DefaultThresholds()}); err != nil {
 		t.Fatal(err)
 	}
 	h.srv, err = gateway.Setup(ctx, mgr, gateway.Options{

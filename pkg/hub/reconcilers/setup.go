@@ -1,4 +1,4 @@
-package controllers
+package reconcilers
 
 import (
 	"context"

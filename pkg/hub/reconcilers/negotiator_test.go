@@ -1,4 +1,4 @@
-package controllers_test
+package reconcilers_test
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"

@@ -1,4 +1,4 @@
-package controllers_test
+package reconcilers_test
 
 import (
 	"fmt"
@@ -13,7 +13,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
-	hubcontrollers "github.com/edgefleet/fleet/pkg/hub/controllers"
+	"github.com/edgefleet/fleet/pkg/hub/reconcilers"
 	"github.com/edgefleet/fleet/pkg/hub/inventory"
 )
 
@@ -106,7 +106,7 @@ func TestRacingHubReplicasNeverShareAHost(t *testing.T) {
 		Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
 	})
 	w.must(err)
-	w.must(hubcontrollers.Setup(w.ctx, mgr, hubcontrollers.Options{Concurrency: 8, SkipNameValidation: true}))
+	w.must(reconcilers.Setup(w.ctx, mgr, reconcilers.Options{Concurrency: 8, SkipNameValidation: true}))
 	go func() { _ = mgr.Start(w.ctx) }()
 
 	for i := range machines {
