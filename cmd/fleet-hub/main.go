@@ -22,11 +22,11 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/edgefleet/fleet/internal/version"
-	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
 	"github.com/edgefleet/fleet/pkg/hub/lazylog"
 	"github.com/edgefleet/fleet/pkg/hub/linkhealth"
 	"github.com/edgefleet/fleet/pkg/hub/reach"
+	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
 )
 
 func envOr(key, def string) string {
