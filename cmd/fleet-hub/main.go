@@ -266,7 +266,6 @@ func run(ctx context.Context, cfg *rest.Config, o options) error {
 	if err := hubreconcilers.Setup(ctx, mgr, hubreconcilers.Options{
 		Concurrency:      o.concurrency,
 		WatchFilterValue: o.watchFilter,
-		LinkThresholds:   thresholds,
 		// Twice the refresh interval (what the gateway itself takes for
 		// fresh), plus slack for a write that waited its turn.
 		ContactTimeout: 2*o.lastSeenInterval + time.Minute,

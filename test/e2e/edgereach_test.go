@@ -205,7 +205,7 @@ func TestEdgeReachThroughAgents(t *testing.T) {
 	}
 	// The hub itself asking an agent for another address: the agent says no.
 	_, _, err = gw.DialCluster(ctx, ns, clusterName, fmt.Sprintf("%s:22", siteAddr))
-	var te *gateway.TunnelError
+	var te *reach.TunnelError
 	if !errors.As(err, &te) || te.Reason != "agent_refused" || !strings.Contains(err.Error(), "not this host's cluster endpoint") {
 		t.Errorf("agent dialled a target outside its cluster: %v", err)
 	}

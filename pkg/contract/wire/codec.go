@@ -40,7 +40,7 @@ var ErrTooLarge = errors.New("frame exceeds size limit")
 // Encode wraps msg in an envelope. msg must be one of this package's
 // message types (by value or pointer).
 func Encode(msg any) ([]byte, error) {
-	t, err := typeOf(msg)
+	t, err := TypeOf(msg)
 	if err != nil {
 		return nil, err
 	}
@@ -51,7 +51,9 @@ func Encode(msg any) ([]byte, error) {
 	return json.Marshal(Envelope{Protocol: Protocol, Type: t, Payload: payload})
 }
 
-func typeOf(msg any) (Type, error) {
+// TypeOf is the envelope type of msg, one of this package's message types
+// (by value or pointer).
+func TypeOf(msg any) (Type, error) {
 	switch msg.(type) {
 	case Hello, *Hello:
 		return TypeHello, nil

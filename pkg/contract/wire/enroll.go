@@ -1,8 +1,10 @@
 package wire
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -78,4 +80,19 @@ func (r *EnrollRequest) Validate() error {
 		}
 	}
 	return nil
+}
+
+// Refusal is the JSON body of every refusal of the hub's gateway (an
+// enrollment or a session it will not take): a machine-readable code and
+// a message for people.
+type Refusal struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Write sends the refusal with HTTP status status.
+func (r Refusal) Write(w http.ResponseWriter, status int) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(r)
 }

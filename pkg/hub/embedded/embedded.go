@@ -156,7 +156,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("creating fleet hub manager: %w", err)
 	}
-	if err := hubreconcilers.Setup(ctx, hubMgr, hubreconcilers.Options{Concurrency: 10, LinkThresholds: linkhealth.DefaultThresholds(),
+	if err := hubreconcilers.Setup(ctx, hubMgr, hubreconcilers.Options{Concurrency: 10,
 		// Twice the gateway's default 5-minute lastSeenTime refresh, plus a minute.
 		ContactTimeout: 11 * time.Minute}); err != nil {
 		return err

@@ -9,4 +9,11 @@
 // expiry, a usage limit, labels stamped on every host it enrolls, the
 // namespace the hosts go to, an optional manual-approval flag, and can be
 // revoked.
+//
+// The Enroller serves the enrollment itself (POST /v1/enroll): everything
+// that can be checked without the token first, so a bad request never spends
+// a use; the token's use counted under a per-token lock; an EdgeHost created
+// under the machine's hostname (never an existing one handed out on a
+// machine's word); a certificate signed for the key of its CSR. Enrollments
+// are rate-limited and hold one of a bounded number of places.
 package enrollment

@@ -26,6 +26,7 @@ import (
 	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
 	"github.com/edgefleet/fleet/pkg/hub/inventory"
+	"github.com/edgefleet/fleet/pkg/hub/reach"
 	"github.com/edgefleet/fleet/pkg/pki"
 )
 
@@ -398,7 +399,7 @@ func TestTunnelsNeedAClaimNotLabels(t *testing.T) {
 	})
 	eventually(t, "the hub's cache sees the labels", func() error {
 		_, _, err := h.srv.DialCluster(ctx, ns, "store", "store."+ns+".fleet.internal:6443")
-		var none *gateway.ErrNoAgent
+		var none *reach.ErrNoAgent
 		if errors.As(err, &none) {
 			return nil
 		}
@@ -406,7 +407,7 @@ func TestTunnelsNeedAClaimNotLabels(t *testing.T) {
 	})
 	time.Sleep(500 * time.Millisecond)
 	_, _, err = h.srv.DialCluster(ctx, ns, "store", "store."+ns+".fleet.internal:6443")
-	var none *gateway.ErrNoAgent
+	var none *reach.ErrNoAgent
 	if !errors.As(err, &none) {
 		t.Fatalf("an unclaimed, labelled host was asked for a tunnel: %v", err)
 	}

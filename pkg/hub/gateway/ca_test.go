@@ -5,7 +5,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/edgefleet/fleet/pkg/hub/gateway"
+	"github.com/edgefleet/fleet/pkg/hub/identity"
 	"github.com/edgefleet/fleet/pkg/pki"
 )
 
@@ -21,7 +21,7 @@ func TestReplicasShareOneCA(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cas[i], errs[i] = gateway.EnsureCA(context.Background(), env.Client, env.Client, ns, "fleet-hub-ca")
+			cas[i], errs[i] = identity.EnsureCA(context.Background(), env.Client, env.Client, ns, "fleet-hub-ca")
 		}()
 	}
 	wg.Wait()
@@ -33,7 +33,7 @@ func TestReplicasShareOneCA(t *testing.T) {
 			t.Errorf("replica %d has CA %s, replica 0 %s", i, cas[i].Pin(), cas[0].Pin())
 		}
 	}
-	again, err := gateway.EnsureCA(context.Background(), env.Client, env.Client, ns, "fleet-hub-ca")
+	again, err := identity.EnsureCA(context.Background(), env.Client, env.Client, ns, "fleet-hub-ca")
 	if err != nil || again.Pin() != cas[0].Pin() {
 		t.Errorf("restart: %v %v", err, again)
 	}

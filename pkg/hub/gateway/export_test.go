@@ -7,12 +7,12 @@ import (
 	"github.com/edgefleet/fleet/pkg/contract/wire"
 )
 
-// ReachFor exposes reachFor to the package's external tests.
+// ReachFor is the Reach the gateway would push to h's agent.
 func (s *Server) ReachFor(ctx context.Context, h *infrav1.EdgeHost) *wire.Reach {
-	return s.reachFor(ctx, h)
+	return s.resolver.For(ctx, h)
 }
 
 // HasSession tells whether the gateway holds a session for the host.
 func (s *Server) HasSession(namespace, name string) bool {
-	return s.sessionFor(namespace, name) != nil
+	return s.sessions.Lookup(namespace, name) != nil
 }

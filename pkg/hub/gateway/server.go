@@ -14,17 +14,21 @@ import (
 
 	"github.com/go-logr/logr"
 	"golang.org/x/time/rate"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
+	"k8s.io/client-go/tools/events"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
+	"github.com/edgefleet/fleet/pkg/hub/admission"
+	"github.com/edgefleet/fleet/pkg/hub/enrollment"
+	"github.com/edgefleet/fleet/pkg/hub/hoststatus"
+	"github.com/edgefleet/fleet/pkg/hub/identity"
 	"github.com/edgefleet/fleet/pkg/hub/linkhealth"
+	"github.com/edgefleet/fleet/pkg/hub/reach"
+	"github.com/edgefleet/fleet/pkg/hub/sessions"
 	"github.com/edgefleet/fleet/pkg/pki"
 	"github.com/edgefleet/fleet/pkg/transport"
 )
@@ -233,75 +237,44 @@ func (o *Options) Defaults() {
 	}
 }
 
-// Server is the gateway. Add it to a manager with Setup.
+// Server is the gateway: the HTTP front that authenticates agents and
+// hands each request to the room that serves it. Add it to a manager with
+// Setup.
 type Server struct {
 	opts Options
 	// client reads EdgeHosts from the informer cache and writes through
-	// the API server.
-	client client.Client
-	// apiReader reads what is not cached: tokens and bootstrap Secrets.
+	// the API server; apiReader reads what is not cached.
+	client    client.Client
 	apiReader client.Reader
 	log       logr.Logger
 
 	ca        *pki.CA
-	enrollLim *rate.Limiter
+	authority *identity.Authority
+	enroller  *enrollment.Enroller
+	sessions  *sessions.Registry
+	status    *hoststatus.Writer
+	resolver  *reach.Resolver
+	dialer    *reach.Dialer
+	waves     *admission.Waves
+	// handshakes are the places sessions hold from the upgrade to the
+	// agent's Hello.
+	handshakes *admission.Places
 	// setups counts, per host, sessions between authentication and Hello.
 	setupMu sync.Mutex
 	setups  map[string]int
-	// tokenLocks serialise enrollments per token (striped) on this replica.
-	tokenLocks [64]sync.Mutex
-	admission  chan struct{}
-	enrolling  chan struct{}
-	// statusWrites holds a place per status write in flight.
-	statusWrites chan struct{}
-	// waves tells whether connections queue for a TLS handshake place.
-	waves *waves
-	// pushes holds sessions whose desired state may have changed; the
-	// push workers drain it. One session is never pushed by two workers
-	// at once.
-	pushes workqueue.TypedInterface[*session]
 
-	mu       sync.Mutex
-	sessions map[string]*session // by "namespace/name"
-	// pendingDisconnect holds, under mu, a timer per host whose session
-	// ended less than DisconnectGrace ago ("namespace/name").
-	pendingDisconnect map[string]*time.Timer
-	// connMu serialises AgentConnected/lastSeenTime writes per host, so a
-	// reconnect's "connected" and the old session's "disconnected" cannot
-	// land in the wrong order.
-	connMu sync.Map // "namespace/name" → *sync.Mutex
-	// wroteDisconnect holds the hosts this process last recorded as
-	// disconnected ("namespace/name" → true).
-	wroteDisconnect sync.Map
-	listener        net.Listener
-	ready           chan struct{}
-	// ctx lives as long as Start: sessions run under it.
-	ctx context.Context
+	listener net.Listener
+	ready    chan struct{}
 }
 
 // Setup creates the gateway and adds it to mgr as a runnable on every
-// replica. It watches EdgeHosts through mgr's cache.
+// replica. It watches EdgeHosts and Clusters through mgr's cache.
 func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Server, error) {
 	opts.Defaults()
 	if opts.HubNamespace == "" {
 		return nil, errors.New("gateway: HubNamespace is required")
 	}
-	s := &Server{
-		opts:              opts,
-		client:            mgr.GetClient(),
-		apiReader:         mgr.GetAPIReader(),
-		log:               opts.Logger,
-		enrollLim:         rate.NewLimiter(opts.EnrollRate, opts.EnrollBurst),
-		admission:         make(chan struct{}, opts.MaxConcurrentHandshakes),
-		enrolling:         make(chan struct{}, opts.MaxConcurrentEnrollments),
-		statusWrites:      make(chan struct{}, opts.MaxConcurrentStatusWrites),
-		waves:             newWaves(),
-		sessions:          map[string]*session{},
-		setups:            map[string]int{},
-		pendingDisconnect: map[string]*time.Timer{},
-		ready:             make(chan struct{}),
-		pushes:            workqueue.NewTyped[*session](),
-	}
+	s := newServer(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder("fleet-hub-gateway"), opts)
 	inf, err := mgr.GetCache().GetInformer(ctx, &infrav1.EdgeHost{})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: EdgeHost informer: %w", err)
@@ -310,16 +283,16 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Server, error)
 		// Add too: a host deleted and re-created under the same name must
 		// cut off sessions of the old one.
 		AddFunc: func(obj any) {
-			s.hostChanged(obj)
-			s.membersChanged(nil, obj)
+			s.sessions.HostChanged(obj)
+			s.resolver.MembersChanged(nil, obj)
 		},
 		UpdateFunc: func(old, obj any) {
-			s.hostChanged(obj)
-			s.membersChanged(old, obj)
+			s.sessions.HostChanged(obj)
+			s.resolver.MembersChanged(old, obj)
 		},
 		DeleteFunc: func(obj any) {
-			s.hostDeleted(obj)
-			s.membersChanged(obj, nil)
+			s.sessions.HostDeleted(obj)
+			s.resolver.MembersChanged(obj, nil)
 		},
 	}); err != nil {
 		return nil, fmt.Errorf("gateway: EdgeHost event handler: %w", err)
@@ -330,8 +303,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Server, error)
 		return nil, fmt.Errorf("gateway: Cluster informer: %w", err)
 	}
 	if _, err := clusters.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { s.clusterChanged(nil, obj) },
-		UpdateFunc: func(old, obj any) { s.clusterChanged(old, obj) },
+		AddFunc:    func(obj any) { s.resolver.ClusterChanged(nil, obj) },
+		UpdateFunc: func(old, obj any) { s.resolver.ClusterChanged(old, obj) },
 	}); err != nil {
 		return nil, fmt.Errorf("gateway: Cluster event handler: %w", err)
 	}
@@ -339,6 +312,23 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Server, error)
 		return nil, err
 	}
 	return s, nil
+}
+
+// newServer wires the gateway's rooms together.
+func newServer(c client.Client, apiReader client.Reader, recorder events.EventRecorder, opts Options) *Server {
+	s := &Server{opts: opts, client: c, apiReader: apiReader, log: opts.Logger,
+		waves: admission.NewWaves(), handshakes: admission.NewPlaces(opts.MaxConcurrentHandshakes),
+		setups: map[string]int{}, ready: make(chan struct{})}
+	s.resolver = reach.NewResolver(c, func(namespace, name string, seen time.Time) { s.sessions.Kick(namespace, name, seen) })
+	s.sessions = sessions.New(c, apiReader, opts.Logger, s.resolver, sessions.Options{
+		PushWorkers: opts.PushWorkers, LastSeenInterval: opts.LastSeenInterval, AgentIdleTimeout: opts.AgentIdleTimeout})
+	s.status = hoststatus.New(c, apiReader, recorder, opts.Logger, s.sessions,
+		admission.NewPlaces(opts.MaxConcurrentStatusWrites), s.waves, hoststatus.Options{
+			ReplicaName: opts.ReplicaName, LastSeenInterval: opts.LastSeenInterval, DisconnectGrace: opts.DisconnectGrace,
+			WaveStatusDelay: opts.WaveStatusDelay, LinkThresholds: opts.LinkThresholds})
+	s.sessions.SetStatusWriter(s.status)
+	s.dialer = reach.NewDialer(c, s.resolver, s.sessions)
+	return s
 }
 
 // NeedLeaderElection is false: every replica serves agents.
@@ -353,35 +343,24 @@ func (s *Server) Addr() string { return s.listener.Addr().String() }
 // CA is the hub CA, once Ready.
 func (s *Server) CA() *pki.CA { return s.ca }
 
+// DialCluster opens a tunnel to target through a connected agent of the
+// cluster (see reach.Dialer).
+func (s *Server) DialCluster(ctx context.Context, namespace, cluster, target string) (net.Conn, string, error) {
+	return s.dialer.DialCluster(ctx, namespace, cluster, target)
+}
+
 // Start serves until ctx ends, then closes every session.
 func (s *Server) Start(ctx context.Context) error {
-	ca, err := EnsureCA(ctx, s.client, s.apiReader, s.opts.HubNamespace, s.opts.CASecretName)
+	if err := s.loadIdentity(ctx); err != nil {
+		return err
+	}
+	tlsCfg, err := s.tlsConfig()
 	if err != nil {
 		return err
-	}
-	s.ca = ca
-	s.ctx = ctx
-	if err := s.publishInfo(ctx); err != nil {
-		return err
-	}
-	serving, err := ca.ServingCertificate(s.opts.DNSNames, s.opts.IPs, 365*24*time.Hour)
-	if err != nil {
-		return err
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(ca.Cert)
-	tlsCfg := &tls.Config{
-		MinVersion:   tls.VersionTLS12,
-		Certificates: []tls.Certificate{serving},
-		// /v1/ca and /v1/enroll are for hosts without a certificate yet;
-		// /v1/connect insists on one (checked before the upgrade).
-		ClientAuth: tls.VerifyClientCertIfGiven,
-		ClientCAs:  pool,
-		NextProtos: []string{"http/1.1"},
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+wire.PathCA, s.serveCA)
-	mux.HandleFunc("POST "+wire.PathEnroll, s.serveEnroll)
+	mux.Handle("POST "+wire.PathEnroll, s.enroller)
 	mux.HandleFunc("GET "+wire.PathConnect, s.serveConnect)
 	srv := &http.Server{
 		Handler:           mux,
@@ -389,7 +368,6 @@ func (s *Server) Start(ctx context.Context) error {
 		ReadTimeout:       30 * time.Second,
 		IdleTimeout:       90 * time.Second,
 		MaxHeaderBytes:    16 << 10,
-		ErrorLog:          nil,
 	}
 	ln, err := net.Listen("tcp", s.opts.Addr)
 	if err != nil {
@@ -397,30 +375,24 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	s.listener = ln
 	close(s.ready)
-	s.log.Info("Serving agents", "addr", ln.Addr().String(), "caPin", ca.Pin())
+	s.log.Info("Serving agents", "addr", ln.Addr().String(), "caPin", s.ca.Pin())
 
-	var workers sync.WaitGroup
-	for range s.opts.PushWorkers {
-		workers.Go(s.pushWorker)
-	}
-	defer func() {
-		s.pushes.ShutDown()
-		workers.Wait()
-	}()
-
-	sweep := time.AfterFunc(s.opts.ReturnGrace, func() { s.sweepUnreturned(ctx) })
+	sessionsDone := make(chan struct{})
+	go func() { s.sessions.Run(ctx); close(sessionsDone) }()
+	defer func() { <-sessionsDone }()
+	sweep := time.AfterFunc(s.opts.ReturnGrace, func() { s.status.SweepUnreturned(ctx) })
 	defer sweep.Stop()
 
-	errc := make(chan error, 1)
 	// The TLS handshake timeout is net/http's read-header timeout, which
 	// it used to bound.
-	tlsLn := newHandshakeListener(ln, tlsCfg, admissionLimits{
+	tlsLn := admission.NewListener(ln, tlsCfg, admission.Limits{
 		Handshakes: s.opts.MaxConcurrentTLSHandshakes, HandshakesPerSource: s.opts.MaxTLSHandshakesPerSource,
 		Pending: s.opts.MaxPendingConnections, PendingPerSource: s.opts.MaxPendingConnectionsPerSource,
 		Connections: s.opts.MaxConnections, ConnectionsPerSource: s.opts.MaxConnectionsPerSource,
 		Wait: s.opts.TLSHandshakeWait, Timeout: srv.ReadHeaderTimeout,
 	})
-	go followWaves(ctx, tlsLn.places, s.waves, freeOSMemory)
+	go tlsLn.FollowWaves(ctx, s.waves)
+	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(tlsLn) }()
 	select {
 	case <-ctx.Done():
@@ -430,64 +402,45 @@ func (s *Server) Start(ctx context.Context) error {
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(shutdownCtx)
-	s.mu.Lock()
-	all := make([]*session, 0, len(s.sessions))
-	for _, ss := range s.sessions {
-		all = append(all, ss)
-	}
-	s.mu.Unlock()
-	for _, ss := range all {
-		ss.close()
-	}
 	return nil
 }
 
-// sweepUnreturned records as disconnected the hosts that still read as
-// connected to this replica but whose agents did not come back since it
-// started: a stopping replica records no session ends (its agents come back
-// within seconds), so an agent that died meanwhile would read connected
-// until the EdgeHost reconciler's ContactLost.
-func (s *Server) sweepUnreturned(ctx context.Context) {
-	hosts := &infrav1.EdgeHostList{}
-	if err := s.client.List(ctx, hosts); err != nil {
-		s.log.Error(err, "Listing EdgeHosts to find agents that did not come back")
-		return
+// loadIdentity loads (or makes) the hub CA, publishes its pin and sets up
+// what signs with it.
+func (s *Server) loadIdentity(ctx context.Context) error {
+	ca, err := identity.EnsureCA(ctx, s.client, s.apiReader, s.opts.HubNamespace, s.opts.CASecretName)
+	if err != nil {
+		return err
 	}
-	for i := range hosts.Items {
-		h := &hosts.Items[i]
-		c := meta.FindStatusCondition(h.Status.Conditions, infrav1.AgentConnectedCondition)
-		if c == nil || c.Status != metav1.ConditionTrue || h.Status.HubReplica != s.opts.ReplicaName ||
-			s.sessionFor(h.Namespace, h.Name) != nil || ctx.Err() != nil {
-			continue
-		}
-		gone := &session{srv: s, id: pki.Identity{Namespace: h.Namespace, Name: h.Name, UID: string(h.UID)}, done: make(chan struct{})}
-		close(gone.done)
-		s.markDisconnected(ctx, gone)
-	}
+	s.ca = ca
+	s.authority = &identity.Authority{Client: s.client, APIReader: s.apiReader, CA: ca, Log: s.log,
+		ClientCertValidity: s.opts.ClientCertValidity, RotationOverlap: s.opts.RotationOverlap}
+	s.sessions.SetAuthority(s.authority)
+	s.enroller = enrollment.NewEnroller(s.client, s.apiReader, ca, s.log, enrollment.EnrollerOptions{
+		HubNamespace: s.opts.HubNamespace, ClientCertValidity: s.opts.ClientCertValidity,
+		MaxConcurrent: s.opts.MaxConcurrentEnrollments, Wait: s.opts.EnrollWait,
+		Rate: s.opts.EnrollRate, Burst: s.opts.EnrollBurst})
+	return s.publishInfo(ctx)
 }
 
-// pushWorker pushes desired states until the queue shuts down.
-func (s *Server) pushWorker() {
-	for {
-		ss, shutdown := s.pushes.Get()
-		if shutdown {
-			return
-		}
-		retry := ss.push()
-		s.pushes.Done(ss)
-		if retry {
-			// An error reading the cache or the bootstrap Secret must not
-			// leave the agent without its desired state until the next
-			// host event.
-			time.AfterFunc(2*time.Second, func() {
-				select {
-				case <-ss.done:
-				default:
-					s.pushes.Add(ss)
-				}
-			})
-		}
+// tlsConfig serves the gateway's certificate from the hub CA and verifies
+// client certificates from it.
+func (s *Server) tlsConfig() (*tls.Config, error) {
+	serving, err := s.ca.ServingCertificate(s.opts.DNSNames, s.opts.IPs, 365*24*time.Hour)
+	if err != nil {
+		return nil, err
 	}
+	pool := x509.NewCertPool()
+	pool.AddCert(s.ca.Cert)
+	return &tls.Config{
+		MinVersion:   tls.VersionTLS12,
+		Certificates: []tls.Certificate{serving},
+		// /v1/ca and /v1/enroll are for hosts without a certificate yet;
+		// /v1/connect insists on one (checked before the upgrade).
+		ClientAuth: tls.VerifyClientCertIfGiven,
+		ClientCAs:  pool,
+		NextProtos: []string{"http/1.1"},
+	}, nil
 }
 
 func (s *Server) serveCA(w http.ResponseWriter, _ *http.Request) {

@@ -13,7 +13,7 @@ import (
 	"github.com/edgefleet/fleet/pkg/agent/linkprobe"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/hub/enrollment"
-	"github.com/edgefleet/fleet/pkg/hub/gateway"
+	"github.com/edgefleet/fleet/pkg/hub/inventory"
 )
 
 // Assigning a host sends its agent the desired state with the bootstrap
@@ -41,7 +41,7 @@ func TestDesiredStateFlow(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if host.Status.Phase != infrav1.HostProvisioned || host.Status.ProviderID != gateway.ProviderID(host) ||
+		if host.Status.Phase != infrav1.HostProvisioned || host.Status.ProviderID != inventory.ProviderID(host) ||
 			host.Status.AgentObservedGeneration != host.Generation {
 			return fmt.Errorf("phase %s providerID %q observed %d gen %d", host.Status.Phase, host.Status.ProviderID,
 				host.Status.AgentObservedGeneration, host.Generation)

@@ -198,7 +198,7 @@ func startHub(t *testing.T, o hubOptions) *hub {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
-	if err := hubreconcilers.Setup(ctx, mgr, hubreconcilers.Options{SkipNameValidation: true, LinkThresholds: linkhealth.DefaultThresholds()}); err != nil {
+	if err := hubreconcilers.Setup(ctx, mgr, hubreconcilers.Options{SkipNameValidation: true}); err != nil {
 		t.Fatal(err)
 	}
 	h.srv, err = gateway.Setup(ctx, mgr, gateway.Options{

@@ -1,7 +1,8 @@
 // Package linkhealth judges the link health agents report (status.link of
 // an EdgeHost) against the hub's thresholds: the LinkDegraded condition.
-// The EdgeHost reconciler sets the condition from it; the gateway uses the
-// same verdict to decide when a new report is worth an API write.
+// hoststatus, the one writer of the condition, sets it with every
+// connectivity or report write, and uses the same verdict to decide when a
+// new report is worth an API write at all.
 package linkhealth
 
 import (
@@ -39,10 +40,9 @@ const recoverBelow = 0.5
 
 // HostCondition is the LinkDegraded condition of a host whose agent is
 // connected or not; was is the host's current one. A disconnected agent's
-// last report says nothing about a link that is down now. The EdgeHost
-// reconciler sets it, and the gateway writes it together with
-// AgentConnected, so that a connect or a disconnect costs the API server
-// one write rather than two.
+// last report says nothing about a link that is down now. It is written
+// together with AgentConnected, so that a connect or a disconnect costs
+// the API server one write rather than two.
 func HostCondition(l *infrav1.LinkHealth, connected bool, t Thresholds, was *metav1.Condition) metav1.Condition {
 	if !connected {
 		return metav1.Condition{Type: infrav1.LinkDegradedCondition, Status: metav1.ConditionUnknown,

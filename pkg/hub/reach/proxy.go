@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
-	"github.com/edgefleet/fleet/pkg/hub/gateway"
+	"github.com/edgefleet/fleet/pkg/hub/admission"
 	"github.com/edgefleet/fleet/pkg/transport"
 )
 
@@ -64,7 +64,8 @@ type Proxy struct {
 	dialer ClusterDialer
 	creds  func() *Credentials
 	log    logr.Logger
-	slots  chan struct{}
+	// places bound the tunnels open through this replica.
+	places *admission.Places
 
 	listener net.Listener
 	ready    chan struct{}
@@ -77,7 +78,7 @@ func New(opts Options, reader client.Reader, dialer ClusterDialer, creds func() 
 		opts.MaxTunnels = 4096
 	}
 	return &Proxy{opts: opts, reader: reader, dialer: dialer, creds: creds,
-		log: ctrl.Log.WithName("reach-proxy"), slots: make(chan struct{}, opts.MaxTunnels), ready: make(chan struct{})}
+		log: ctrl.Log.WithName("reach-proxy"), places: admission.NewPlaces(opts.MaxTunnels), ready: make(chan struct{})}
 }
 
 // NeedLeaderElection is false: every replica proxies through its own agents.
@@ -135,18 +136,16 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.refuse(w, r, reason, status, msg)
 		return
 	}
-	select {
-	case p.slots <- struct{}{}:
-		defer func() { <-p.slots }()
-	default:
+	if !p.places.Take(r.Context(), 0) {
 		p.refuse(w, r, "limit", http.StatusServiceUnavailable,
-			fmt.Sprintf("the hub carries its maximum of %d tunnels; retry later", cap(p.slots)))
+			fmt.Sprintf("the hub carries its maximum of %d tunnels; retry later", p.opts.MaxTunnels))
 		return
 	}
+	defer p.places.Release()
 
 	ctx, cancel := context.WithTimeout(r.Context(), DialTimeout)
 	tunnel, via, err := p.dialer.DialCluster(ctx, cluster.Namespace, cluster.Name, r.Host)
-	var noAgentHere *gateway.ErrNoAgent
+	var noAgentHere *ErrNoAgent
 	if errors.As(err, &noAgentHere) && p.opts.PeerAddr != nil && r.Header.Get(ForwardedHeader) == "" {
 		if t, replica, ferr := p.forward(ctx, r, cluster); t != nil {
 			tunnel, via, err = t, "replica "+replica, nil
@@ -156,8 +155,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	cancel()
 	if err != nil {
-		var noAgent *gateway.ErrNoAgent
-		var te *gateway.TunnelError
+		var noAgent *ErrNoAgent
+		var te *TunnelError
 		switch {
 		case errors.As(err, &noAgent):
 			dialFailures.WithLabelValues("no_agent").Inc()

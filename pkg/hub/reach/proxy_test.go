@@ -24,7 +24,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
-	"github.com/edgefleet/fleet/pkg/hub/gateway"
 	"github.com/edgefleet/fleet/pkg/pki"
 )
 
@@ -186,7 +185,7 @@ func TestProxyRefusals(t *testing.T) {
 }
 
 func TestProxyNamesTheClusterWithoutAgents(t *testing.T) {
-	d := &echoDialer{err: &gateway.ErrNoAgent{Namespace: "site-a", Cluster: "edge"}}
+	d := &echoDialer{err: &ErrNoAgent{Namespace: "site-a", Cluster: "edge"}}
 	srv, creds := newTestProxy(t, d, 0)
 	user, password := creds.For(fleetCluster("edge", nil))
 	code, body, _ := connect(t, srv, "edge.site-a.fleet.internal:6443", basic(user, password))
@@ -282,7 +281,7 @@ func TestProxyForwardsToTheReplicaWithTheAgents(t *testing.T) {
 	withAgents := &echoDialer{}
 	b := httptest.NewServer(New(Options{ReplicaName: "hub-b"}, c, withAgents, func() *Credentials { return creds }))
 	defer b.Close()
-	without := &echoDialer{err: &gateway.ErrNoAgent{Namespace: "site-a", Cluster: "edge"}}
+	without := &echoDialer{err: &ErrNoAgent{Namespace: "site-a", Cluster: "edge"}}
 	peers := func(replica string) string {
 		if replica == "hub-b" {
 			return strings.TrimPrefix(b.URL, "http://")
@@ -310,7 +309,7 @@ func TestProxyForwardsToTheReplicaWithTheAgents(t *testing.T) {
 	// The agents moved back to replica a's side and b has none either:
 	// no ping-pong between replicas, a clear error.
 	withAgents.mu.Lock()
-	withAgents.err = &gateway.ErrNoAgent{Namespace: "site-a", Cluster: "edge"}
+	withAgents.err = &ErrNoAgent{Namespace: "site-a", Cluster: "edge"}
 	withAgents.mu.Unlock()
 	code, body, _ = connect(t, a, "edge.site-a.fleet.internal:6443", basic(user, password))
 	if code != http.StatusBadGateway || !strings.Contains(body, "via hub replica hub-b") || !strings.Contains(body, "no agent of cluster site-a/edge") {

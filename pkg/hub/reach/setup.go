@@ -10,7 +10,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 
-	"github.com/edgefleet/fleet/pkg/hub/gateway"
+	"github.com/edgefleet/fleet/pkg/pki"
 )
 
 // SetupOptions configure edge reach in a hub.
@@ -24,9 +24,16 @@ type SetupOptions struct {
 	Controller controller.Options
 }
 
-// Setup adds the proxy and the kubeconfig reconciler to mgr. The gateway
-// carries the tunnels and owns the CA the credentials derive from.
-func Setup(_ context.Context, mgr ctrl.Manager, gw *gateway.Server, opts SetupOptions) (*Proxy, error) {
+// Gateway is the hub's gateway as edge reach needs it: it carries the
+// tunnels and owns the CA the credentials derive from (once Ready).
+type Gateway interface {
+	ClusterDialer
+	Ready() <-chan struct{}
+	CA() *pki.CA
+}
+
+// Setup adds the proxy and the kubeconfig reconciler to mgr.
+func Setup(_ context.Context, mgr ctrl.Manager, gw Gateway, opts SetupOptions) (*Proxy, error) {
 	u, err := advertiseURL(opts.AdvertiseURL, opts.Addr)
 	if err != nil {
 		return nil, err

@@ -18,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
-	"github.com/edgefleet/fleet/pkg/hub/linkhealth"
 	"github.com/edgefleet/fleet/pkg/hub/reconcilers/edgecluster"
 	"github.com/edgefleet/fleet/pkg/hub/reconcilers/edgehost"
 	"github.com/edgefleet/fleet/pkg/hub/reconcilers/edgemachine"
@@ -34,10 +33,6 @@ type Options struct {
 	// SkipNameValidation lets a second manager in the same process register
 	// controllers of the same name (tests that run several hubs).
 	SkipNameValidation bool
-	// LinkThresholds decide the EdgeHost LinkDegraded condition; a zero
-	// threshold is off (fleet-hub's flags default to
-	// linkhealth.DefaultThresholds).
-	LinkThresholds linkhealth.Thresholds
 	// ContactTimeout: a host reading as connected whose lastSeenTime is
 	// older than this is marked AgentConnected=Unknown (fleet-hub uses
 	// twice --last-seen-interval plus a minute); 0 turns it off.
@@ -101,7 +96,6 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		Client:         mgr.GetClient(),
 		APIReader:      mgr.GetAPIReader(),
 		Recorder:       mgr.GetEventRecorder("edgehost-controller"),
-		LinkThresholds: opts.LinkThresholds,
 		ContactTimeout: opts.ContactTimeout,
 	}).SetupWithManager(ctx, mgr, copts); err != nil {
 		return fmt.Errorf("setting up EdgeHost reconciler: %w", err)

@@ -21,7 +21,6 @@ import (
 
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/hub/inventory"
-	"github.com/edgefleet/fleet/pkg/hub/linkhealth"
 )
 
 // +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=edgehosts;edgehosts/status;edgehosts/finalizers,verbs=get;list;watch;update;patch
@@ -46,8 +45,6 @@ type Reconciler struct {
 	// really gone before its claim is freed.
 	APIReader client.Reader
 	Recorder  events.EventRecorder
-	// LinkThresholds decide the LinkDegraded condition.
-	LinkThresholds linkhealth.Thresholds
 	// ContactTimeout marks a host AgentConnected=Unknown when it reads as
 	// connected but its lastSeenTime, refreshed by the replica holding the
 	// session every --last-seen-interval, is older than this: that replica
@@ -204,23 +201,7 @@ func (r *Reconciler) patch(ctx context.Context, host *infrav1.EdgeHost, h *patch
 		}
 		conditions.Set(host, cond)
 	}
-	r.setLinkDegraded(host)
 	return h.Patch(ctx, host,
-		patch.WithOwnedConditions{Conditions: []string{infrav1.ReadyCondition, infrav1.PausedCondition, infrav1.LinkDegradedCondition}},
+		patch.WithOwnedConditions{Conditions: []string{infrav1.ReadyCondition, infrav1.PausedCondition}},
 	)
-}
-
-// setLinkDegraded judges the link health the agent last reported, with an
-// event when the verdict changes.
-func (r *Reconciler) setLinkDegraded(host *infrav1.EdgeHost) {
-	was := conditions.Get(host, infrav1.LinkDegradedCondition)
-	connected := !conditions.IsFalse(host, infrav1.AgentConnectedCondition) && conditions.GetReason(host, infrav1.AgentConnectedCondition) != ContactLostReason
-	cond := linkhealth.HostCondition(host.Status.Link, connected, r.LinkThresholds, was)
-	switch {
-	case cond.Status == metav1.ConditionTrue && (was == nil || was.Status != metav1.ConditionTrue):
-		r.Recorder.Eventf(host, nil, corev1.EventTypeWarning, infrav1.LinkDegradedReason, "LinkHealth", "%s", cond.Message)
-	case cond.Status == metav1.ConditionFalse && was != nil && was.Status == metav1.ConditionTrue:
-		r.Recorder.Eventf(host, nil, corev1.EventTypeNormal, "LinkRecovered", "LinkHealth", "%s", cond.Message)
-	}
-	conditions.Set(host, cond)
 }

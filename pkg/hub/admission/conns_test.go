@@ -1,4 +1,4 @@
-package gateway
+package admission
 
 import (
 	"net"
@@ -10,7 +10,7 @@ import (
 // beyond a cap a new connection is refused before any handshake work, and
 // every count returns to zero as connections end.
 func TestConnectionCountsAreBounded(t *testing.T) {
-	c := newConnCounts(admissionLimits{Pending: 3, PendingPerSource: 2, Connections: 3, ConnectionsPerSource: 2})
+	c := newConnCounts(Limits{Pending: 3, PendingPerSource: 2, Connections: 3, ConnectionsPerSource: 2})
 	if r := c.enter("a"); r != "" {
 		t.Fatalf("first from a refused: %s", r)
 	}

@@ -1,4 +1,4 @@
-package gateway
+package admission
 
 import (
 	"context"
@@ -18,21 +18,22 @@ var crowdCalm = 5 * time.Second
 
 // waves tells whether a wave of connections is on: connections queue for
 // a TLS handshake place (a fleet reconnecting after an outage, enrolling).
-// The zero value is not usable; see newWaves.
-type waves struct {
+// The zero value is not usable; see NewWaves.
+type Waves struct {
 	mu sync.Mutex
 	// over is closed while no wave is on; a wave replaces it with an
 	// open one.
 	over chan struct{}
 }
 
-func newWaves() *waves {
+func NewWaves() *Waves {
 	over := make(chan struct{})
 	close(over)
-	return &waves{over: over}
+	return &Waves{over: over}
 }
 
-func (w *waves) begin() {
+// Begin marks a wave on.
+func (w *Waves) Begin() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	select {
@@ -42,7 +43,8 @@ func (w *waves) begin() {
 	}
 }
 
-func (w *waves) end() {
+// End marks the wave over.
+func (w *Waves) End() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	select {
@@ -53,14 +55,14 @@ func (w *waves) end() {
 }
 
 // current is closed once no wave is on (at once if none is).
-func (w *waves) current() <-chan struct{} {
+func (w *Waves) current() <-chan struct{} {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.over
 }
 
 // on tells whether a wave is on now.
-func (w *waves) on() bool {
+func (w *Waves) On() bool {
 	select {
 	case <-w.current():
 		return false
@@ -71,7 +73,7 @@ func (w *waves) on() bool {
 
 // outlast waits until no wave is on, at most max, or until ctx ends; it
 // tells whether it had to wait at all.
-func (w *waves) outlast(ctx context.Context, max time.Duration) bool {
+func (w *Waves) Outlast(ctx context.Context, max time.Duration) bool {
 	over := w.current()
 	select {
 	case <-over:
@@ -101,16 +103,16 @@ func (w *waves) outlast(ctx context.Context, max time.Duration) bool {
 // memory that counts against a pod's limit. One full collection per wave
 // is cheap beside the wave (docs/PERFORMANCE.md, "Hub memory per idle
 // agent", also for why the collector's target is not raised meanwhile).
-func followWaves(ctx context.Context, places *newestFirst, w *waves, free func()) {
+func followWaves(ctx context.Context, places *newestFirst, w *Waves, free func()) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-places.queued:
 		}
-		w.begin()
+		w.Begin()
 		over := waitOutCrowd(ctx, places)
-		w.end()
+		w.End()
 		if !over {
 			return
 		}
@@ -150,3 +152,9 @@ func waitOutCrowd(ctx context.Context, places *newestFirst) bool {
 
 // freeOSMemory is what followWaves calls in the hub.
 var freeOSMemory = debug.FreeOSMemory
+
+// FollowWaves marks waves on w while connections queue for this
+// listener's handshake places, until ctx ends (see followWaves).
+func (l *Listener) FollowWaves(ctx context.Context, w *Waves) {
+	followWaves(ctx, l.places, w, freeOSMemory)
+}

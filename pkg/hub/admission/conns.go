@@ -1,4 +1,4 @@
-package gateway
+package admission
 
 import (
 	"encoding/binary"
@@ -13,16 +13,16 @@ import (
 
 // connCounts counts, per source address and in all, the connections that
 // are being admitted (accepted, handshake not finished) and those
-// established, against admissionLimits.
+// established, against Limits.
 type connCounts struct {
-	lim admissionLimits
+	lim Limits
 
 	mu                  sync.Mutex
 	pending, open       map[string]int
 	pendingAll, allOpen int
 }
 
-func newConnCounts(lim admissionLimits) *connCounts {
+func newConnCounts(lim Limits) *connCounts {
 	return &connCounts{lim: lim, pending: map[string]int{}, open: map[string]int{}}
 }
 

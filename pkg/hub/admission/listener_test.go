@@ -1,4 +1,4 @@
-package gateway
+package admission
 
 import (
 	"crypto/tls"
@@ -31,12 +31,12 @@ func TestTLSHandshakesAreBounded(t *testing.T) {
 	serverCfg := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{serving}}
 	clientCfg := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, ServerName: "127.0.0.1"}
 
-	listen := func(wait time.Duration) (*handshakeListener, <-chan net.Conn) {
+	listen := func(wait time.Duration) (*Listener, <-chan net.Conn) {
 		raw, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
-		l := newHandshakeListener(raw, serverCfg, admissionLimits{Handshakes: 1, HandshakesPerSource: 1, Pending: 100, PendingPerSource: 100,
+		l := NewListener(raw, serverCfg, Limits{Handshakes: 1, HandshakesPerSource: 1, Pending: 100, PendingPerSource: 100,
 			Connections: 100, ConnectionsPerSource: 100, Wait: wait, Timeout: 5 * time.Second})
 		t.Cleanup(func() { _ = l.Close() })
 		accepted := make(chan net.Conn, 4)
@@ -54,7 +54,7 @@ func TestTLSHandshakesAreBounded(t *testing.T) {
 	}
 	// stall takes the only place: a connection that sends its ClientHello
 	// and nothing more. One that sends nothing at all takes none.
-	stall := func(l *handshakeListener) net.Conn {
+	stall := func(l *Listener) net.Conn {
 		idle, err := net.Dial("tcp", l.Addr().String())
 		if err != nil {
 			t.Fatal(err)
@@ -78,7 +78,7 @@ func TestTLSHandshakesAreBounded(t *testing.T) {
 		}
 		return c
 	}
-	dial := func(l *handshakeListener) <-chan error {
+	dial := func(l *Listener) <-chan error {
 		errc := make(chan error, 1)
 		go func() {
 			c, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", l.Addr().String(), clientCfg)

@@ -1,4 +1,4 @@
-package gateway
+package enrollment
 
 import (
 	"context"
@@ -11,7 +11,11 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/go-logr/logr"
+	"golang.org/x/time/rate"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -20,49 +24,68 @@ import (
 
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
-	"github.com/edgefleet/fleet/pkg/hub/enrollment"
+	"github.com/edgefleet/fleet/pkg/hub/admission"
 	"github.com/edgefleet/fleet/pkg/pki"
 )
 
-// Labels the gateway puts on enrolled hosts.
-const (
-	// TokenIDLabel records which token enrolled a host.
-	TokenIDLabel = "fleet.edgefleet.io/token-id"
-)
+// TokenIDLabel records which token enrolled a host.
+const TokenIDLabel = "fleet.edgefleet.io/token-id"
 
-// httpError is the JSON body of every refusal.
-type httpError struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
+// EnrollerOptions configure an Enroller.
+type EnrollerOptions struct {
+	// HubNamespace holds the enrollment tokens.
+	HubNamespace string
+	// ClientCertValidity is the lifetime of host certificates.
+	ClientCertValidity time.Duration
+	// MaxConcurrent enrollments hold a place at once; more wait up to
+	// Wait for one (not positive: not at all), then are told to come back.
+	MaxConcurrent int
+	Wait          time.Duration
+	// Rate and Burst limit enrollments across all callers.
+	Rate  rate.Limit
+	Burst int
+}
+
+// Enroller serves POST /v1/enroll: a token and a CSR become an EdgeHost
+// and a client certificate signed by the hub CA.
+type Enroller struct {
+	opts EnrollerOptions
+	// client reads EdgeHosts from the informer cache and writes; apiReader
+	// reads tokens, which are not cached.
+	client    client.Client
+	apiReader client.Reader
+	ca        *pki.CA
+	log       logr.Logger
+	limiter   *rate.Limiter
+	places    *admission.Places
+	// tokenLocks serialise enrollments per token (striped) on this replica.
+	tokenLocks [64]sync.Mutex
+}
+
+// NewEnroller returns an Enroller signing with ca.
+func NewEnroller(c client.Client, apiReader client.Reader, ca *pki.CA, log logr.Logger, opts EnrollerOptions) *Enroller {
+	return &Enroller{opts: opts, client: c, apiReader: apiReader, ca: ca, log: log,
+		limiter: rate.NewLimiter(opts.Rate, opts.Burst), places: admission.NewPlaces(opts.MaxConcurrent)}
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(httpError{Code: code, Message: msg})
+	wire.Refusal{Code: code, Message: msg}.Write(w, status)
 }
 
 var tokenRefusals = []struct {
 	err    error
 	result string
 }{
-	{enrollment.ErrMalformed, "malformed"},
-	{enrollment.ErrUnknown, "unknown"},
-	{enrollment.ErrExpired, "expired"},
-	{enrollment.ErrUsedUp, "used_up"},
-	{enrollment.ErrRevoked, "revoked"},
+	{ErrMalformed, "malformed"},
+	{ErrUnknown, "unknown"},
+	{ErrExpired, "expired"},
+	{ErrUsedUp, "used_up"},
+	{ErrRevoked, "revoked"},
 }
 
-// takeEnrollPlace waits up to EnrollWait for one of the enrollment places.
-// A request turned away comes back after its Retry-After with two new TLS
-// handshakes (the CA, then the enrollment): when a fleet powers up at once,
-// waiting in line here costs the hub far less than the retries would.
-func (s *Server) takeEnrollPlace(ctx context.Context) bool {
-	return takePlace(ctx, s.enrolling, s.opts.EnrollWait)
-}
-
-func (s *Server) serveEnroll(w http.ResponseWriter, r *http.Request) {
-	if !s.enrollLim.Allow() {
+// ServeHTTP enrolls a machine.
+func (s *Enroller) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !s.limiter.Allow() {
 		enrollments.WithLabelValues("rate_limited").Inc()
 		w.Header().Set("Retry-After", "5")
 		writeError(w, http.StatusTooManyRequests, "RateLimited", "too many enrollments; retry later")
@@ -82,9 +105,11 @@ func (s *Server) serveEnroll(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// A place is taken only once the request is read: a client sending
-	// its body slowly must not hold one.
-	if s.takeEnrollPlace(r.Context()) {
-		defer func() { <-s.enrolling }()
+	// its body slowly must not hold one. A request turned away comes back
+	// after its Retry-After with two new TLS handshakes (the CA, then the
+	// enrollment): waiting in line here costs the hub far less.
+	if s.places.Take(r.Context(), s.opts.Wait) {
+		defer s.places.Release()
 	} else {
 		enrollments.WithLabelValues("busy").Inc()
 		// Not sooner: a fleet powering up at once is thousands of agents,
@@ -112,7 +137,7 @@ func (s *Server) serveEnroll(w http.ResponseWriter, r *http.Request) {
 		// No part of what was sent as a secret is logged: an id only when
 		// the token is well formed.
 		s.log.Info("Refused enrollment", "reason", err.Error(), "hostname", req.Facts.Hostname,
-			"tokenID", enrollment.PublicID(req.Token), "remote", r.RemoteAddr)
+			"tokenID", PublicID(req.Token), "remote", r.RemoteAddr)
 		msg := err.Error()
 		if status == http.StatusInternalServerError {
 			// The caller has not proven anything yet: the API server's
@@ -123,7 +148,7 @@ func (s *Server) serveEnroll(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	enrollments.WithLabelValues("ok").Inc()
-	s.log.Info("Enrolled host", "EdgeHost", resp.Namespace+"/"+resp.Host, "tokenID", enrollment.PublicID(req.Token))
+	s.log.Info("Enrolled host", "EdgeHost", resp.Namespace+"/"+resp.Host, "tokenID", PublicID(req.Token))
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(resp)
 }
@@ -134,7 +159,7 @@ func fnv32(s string) uint32 {
 	return h.Sum32()
 }
 
-func (s *Server) enroll(ctx context.Context, req *wire.EnrollRequest) (*wire.EnrollResponse, int, string, error) {
+func (s *Enroller) enroll(ctx context.Context, req *wire.EnrollRequest) (*wire.EnrollResponse, int, string, error) {
 	// Everything that can be checked without the token is checked first,
 	// so a bad request never spends a one-time token.
 	csr, err := pki.ParseCSR(req.CSR)
@@ -166,7 +191,7 @@ func (s *Server) enroll(ctx context.Context, req *wire.EnrollRequest) (*wire.Enr
 			// exist that a retry resumes, so the use stays spent.
 			refund := errors.Is(err, errHostExists) || apierrors.IsInvalid(err)
 			if refund {
-				if rerr := enrollment.Refund(ctx, s.client, s.apiReader, tok); rerr != nil {
+				if rerr := Refund(ctx, s.client, s.apiReader, tok); rerr != nil {
 					s.log.Error(rerr, "Giving a use back to a token after a refused enrollment", "tokenID", tok.ID)
 				}
 			}
@@ -192,12 +217,12 @@ func (s *Server) enroll(ctx context.Context, req *wire.EnrollRequest) (*wire.Enr
 // booting at once would otherwise all race on the token's usage counter
 // at the API server, and most would lose. Striped by token id, so the
 // lock table stays small whatever ids callers send.
-func (s *Server) consumeToken(ctx context.Context, token string) (*enrollment.Token, int, string, error) {
-	mu := &s.tokenLocks[fnv32(enrollment.PublicID(token))%uint32(len(s.tokenLocks))]
+func (s *Enroller) consumeToken(ctx context.Context, token string) (*Token, int, string, error) {
+	mu := &s.tokenLocks[fnv32(PublicID(token))%uint32(len(s.tokenLocks))]
 	mu.Lock()
 	defer mu.Unlock()
 	for attempt := 0; ; attempt++ {
-		tok, err := enrollment.Authenticate(ctx, s.apiReader, s.opts.HubNamespace, token, time.Now())
+		tok, err := Authenticate(ctx, s.apiReader, s.opts.HubNamespace, token, time.Now())
 		if err != nil {
 			for _, tr := range tokenRefusals {
 				if errors.Is(err, tr.err) {
@@ -206,7 +231,7 @@ func (s *Server) consumeToken(ctx context.Context, token string) (*enrollment.To
 			}
 			return nil, http.StatusInternalServerError, "Internal", err
 		}
-		err = enrollment.Consume(ctx, s.client, tok)
+		err = Consume(ctx, s.client, tok)
 		if err == nil {
 			return tok, http.StatusOK, "", nil
 		}
@@ -245,11 +270,11 @@ var errHostExists = errors.New("this machine already has an EdgeHost")
 // Two machines with the same hostname get distinct names; a machine that
 // enrolls again while its old EdgeHost exists is refused until an operator
 // deletes that EdgeHost.
-func (s *Server) createHost(ctx context.Context, tok *enrollment.Token, req *wire.EnrollRequest, keyID string) (*infrav1.EdgeHost, error) {
+func (s *Enroller) createHost(ctx context.Context, tok *Token, req *wire.EnrollRequest, keyID string) (*infrav1.EdgeHost, error) {
 	candidates := hostCandidates(req)
 	labels := map[string]string{TokenIDLabel: tok.ID}
 	for k, v := range tok.HostLabels {
-		if enrollment.ReservedLabel(k) {
+		if ReservedLabel(k) {
 			// A token Secret made by hand; `token create` refuses these.
 			s.log.Info("Ignoring a label the token may not set", "tokenID", tok.ID, "label", k)
 			continue
@@ -288,7 +313,7 @@ func (s *Server) createHost(ctx context.Context, tok *enrollment.Token, req *wir
 
 // sameEnrollment returns host name if an attempt of the same enrollment
 // (same token, same key) made it and no agent has connected as it yet.
-func (s *Server) sameEnrollment(ctx context.Context, tok *enrollment.Token, name, keyID string) *infrav1.EdgeHost {
+func (s *Enroller) sameEnrollment(ctx context.Context, tok *Token, name, keyID string) *infrav1.EdgeHost {
 	h := &infrav1.EdgeHost{}
 	if err := s.apiReader.Get(ctx, client.ObjectKey{Namespace: tok.HostNamespace, Name: name}, h); err != nil {
 		return nil
@@ -301,7 +326,7 @@ func (s *Server) sameEnrollment(ctx context.Context, tok *enrollment.Token, name
 
 // resumable tells that h was made by an enrollment with this token and key
 // and no agent has connected as it yet.
-func resumable(h *infrav1.EdgeHost, tok *enrollment.Token, keyID string) bool {
+func resumable(h *infrav1.EdgeHost, tok *Token, keyID string) bool {
 	return h.Annotations[infrav1.EnrollmentKeyAnnotation] == keyID && h.Labels[TokenIDLabel] == tok.ID && h.DeletionTimestamp.IsZero() &&
 		meta.FindStatusCondition(h.Status.Conditions, infrav1.AgentConnectedCondition) == nil
 }
@@ -319,8 +344,8 @@ func hostCandidates(req *wire.EnrollRequest) []string {
 // (the agent keeps its enrollment key until it holds an identity), and no
 // agent has ever connected as it. Anyone else asking with that key gains
 // nothing: the certificate is useless without the private key.
-func (s *Server) resumedHost(ctx context.Context, req *wire.EnrollRequest, keyID string) (*infrav1.EdgeHost, error) {
-	tok, err := enrollment.Verify(ctx, s.apiReader, s.opts.HubNamespace, req.Token, time.Now())
+func (s *Enroller) resumedHost(ctx context.Context, req *wire.EnrollRequest, keyID string) (*infrav1.EdgeHost, error) {
+	tok, err := Verify(ctx, s.apiReader, s.opts.HubNamespace, req.Token, time.Now())
 	if err != nil {
 		return nil, nil // refused below, with the right answer
 	}
@@ -349,7 +374,7 @@ func (s *Server) resumedHost(ctx context.Context, req *wire.EnrollRequest, keyID
 	return nil, nil
 }
 
-func (s *Server) reportFacts(ctx context.Context, h *infrav1.EdgeHost, req *wire.EnrollRequest) error {
+func (s *Enroller) reportFacts(ctx context.Context, h *infrav1.EdgeHost, req *wire.EnrollRequest) error {
 	patch := client.MergeFrom(h.DeepCopy())
 	h.Status.Facts = req.Facts
 	h.Status.Addresses = req.Addresses

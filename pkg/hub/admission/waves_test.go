@@ -1,4 +1,4 @@
-package gateway
+package admission
 
 import (
 	"context"
@@ -21,11 +21,11 @@ func TestWavesFollowed(t *testing.T) {
 	}
 	freed := make(chan struct{}, 4)
 	done := make(chan struct{})
-	w := newWaves()
+	w := NewWaves()
 	go func() { followWaves(ctx, p, w, func() { freed <- struct{}{} }); close(done) }()
 	expectOn := func(want bool, when string) {
 		t.Helper()
-		if w.on() != want {
+		if w.On() != want {
 			t.Fatalf("wave on = %v %s, want %v", !want, when, want)
 		}
 	}
@@ -73,7 +73,7 @@ func TestWavesFollowed(t *testing.T) {
 			t.Fatal("the waiter never got in line")
 		}
 	}
-	for deadline := time.Now().Add(10 * time.Second); !w.on(); time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); !w.On(); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("no wave with a connection in line")
 		}
@@ -92,20 +92,20 @@ func TestWavesFollowed(t *testing.T) {
 // time is up, and tells whether it waited.
 func TestOutlastWaves(t *testing.T) {
 	ctx := context.Background()
-	w := newWaves()
-	if w.outlast(ctx, time.Hour) {
+	w := NewWaves()
+	if w.Outlast(ctx, time.Hour) {
 		t.Fatal("waited with no wave on")
 	}
-	w.begin()
-	w.begin() // a wave already on stays one wave
+	w.Begin()
+	w.Begin() // a wave already on stays one wave
 	returned := make(chan bool, 1)
-	go func() { returned <- w.outlast(ctx, time.Hour) }()
+	go func() { returned <- w.Outlast(ctx, time.Hour) }()
 	select {
 	case <-returned:
 		t.Fatal("returned while the wave was on")
 	case <-time.After(100 * time.Millisecond):
 	}
-	w.end()
+	w.End()
 	select {
 	case waited := <-returned:
 		if !waited {
@@ -114,15 +114,15 @@ func TestOutlastWaves(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("still waiting after the wave ended")
 	}
-	w.end() // ending twice is harmless
-	w.begin()
+	w.End() // ending twice is harmless
+	w.Begin()
 	start := time.Now()
-	if !w.outlast(ctx, 50*time.Millisecond) || time.Since(start) < 50*time.Millisecond {
+	if !w.Outlast(ctx, 50*time.Millisecond) || time.Since(start) < 50*time.Millisecond {
 		t.Fatal("did not wait out its time in an endless wave")
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if !w.outlast(cctx, time.Hour) {
+	if !w.Outlast(cctx, time.Hour) {
 		t.Fatal("an ended context: said it did not wait")
 	}
 }

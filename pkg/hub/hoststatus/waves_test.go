@@ -1,10 +1,11 @@
-package gateway
+package hoststatus
 
 import (
 	"context"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,6 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/hub/admission"
+	"github.com/edgefleet/fleet/pkg/hub/identity"
 	"github.com/edgefleet/fleet/pkg/hub/linkhealth"
 	"github.com/edgefleet/fleet/pkg/pki"
 )
@@ -34,10 +37,11 @@ func TestConnectedWritesWaitForWaves(t *testing.T) {
 		&infrav1.EdgeHost{ObjectMeta: metav1.ObjectMeta{Namespace: "site-a", Name: "store-2", UID: "uid-2"}},
 	}
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(hosts...).WithStatusSubresource(hosts...).Build()
-	s := &Server{client: c, apiReader: c, statusWrites: make(chan struct{}, 1), waves: newWaves(), sessions: map[string]*session{},
-		opts: Options{ReplicaName: "hub-0", WaveStatusDelay: time.Minute, LastSeenInterval: 5 * time.Minute, LinkThresholds: linkhealth.DefaultThresholds()}}
-	newSession := func(name, uid string) *session {
-		return &session{srv: s, id: pki.Identity{Namespace: "site-a", Name: name, UID: uid}, done: make(chan struct{})}
+	waves := admission.NewWaves()
+	s := New(c, c, nil, logr.Discard(), noSessions{}, admission.NewPlaces(1), waves,
+		Options{ReplicaName: "hub-0", WaveStatusDelay: time.Minute, LastSeenInterval: 5 * time.Minute, LinkThresholds: linkhealth.DefaultThresholds()})
+	newSession := func(name, uid string) *testSession {
+		return &testSession{peer: identity.Peer{ID: pki.Identity{Namespace: "site-a", Name: name, UID: uid}}, done: make(chan struct{})}
 	}
 	connected := func(name string) metav1.ConditionStatus {
 		t.Helper()
@@ -50,9 +54,9 @@ func TestConnectedWritesWaitForWaves(t *testing.T) {
 		}
 		return metav1.ConditionUnknown
 	}
-	mark := func(ss *session) <-chan struct{} {
+	mark := func(ss *testSession) <-chan struct{} {
 		done := make(chan struct{})
-		go func() { s.markConnected(ctx, ss); close(done) }()
+		go func() { s.Connected(ctx, ss); close(done) }()
 		return done
 	}
 	settle := func() { time.Sleep(200 * time.Millisecond) }
@@ -67,7 +71,7 @@ func TestConnectedWritesWaitForWaves(t *testing.T) {
 	// In a wave: after it.
 	two := newSession("store-2", "uid-2")
 	held := testutil.ToFloat64(waveDelayedStatusWrites.WithLabelValues("connected"))
-	s.waves.begin()
+	waves.Begin()
 	written := mark(two)
 	settle()
 	if got := connected("store-2"); got != metav1.ConditionUnknown {
@@ -77,11 +81,11 @@ func TestConnectedWritesWaitForWaves(t *testing.T) {
 		t.Fatalf("%v connected writes counted as held during the wave, want 1", d)
 	}
 	// A lost host does not wait.
-	s.markDisconnected(ctx, one)
+	s.Disconnected(ctx, one)
 	if got := connected("store-1"); got != metav1.ConditionFalse {
 		t.Fatalf("in a wave: a lost host reads AgentConnected %s, want False at once", got)
 	}
-	s.waves.end()
+	waves.End()
 	select {
 	case <-written:
 	case <-time.After(10 * time.Second):
@@ -93,21 +97,21 @@ func TestConnectedWritesWaitForWaves(t *testing.T) {
 
 	// A host that already reads connected here needs no write: its new
 	// session is not kept waiting for the wave.
-	s.waves.begin()
+	waves.Begin()
 	select {
 	case <-mark(newSession("store-2", "uid-2")):
 	case <-time.After(10 * time.Second):
 		t.Fatal("a host already recorded connected waits for the wave")
 	}
-	s.waves.end()
+	waves.End()
 
 	// A session that ends while its write waits is not recorded connected.
 	again := newSession("store-1", "uid-1")
-	s.waves.begin()
+	waves.Begin()
 	written = mark(again)
 	settle()
 	close(again.done)
-	s.waves.end()
+	waves.End()
 	<-written
 	if got := connected("store-1"); got != metav1.ConditionFalse {
 		t.Fatalf("a session that ended in the wave: AgentConnected %s, want False", got)
@@ -115,8 +119,8 @@ func TestConnectedWritesWaitForWaves(t *testing.T) {
 
 	// Not held at all when turned off.
 	s.opts.WaveStatusDelay = -1
-	s.waves.begin()
-	defer s.waves.end()
+	waves.Begin()
+	defer waves.End()
 	select {
 	case <-mark(newSession("store-1", "uid-1")):
 	case <-time.After(10 * time.Second):
@@ -126,3 +130,20 @@ func TestConnectedWritesWaitForWaves(t *testing.T) {
 		t.Fatalf("WaveStatusDelay negative: AgentConnected %s, want True", got)
 	}
 }
+
+// testSession is a session as the writer sees it.
+type testSession struct {
+	peer    identity.Peer
+	done    chan struct{}
+	reports Reports
+}
+
+func (t *testSession) Peer() identity.Peer   { return t.peer }
+func (t *testSession) Done() <-chan struct{} { return t.done }
+func (t *testSession) Replaced() bool        { return false }
+func (t *testSession) Reports() *Reports     { return &t.reports }
+
+// noSessions is a replica holding no session.
+type noSessions struct{}
+
+func (noSessions) Current(string, string) Session { return nil }

@@ -1,4 +1,4 @@
-package gateway
+package admission
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// handshakeListener does the TLS handshakes of the connections it accepts
+// Listener does the TLS handshakes of the connections it accepts
 // before net/http sees them, at most limit at once; connections beyond
 // that wait up to wait for a place, newest first (see newestFirst), and
 // are closed if none comes.
@@ -23,7 +23,7 @@ import (
 // which brings those agents back too (docs/PERFORMANCE.md, "Cold start and
 // reconnect storm"). Bounded, handshakes finish in milliseconds each, one
 // after another, and established sessions keep their share of the cores.
-type handshakeListener struct {
+type Listener struct {
 	raw     net.Listener
 	cfg     *tls.Config
 	places  *newestFirst
@@ -44,9 +44,9 @@ type handshakeListener struct {
 // slow uplink, and an idle connection holds a pending place no longer.
 const clientHelloWait = 3 * time.Second
 
-// admissionLimits bound what connections that have proven nothing yet
+// Limits bound what connections that have proven nothing yet
 // can hold, in total and per source address.
-type admissionLimits struct {
+type Limits struct {
 	// Handshakes is how many TLS handshakes run at once, PerSource how
 	// many of them one source address may hold.
 	Handshakes, HandshakesPerSource int
@@ -62,10 +62,10 @@ type admissionLimits struct {
 	Wait, Timeout time.Duration
 }
 
-// newHandshakeListener serves TLS on raw within lim.
-func newHandshakeListener(raw net.Listener, cfg *tls.Config, lim admissionLimits) *handshakeListener {
+// NewListener serves TLS on raw within lim.
+func NewListener(raw net.Listener, cfg *tls.Config, lim Limits) *Listener {
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &handshakeListener{raw: raw, cfg: cfg, places: newNewestFirstPerSource(lim.Handshakes, lim.HandshakesPerSource),
+	l := &Listener{raw: raw, cfg: cfg, places: newNewestFirstPerSource(lim.Handshakes, lim.HandshakesPerSource),
 		conns: newConnCounts(lim), wait: lim.Wait, timeout: lim.Timeout,
 		ready: make(chan net.Conn), ctx: ctx, cancel: cancel}
 	go l.acceptLoop()
@@ -73,7 +73,7 @@ func newHandshakeListener(raw net.Listener, cfg *tls.Config, lim admissionLimits
 }
 
 // Accept returns the next connection whose TLS handshake is done.
-func (l *handshakeListener) Accept() (net.Conn, error) {
+func (l *Listener) Accept() (net.Conn, error) {
 	select {
 	case c := <-l.ready:
 		return c, nil
@@ -85,15 +85,15 @@ func (l *handshakeListener) Accept() (net.Conn, error) {
 }
 
 // Close stops accepting; handshakes in progress are abandoned.
-func (l *handshakeListener) Close() error {
+func (l *Listener) Close() error {
 	err := l.raw.Close()
 	l.stop(net.ErrClosed)
 	return err
 }
 
-func (l *handshakeListener) Addr() net.Addr { return l.raw.Addr() }
+func (l *Listener) Addr() net.Addr { return l.raw.Addr() }
 
-func (l *handshakeListener) stop(err error) {
+func (l *Listener) stop(err error) {
 	l.once.Do(func() {
 		l.mu.Lock()
 		l.err = err
@@ -102,7 +102,7 @@ func (l *handshakeListener) stop(err error) {
 	})
 }
 
-func (l *handshakeListener) acceptLoop() {
+func (l *Listener) acceptLoop() {
 	var delay time.Duration
 	for {
 		c, err := l.raw.Accept()
@@ -129,7 +129,7 @@ func (l *handshakeListener) acceptLoop() {
 // handshake waits for the ClientHello and a place, does the TLS handshake
 // and hands the connection to Accept. A connection takes a place only once
 // its ClientHello is in: idle TCP connections hold none.
-func (l *handshakeListener) handshake(raw net.Conn) {
+func (l *Listener) handshake(raw net.Conn) {
 	src := sourceOf(raw)
 	if reason := l.conns.enter(src); reason != "" {
 		tlsHandshakes.WithLabelValues(reason).Inc()

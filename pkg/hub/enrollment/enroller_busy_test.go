@@ -1,4 +1,4 @@
-package gateway
+package enrollment
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,7 +21,6 @@ import (
 
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
-	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 	"github.com/edgefleet/fleet/pkg/pki"
 )
 
@@ -33,7 +33,7 @@ func TestEnrollOnAContendedTokenIsBusyNotAnError(t *testing.T) {
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = infrav1.AddToScheme(scheme)
 	base := fake.NewClientBuilder().WithScheme(scheme).Build()
-	token, _, err := enrollment.Create(ctx, base, "fleet-system", enrollment.Options{TTL: time.Hour, HostNamespace: "site-a"}, time.Now())
+	token, _, err := Create(ctx, base, "fleet-system", Options{TTL: time.Hour, HostNamespace: "site-a"}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestEnrollOnAContendedTokenIsBusyNotAnError(t *testing.T) {
 			return apierrors.NewConflict(schema.GroupResource{Resource: "secrets"}, obj.GetName(), nil)
 		},
 	})
-	s := &Server{client: contended, apiReader: base, opts: Options{HubNamespace: "fleet-system"}}
+	s := &Enroller{client: contended, apiReader: base, opts: EnrollerOptions{HubNamespace: "fleet-system"}}
 	_, csr, err := pki.NewKeyAndCSR("store-1")
 	if err != nil {
 		t.Fatal(err)
@@ -80,40 +80,40 @@ func TestEnrollOnAContendedTokenIsBusyNotAnError(t *testing.T) {
 // any work, with a Retry-After the agent honours; an admitted one gives its
 // place back however it ends.
 func TestEnrollmentsBeyondTheLimitAreBusy(t *testing.T) {
-	s := &Server{enrollLim: rate.NewLimiter(rate.Inf, 1), enrolling: make(chan struct{}, 1), opts: Options{HubNamespace: "fleet-system"}}
-	s.enrolling <- struct{}{} // one in progress
+	s := NewEnroller(nil, nil, nil, logr.Discard(), EnrollerOptions{HubNamespace: "fleet-system", MaxConcurrent: 1, Rate: rate.Inf, Burst: 1})
+	s.places.Take(context.Background(), 0) // one in progress
 	body := `{"token":"abcdef.0123456789abcdef","csr":"bm90IGEgY3Ny","facts":{"hostname":"kiosk","machineID":"0123456789abcdef0123456789abcdef"}}`
 	rec := httptest.NewRecorder()
-	s.serveEnroll(rec, httptest.NewRequest(http.MethodPost, wire.PathEnroll, strings.NewReader(body)))
+	s.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, wire.PathEnroll, strings.NewReader(body)))
 	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") != "5" || !strings.Contains(rec.Body.String(), "Busy") {
 		t.Fatalf("over the limit: %d Retry-After %q %s", rec.Code, rec.Header().Get("Retry-After"), rec.Body)
 	}
-	<-s.enrolling
+	s.places.Release()
 	// Admitted; its CSR is no CSR, so it ends at once with 400.
 	rec = httptest.NewRecorder()
-	s.serveEnroll(rec, httptest.NewRequest(http.MethodPost, wire.PathEnroll, strings.NewReader(body)))
+	s.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, wire.PathEnroll, strings.NewReader(body)))
 	if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "csr refused") {
 		t.Fatalf("admitted request with a bad CSR: %d %s, want 400 csr refused", rec.Code, rec.Body)
 	}
-	if len(s.enrolling) != 0 {
+	if s.places.InUse() != 0 {
 		t.Error("an enrollment that ended kept its place")
 	}
 }
 
-// An enrollment beyond the limit waits in line for a place (EnrollWait)
+// An enrollment beyond the limit waits in line for a place (EnrollerOptions.Wait)
 // instead of being turned away at once — a retry would cost the hub two
 // more TLS handshakes — and goes ahead when one frees; one that waits in
 // vain is turned away with Retry-After.
 func TestEnrollmentWaitsForAPlace(t *testing.T) {
-	s := &Server{enrollLim: rate.NewLimiter(rate.Inf, 1), enrolling: make(chan struct{}, 1),
-		opts: Options{HubNamespace: "fleet-system", EnrollWait: time.Minute}}
+	s := NewEnroller(nil, nil, nil, logr.Discard(), EnrollerOptions{HubNamespace: "fleet-system", MaxConcurrent: 1, Rate: rate.Inf, Burst: 1,
+		Wait: time.Minute})
 	body := `{"token":"abcdef.0123456789abcdef","csr":"bm90IGEgY3Ny","facts":{"hostname":"kiosk","machineID":"0123456789abcdef0123456789abcdef"}}`
 	serve := func() *httptest.ResponseRecorder {
 		rec := httptest.NewRecorder()
-		s.serveEnroll(rec, httptest.NewRequest(http.MethodPost, wire.PathEnroll, strings.NewReader(body)))
+		s.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, wire.PathEnroll, strings.NewReader(body)))
 		return rec
 	}
-	s.enrolling <- struct{}{} // one in progress
+	s.places.Take(context.Background(), 0) // one in progress
 	done := make(chan *httptest.ResponseRecorder, 1)
 	go func() { done <- serve() }()
 	select {
@@ -121,14 +121,14 @@ func TestEnrollmentWaitsForAPlace(t *testing.T) {
 		t.Fatalf("answered %d while no place was free; want it to wait", rec.Code)
 	case <-time.After(300 * time.Millisecond):
 	}
-	<-s.enrolling // the one in progress ends
+	s.places.Release() // the one in progress ends
 	// Admitted; its CSR is no CSR, so it ends with 400.
 	if rec := <-done; rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "csr refused") {
 		t.Fatalf("the waiting enrollment: %d %s, want 400 csr refused", rec.Code, rec.Body)
 	}
 
-	s.opts.EnrollWait = 100 * time.Millisecond
-	s.enrolling <- struct{}{}
+	s.opts.Wait = 100 * time.Millisecond
+	s.places.Take(context.Background(), 0)
 	if rec := serve(); rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") != "5" {
 		t.Fatalf("waited in vain: %d Retry-After %q, want 503 and 5", rec.Code, rec.Header().Get("Retry-After"))
 	}

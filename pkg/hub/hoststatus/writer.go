@@ -1,0 +1,394 @@
+package hoststatus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/contract/wire"
+	"github.com/edgefleet/fleet/pkg/hub/admission"
+	"github.com/edgefleet/fleet/pkg/hub/identity"
+	"github.com/edgefleet/fleet/pkg/hub/linkhealth"
+)
+
+// Reasons of the AgentConnected condition.
+const (
+	ConnectedReason    = "Connected"
+	DisconnectedReason = "Disconnected"
+)
+
+// Options configure a Writer.
+type Options struct {
+	// ReplicaName names this replica in conditions.
+	ReplicaName string
+	// LastSeenInterval is how often lastSeenTime is refreshed for a
+	// connected agent.
+	LastSeenInterval time.Duration
+	// DisconnectGrace is how long a host whose session ended still reads
+	// as connected (negative: recorded at once).
+	DisconnectGrace time.Duration
+	// WaveStatusDelay is how long news that a host is well waits for a
+	// wave of connections to pass (not positive: not at all).
+	WaveStatusDelay time.Duration
+	// LinkThresholds decide the LinkDegraded verdict.
+	LinkThresholds linkhealth.Thresholds
+}
+
+// Writer records hosts' reports and connectivity in EdgeHost status.
+type Writer struct {
+	opts Options
+	// client reads the informer cache and writes; apiReader reads past it.
+	client    client.Client
+	apiReader client.Reader
+	log       logr.Logger
+	recorder  events.EventRecorder
+	registry  Registry
+	// places bound the status writes in flight.
+	places *admission.Places
+	waves  *admission.Waves
+
+	// connMu serialises AgentConnected/lastSeenTime writes per host, so a
+	// reconnect's "connected" and the old session's "disconnected" cannot
+	// land in the wrong order.
+	connMu sync.Map // "namespace/name" → *sync.Mutex
+	// wroteDisconnect holds the hosts this process last recorded as
+	// disconnected ("namespace/name" → true).
+	wroteDisconnect sync.Map
+	// pending holds a timer per host whose session ended less than
+	// DisconnectGrace ago ("namespace/name").
+	mu      sync.Mutex
+	pending map[string]*time.Timer
+}
+
+// New returns a Writer. places bound its writes in flight; waves may be nil
+// (no wave ever holds a write back).
+func New(c client.Client, apiReader client.Reader, recorder events.EventRecorder, log logr.Logger,
+	registry Registry, places *admission.Places, waves *admission.Waves, opts Options) *Writer {
+	return &Writer{opts: opts, client: c, apiReader: apiReader, recorder: recorder, log: log, registry: registry,
+		places: places, waves: waves, pending: map[string]*time.Timer{}}
+}
+
+// RecordStatus writes the agent's report into EdgeHost status, and only
+// when it differs from the last one: an agent re-sending the same status
+// (after every reconnect, on its resync timer) costs no API write.
+func (w *Writer) RecordStatus(ctx context.Context, ss Session, st *wire.Status) error {
+	digest, err := digestStatus(st)
+	if err != nil {
+		return err
+	}
+	reports := ss.Reports()
+	last := reports.last
+	if last.taken && digest.all == last.all {
+		return nil
+	}
+	// Link health changes with every window. A report that changes only
+	// it, and not its verdict, waits for the next lastSeen refresh: a busy
+	// link costs no more writes than an idle one.
+	if last.taken && st.Link != nil && digest.withoutLink == last.withoutLink && reports.holdLink(st.Link, w.opts.LinkThresholds) {
+		reports.last = digest
+		return nil
+	}
+	peer := ss.Peer()
+	host := &infrav1.EdgeHost{}
+	key := client.ObjectKey{Namespace: peer.ID.Namespace, Name: peer.ID.Name}
+	err = w.client.Get(ctx, key, host)
+	if apierrors.IsNotFound(err) {
+		// The first report of a host enrolled a moment ago can beat the
+		// informer to it; ask the API server rather than drop the report.
+		err = w.apiReader.Get(ctx, key, host)
+	}
+	if err != nil {
+		return err
+	}
+	if err := identity.Trust(host, peer); err != nil {
+		// A host being deleted is written no more, whatever it reports.
+		return err
+	}
+	want := host.DeepCopy()
+	want.Status.Facts = st.Facts
+	want.Status.Addresses = st.Addresses
+	want.Status.AgentObservedGeneration = st.ObservedGeneration
+	want.Status.Provisioning = st.Provisioning
+	want.Status.ProviderID = st.ProviderID
+	want.Status.NodeName = st.NodeName
+	want.Status.CertificatesExpiryDate = st.CertificatesExpiryDate
+	if st.Link != nil {
+		want.Status.Link = st.Link
+		w.setLinkDegraded(want, connectedNow(host))
+	}
+	if !equality.Semantic.DeepEqual(host.Status, want.Status) {
+		// The uid precondition makes sure the write lands on this host, not
+		// on one re-created under the same name meanwhile.
+		p, err := patchWithUID(host, want)
+		if err != nil {
+			return err
+		}
+		if err := w.write(ctx, func() error { return w.client.Status().Patch(ctx, want, p) }); err != nil {
+			return fmt.Errorf("patching status of EdgeHost %s: %w", peer.ID, err)
+		}
+		statusWrites.WithLabelValues("report").Inc()
+		w.linkEvent(host, want)
+	}
+	reports.last = digest
+	if st.Link != nil {
+		reports.wroteLink(st.Link)
+	}
+	return nil
+}
+
+// connectedNow tells whether host reads as connected.
+func connectedNow(host *infrav1.EdgeHost) bool {
+	c := meta.FindStatusCondition(host.Status.Conditions, infrav1.AgentConnectedCondition)
+	return c != nil && c.Status == metav1.ConditionTrue
+}
+
+// Connected records a new session's host as connected.
+func (w *Writer) Connected(ctx context.Context, ss Session) {
+	w.setConnectivity(ctx, ss, true, "connected")
+}
+
+// Disconnected records the session's host as disconnected, unless the
+// agent is already back on a newer session.
+func (w *Writer) Disconnected(ctx context.Context, ss Session) {
+	if ss.Replaced() {
+		return
+	}
+	w.setConnectivity(ctx, ss, false, "disconnected")
+}
+
+// TouchLastSeen refreshes lastSeenTime, coarsely: once per
+// LastSeenInterval per connected agent, never per heartbeat.
+func (w *Writer) TouchLastSeen(ctx context.Context, ss Session) {
+	w.setConnectivity(ctx, ss, true, "last_seen")
+}
+
+// setConnectivity records AgentConnected and lastSeenTime. Conditions are a
+// list, so the patch carries the resourceVersion it was computed from and
+// is retried on conflict rather than overwrite a concurrent change.
+func (w *Writer) setConnectivity(ctx context.Context, ss Session, connected bool, cause string) {
+	if connected && w.waves != nil && w.opts.WaveStatusDelay > 0 && w.waves.On() {
+		// News that a host is well can wait for a wave of connections to
+		// pass; news of a host lost cannot. A host that needs no write
+		// (agents back after a hub restart) is not kept waiting for nothing.
+		if cause == "connected" && w.alreadyConnected(ctx, ss) {
+			skippedStatusWrites.WithLabelValues(cause).Inc()
+			return
+		}
+		// Counted as it starts to wait, so a wave in progress shows.
+		waveDelayedStatusWrites.WithLabelValues(cause).Inc()
+		w.waves.Outlast(ctx, w.opts.WaveStatusDelay)
+	}
+	id := ss.Peer().ID
+	mu, _ := w.connMu.LoadOrStore(id.String(), &sync.Mutex{})
+	mu.(*sync.Mutex).Lock()
+	defer mu.(*sync.Mutex).Unlock()
+	switch cause {
+	case "disconnected":
+		// A newer session of the same host has taken over: it owns the
+		// condition now.
+		if cur := w.registry.Current(id.Namespace, id.Name); cur != nil && cur != ss {
+			return
+		}
+	case "connected", "last_seen":
+		select {
+		case <-ss.Done():
+			return // closed meanwhile; the disconnect write follows
+		default:
+		}
+	}
+	if cause == "connected" && w.alreadyConnected(ctx, ss) {
+		skippedStatusWrites.WithLabelValues(cause).Inc()
+		return
+	}
+	// The first attempt reads the informer cache (the optimistic lock
+	// turns a stale read into a conflict); a retry asks the API server: one
+	// request per refresh instead of two.
+	var reader client.Reader = w.client
+	// A conflict is retried with a fresh read, and so is an overloaded API
+	// server's answer (thousands of sessions ending together): a lost
+	// "disconnected" would leave the host reading connected until the
+	// reconciler's ContactLost.
+	err := retry.OnError(connectivityBackoff, retriable, func() error {
+		return w.write(ctx, func() error {
+			err := w.writeConnectivity(ctx, ss, connected, cause, reader)
+			reader = w.apiReader
+			return err
+		})
+	})
+	if err != nil && ctx.Err() == nil {
+		w.log.Error(err, "Recording agent connectivity", "EdgeHost", id.String(), "connected", connected)
+	}
+}
+
+// writeConnectivity is one attempt at recording the session's host as
+// connected or not, from the host as reader has it.
+func (w *Writer) writeConnectivity(ctx context.Context, ss Session, connected bool, cause string, reader client.Reader) error {
+	id := ss.Peer().ID
+	if !connected && w.registry.Current(id.Namespace, id.Name) != nil {
+		return nil // the agent is back meanwhile
+	}
+	key := client.ObjectKey{Namespace: id.Namespace, Name: id.Name}
+	host := &infrav1.EdgeHost{}
+	err := reader.Get(ctx, key, host)
+	if reader == w.client && (apierrors.IsNotFound(err) || err == nil && string(host.UID) != id.UID) {
+		// The cache may not have seen a host enrolled a moment ago.
+		err = w.apiReader.Get(ctx, key, host)
+	}
+	if err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if string(host.UID) != id.UID {
+		return nil
+	}
+	if !connected && host.Status.HubReplica != "" && host.Status.HubReplica != w.opts.ReplicaName {
+		// The agent holds a session on another replica now, which
+		// recorded itself: the condition is not ours to clear.
+		return nil
+	}
+	want := host.DeepCopy()
+	cond := metav1.Condition{Type: infrav1.AgentConnectedCondition, Status: metav1.ConditionTrue,
+		Reason: ConnectedReason, Message: "Connected to hub replica " + w.opts.ReplicaName,
+		ObservedGeneration: host.Generation}
+	want.Status.HubReplica = w.opts.ReplicaName
+	if !connected {
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, DisconnectedReason, "Session ended"
+		want.Status.HubReplica = ""
+	}
+	meta.SetStatusCondition(&want.Status.Conditions, cond)
+	now := metav1.NewTime(time.Now().Truncate(time.Second))
+	want.Status.LastSeenTime = &now
+	reports := ss.Reports()
+	link := reports.takePendingLink()
+	if link != nil && connected {
+		want.Status.Link = link
+	}
+	w.setLinkDegraded(want, connected)
+	if err := w.client.Status().Patch(ctx, want, client.MergeFromWithOptions(host, client.MergeFromWithOptimisticLock{})); err != nil {
+		return err
+	}
+	statusWrites.WithLabelValues(cause).Inc()
+	w.linkEvent(host, want)
+	if connected {
+		w.wroteDisconnect.Delete(id.String())
+	} else {
+		w.wroteDisconnect.Store(id.String(), true)
+	}
+	if link != nil && connected {
+		reports.wroteLink(link)
+	}
+	return nil
+}
+
+// setLinkDegraded sets LinkDegraded from the host's link health and its
+// agent's connectivity: this writer is the condition's one owner, so a
+// connect, a disconnect or a report that changes the verdict is one write.
+func (w *Writer) setLinkDegraded(host *infrav1.EdgeHost, connected bool) {
+	was := meta.FindStatusCondition(host.Status.Conditions, infrav1.LinkDegradedCondition)
+	cond := linkhealth.HostCondition(host.Status.Link, connected, w.opts.LinkThresholds, was)
+	cond.ObservedGeneration = host.Generation
+	meta.SetStatusCondition(&host.Status.Conditions, cond)
+}
+
+// linkEvent tells users when a write turned the link verdict to or from
+// degraded.
+func (w *Writer) linkEvent(before, after *infrav1.EdgeHost) {
+	if w.recorder == nil {
+		return
+	}
+	was := meta.FindStatusCondition(before.Status.Conditions, infrav1.LinkDegradedCondition)
+	now := meta.FindStatusCondition(after.Status.Conditions, infrav1.LinkDegradedCondition)
+	wasDegraded := was != nil && was.Status == metav1.ConditionTrue
+	switch {
+	case now == nil:
+	case now.Status == metav1.ConditionTrue && !wasDegraded:
+		w.recorder.Eventf(after, nil, corev1.EventTypeWarning, infrav1.LinkDegradedReason, "LinkHealth", "%s", now.Message)
+	case now.Status == metav1.ConditionFalse && wasDegraded:
+		w.recorder.Eventf(after, nil, corev1.EventTypeNormal, "LinkRecovered", "LinkHealth", "%s", now.Message)
+	}
+}
+
+// write runs fn once a status-write place is free.
+func (w *Writer) write(ctx context.Context, fn func() error) error {
+	if err := w.places.Await(ctx); err != nil {
+		return err
+	}
+	defer w.places.Release()
+	return fn()
+}
+
+// connectivityBackoff spreads retries of a connectivity write over half a
+// minute.
+var connectivityBackoff = wait.Backoff{Steps: 8, Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.5, Cap: 20 * time.Second}
+
+func retriable(err error) bool {
+	return apierrors.IsConflict(err) || apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) ||
+		apierrors.IsTooManyRequests(err) || apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err) ||
+		apierrors.IsUnexpectedServerError(err) || errors.Is(err, context.DeadlineExceeded) || isNetError(err)
+}
+
+func isNetError(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne)
+}
+
+// alreadyConnected tells, from the cache, that the host already reads as
+// connected to this replica with a lastSeenTime younger than two refresh
+// intervals (one, plus a restart's worth of slack), so a reconnect need
+// not write it again: after a hub restart, thousands of agents come back to
+// hosts that still say so. Not when this process itself wrote "disconnected"
+// for the host (the cache may not show that write yet).
+func (w *Writer) alreadyConnected(ctx context.Context, ss Session) bool {
+	id := ss.Peer().ID
+	if _, wrote := w.wroteDisconnect.Load(id.String()); wrote {
+		return false
+	}
+	host := &infrav1.EdgeHost{}
+	if err := w.client.Get(ctx, client.ObjectKey{Namespace: id.Namespace, Name: id.Name}, host); err != nil || string(host.UID) != id.UID {
+		return false
+	}
+	c := meta.FindStatusCondition(host.Status.Conditions, infrav1.AgentConnectedCondition)
+	return c != nil && c.Status == metav1.ConditionTrue && host.Status.HubReplica == w.opts.ReplicaName &&
+		host.Status.LastSeenTime != nil && time.Since(host.Status.LastSeenTime.Time) < 2*w.opts.LastSeenInterval
+}
+
+// patchWithUID is a merge patch from host to want that also carries the
+// host's uid: the API server refuses it (a Conflict) if the object under
+// that name is no longer the same host.
+func patchWithUID(host, want *infrav1.EdgeHost) (client.Patch, error) {
+	data, err := client.MergeFrom(host).Data(want)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, err
+	}
+	md, _ := m["metadata"].(map[string]any)
+	if md == nil {
+		md = map[string]any{}
+	}
+	md["uid"] = string(host.UID)
+	m["metadata"] = md
+	data, err = json.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	return client.RawPatch(types.MergePatchType, data), nil
+}

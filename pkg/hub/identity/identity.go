@@ -1,0 +1,212 @@
+package identity
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/pki"
+)
+
+// Why a host's certificate opens no session.
+var (
+	ErrRevoked  = errors.New("host identity revoked: its EdgeHost was deleted; enroll again")
+	ErrDeleting = fmt.Errorf("%w (it is being deleted)", ErrRevoked)
+	ErrReplaced = errors.New("this certificate was replaced by a newer one (a rotation): only the host's current certificate opens sessions")
+)
+
+// Peer is who a verified client certificate speaks for.
+type Peer struct {
+	ID pki.Identity
+	// Key names the certificate's public key; NotAfter is its expiry.
+	Key      string
+	NotAfter time.Time
+}
+
+// Authority authenticates hosts and signs their certificates.
+type Authority struct {
+	// Client reads EdgeHosts from the informer cache and writes through
+	// the API server; APIReader reads past the cache.
+	Client    client.Client
+	APIReader client.Reader
+	CA        *pki.CA
+	// ClientCertValidity is the lifetime of host certificates.
+	ClientCertValidity time.Duration
+	// RotationOverlap is how long a host's previous certificate still
+	// opens sessions after a rotation, unless the new one is used first.
+	RotationOverlap time.Duration
+	Log             logr.Logger
+}
+
+// Authenticate maps the verified client certificate of r to a live
+// EdgeHost: the certificate names the EdgeHost down to its uid (a host
+// deleted and re-created under the same name does not accept the old
+// certificate), the host is not being deleted (deleting it revokes it),
+// and the certificate's key is the host's current one (a rotation retires
+// the one before).
+func (a *Authority) Authenticate(r *http.Request) (Peer, error) {
+	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 || len(r.TLS.VerifiedChains) == 0 {
+		return Peer{}, errors.New("a client certificate from the hub CA is required; enroll first")
+	}
+	leaf := r.TLS.PeerCertificates[0]
+	id, err := pki.IdentityFromCert(leaf)
+	if err != nil {
+		return Peer{}, err
+	}
+	p := Peer{ID: id, Key: pki.CertKeyID(leaf), NotAfter: leaf.NotAfter}
+	key := client.ObjectKey{Namespace: id.Namespace, Name: id.Name}
+	host := &infrav1.EdgeHost{}
+	err = a.Client.Get(r.Context(), key, host)
+	if err == nil && Trust(host, p) != nil || apierrors.IsNotFound(err) {
+		// The cache may not have seen a host enrolled, or a key rotated, a
+		// moment ago: ask the API server before telling an agent it is
+		// revoked (it would throw its identity away).
+		err = a.APIReader.Get(r.Context(), key, host)
+	}
+	if apierrors.IsNotFound(err) {
+		return Peer{}, ErrRevoked
+	}
+	if err != nil {
+		return Peer{}, fmt.Errorf("looking up EdgeHost %s: %w", id, err)
+	}
+	if err := Trust(host, p); err != nil {
+		return Peer{}, err
+	}
+	if p.Key == host.Annotations[infrav1.ClientKeyAnnotation] && host.Annotations[infrav1.PreviousClientKeyAnnotation] != "" {
+		// The agent uses its new certificate: the old one is retired.
+		if err := a.SetClientKeys(r.Context(), host, p.Key, ""); err != nil {
+			a.Log.Error(err, "Retiring the previous client key", "EdgeHost", id.String())
+		}
+	}
+	return p, nil
+}
+
+// PeerName is the EdgeHost a request's certificate names, for logs.
+func PeerName(r *http.Request) string {
+	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+		return ""
+	}
+	id, err := pki.IdentityFromCert(r.TLS.PeerCertificates[0])
+	if err != nil {
+		return ""
+	}
+	return id.String()
+}
+
+// Trust says why host does not accept p's certificate, or nil.
+func Trust(host *infrav1.EdgeHost, p Peer) error {
+	switch {
+	case string(host.UID) != p.ID.UID:
+		return ErrRevoked
+	case !host.DeletionTimestamp.IsZero():
+		// Whatever its agent reports: what the finalizer protects is a
+		// separate question from whether the identity is still trusted.
+		return ErrDeleting
+	}
+	cur := host.Annotations[infrav1.ClientKeyAnnotation]
+	if cur == "" || p.Key == cur {
+		return nil // "": enrolled before keys were recorded; its first rotation records one
+	}
+	if prev, until, ok := previousKey(host); ok && p.Key == prev && time.Now().Before(until) {
+		return nil
+	}
+	return ErrReplaced
+}
+
+// previousKey parses PreviousClientKeyAnnotation: "<key> <RFC 3339 time
+// until which it is honoured>".
+func previousKey(host *infrav1.EdgeHost) (key string, until time.Time, ok bool) {
+	key, at, found := strings.Cut(host.Annotations[infrav1.PreviousClientKeyAnnotation], " ")
+	if !found {
+		return "", time.Time{}, false
+	}
+	until, err := time.Parse(time.RFC3339, at)
+	return key, until, err == nil
+}
+
+// SetClientKeys records the host's current client key, and the previous
+// one ("" for none) with the end of its overlap.
+func (a *Authority) SetClientKeys(ctx context.Context, host *infrav1.EdgeHost, cur, prev string) error {
+	if prev != "" {
+		prev += " " + time.Now().Add(a.RotationOverlap).UTC().Format(time.RFC3339)
+	}
+	want := host.DeepCopy()
+	if want.Annotations == nil {
+		want.Annotations = map[string]string{}
+	}
+	want.Annotations[infrav1.ClientKeyAnnotation] = cur
+	if prev == "" {
+		delete(want.Annotations, infrav1.PreviousClientKeyAnnotation)
+	} else {
+		want.Annotations[infrav1.PreviousClientKeyAnnotation] = prev
+	}
+	// Optimistic: a patch built from a stale copy must not undo a newer
+	// rotation (on another replica).
+	p := client.MergeFromWithOptions(host, client.MergeFromWithOptimisticLock{})
+	if err := a.Client.Patch(ctx, want, p); err != nil {
+		return fmt.Errorf("recording the client key of EdgeHost %s/%s: %w", host.Namespace, host.Name, err)
+	}
+	return nil
+}
+
+// Rotation is a certificate signed for a new key of a host.
+type Rotation struct {
+	Certificate []byte
+	// Key names the new certificate's public key.
+	Key      string
+	NotAfter time.Time
+}
+
+// Rotate signs a new client certificate for the host p speaks for and
+// records its key as the host's current one before the agent has it. p's
+// key stays valid until the new certificate is first used, for
+// RotationOverlap at most: long enough for an agent whose answer was lost
+// with its session to come back and ask again.
+func (a *Authority) Rotate(ctx context.Context, p Peer, csrPEM []byte) (*Rotation, error) {
+	csr, err := pki.ParseCSR(csrPEM)
+	if err != nil {
+		return nil, err
+	}
+	host := &infrav1.EdgeHost{}
+	if err := a.APIReader.Get(ctx, client.ObjectKey{Namespace: p.ID.Namespace, Name: p.ID.Name}, host); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, ErrRevoked
+		}
+		return nil, fmt.Errorf("reading EdgeHost %s: %w", p.ID, err)
+	}
+	if err := Trust(host, p); err != nil {
+		return nil, err
+	}
+	next := pki.KeyID(csr)
+	if host.Annotations[infrav1.ClientKeyAnnotation] != next {
+		if err := a.SetClientKeys(ctx, host, next, p.Key); err != nil {
+			return nil, errors.New("the hub could not record the new key; retry later")
+		}
+	}
+	cert, err := a.CA.SignClient(csrPEM, p.ID, a.ClientCertValidity)
+	if err != nil {
+		return nil, err
+	}
+	return &Rotation{Certificate: cert, Key: next, NotAfter: time.Now().Add(a.ClientCertValidity)}, nil
+}
+
+// Confirm reads the host from the API server and says whether p is still
+// trusted: the cache may predate a rotation made on this very session.
+func (a *Authority) Confirm(ctx context.Context, p Peer) error {
+	host := &infrav1.EdgeHost{}
+	if err := a.APIReader.Get(ctx, client.ObjectKey{Namespace: p.ID.Namespace, Name: p.ID.Name}, host); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ErrRevoked
+		}
+		return err
+	}
+	return Trust(host, p)
+}

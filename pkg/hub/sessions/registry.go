@@ -1,0 +1,242 @@
+package sessions
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/contract/wire"
+	"github.com/edgefleet/fleet/pkg/hub/hoststatus"
+	"github.com/edgefleet/fleet/pkg/hub/identity"
+)
+
+// Options configure a Registry.
+type Options struct {
+	// PushWorkers compute and send desired states for all sessions; a
+	// push to a stuck agent holds one for at most the write timeout.
+	PushWorkers int
+	// LastSeenInterval is how often a session refreshes its host's
+	// lastSeenTime.
+	LastSeenInterval time.Duration
+	// AgentIdleTimeout closes a session that sent nothing for this long.
+	AgentIdleTimeout time.Duration
+}
+
+// ReachResolver says how a host reaches its cluster's endpoint, from the
+// informer cache (see package reach).
+type ReachResolver interface {
+	For(ctx context.Context, h *infrav1.EdgeHost) *wire.Reach
+}
+
+// Registry holds this replica's sessions, one per host, and pushes their
+// desired states.
+type Registry struct {
+	opts Options
+	// client reads EdgeHosts from the informer cache; apiReader reads
+	// what is not cached: bootstrap Secrets.
+	client    client.Client
+	apiReader client.Reader
+	log       logr.Logger
+	authority *identity.Authority
+	status    *hoststatus.Writer
+	reach     ReachResolver
+
+	// pushes holds sessions whose desired state may have changed; the
+	// push workers drain it. One session is never pushed by two workers
+	// at once.
+	pushes workqueue.TypedInterface[*Session]
+
+	mu       sync.Mutex
+	sessions map[string]*Session // by "namespace/name"
+	// ctx lives as long as Run: sessions run under it.
+	ctx context.Context
+}
+
+// New returns an empty Registry. SetStatusWriter and SetAuthority must be
+// called before Run.
+func New(c client.Client, apiReader client.Reader, log logr.Logger, reach ReachResolver, opts Options) *Registry {
+	return &Registry{opts: opts, client: c, apiReader: apiReader, log: log, reach: reach,
+		sessions: map[string]*Session{}, pushes: workqueue.NewTyped[*Session](), ctx: context.Background()}
+}
+
+// SetStatusWriter sets where sessions record their hosts' status (the
+// writer itself looks sessions up here).
+func (r *Registry) SetStatusWriter(w *hoststatus.Writer) { r.status = w }
+
+// SetAuthority sets who authenticates and rotates identities (the hub CA
+// is loaded only once the gateway starts).
+func (r *Registry) SetAuthority(a *identity.Authority) { r.authority = a }
+
+// Run pushes desired states until ctx ends, then closes every session.
+func (r *Registry) Run(ctx context.Context) {
+	r.mu.Lock()
+	r.ctx = ctx
+	r.mu.Unlock()
+	var workers sync.WaitGroup
+	for range max(r.opts.PushWorkers, 1) {
+		workers.Go(r.pushWorker)
+	}
+	<-ctx.Done()
+	r.pushes.ShutDown()
+	workers.Wait()
+	r.mu.Lock()
+	all := make([]*Session, 0, len(r.sessions))
+	for _, ss := range r.sessions {
+		all = append(all, ss)
+	}
+	r.mu.Unlock()
+	for _, ss := range all {
+		ss.Close()
+	}
+}
+
+// Lookup is the session this replica holds for the host, or nil.
+func (r *Registry) Lookup(namespace, name string) *Session {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.sessions[namespace+"/"+name]
+}
+
+// Current is Lookup for hoststatus.
+func (r *Registry) Current(namespace, name string) hoststatus.Session {
+	if ss := r.Lookup(namespace, name); ss != nil {
+		return ss
+	}
+	return nil
+}
+
+// Serve registers a session whose handshake is done and serves it from
+// now on; a session of the same host it replaces is closed.
+func (r *Registry) Serve(ss *Session) {
+	r.mu.Lock()
+	ctx := r.ctx
+	old := r.sessions[ss.id.String()]
+	r.sessions[ss.id.String()] = ss
+	r.mu.Unlock()
+	r.status.Returned(ss.id)
+	if old != nil {
+		// The agent reconnected before the old session timed out.
+		old.replaced.Store(true)
+		old.Close()
+	} else {
+		connectedAgents.Inc()
+	}
+	// The desired state first: recording the connection (the session's
+	// handler does it) is an API write that may wait its turn behind
+	// thousands of others after a restart.
+	ss.kickPush(time.Now())
+	if ctx.Err() != nil {
+		// The hub is stopping: Run closed the sessions it knew of before
+		// this one registered.
+		r.unregister(ss)
+		return
+	}
+	ss.start(ctx)
+}
+
+func (r *Registry) unregister(ss *Session) {
+	ss.Close()
+	r.mu.Lock()
+	current := r.sessions[ss.id.String()] == ss
+	if current {
+		delete(r.sessions, ss.id.String())
+	}
+	ctx := r.ctx
+	r.mu.Unlock()
+	if current {
+		connectedAgents.Dec()
+		r.status.DisconnectLater(ctx, ss)
+	}
+}
+
+// Kick asks the host's session, if any, to recompute its desired state.
+func (r *Registry) Kick(namespace, name string, seen time.Time) {
+	if ss := r.Lookup(namespace, name); ss != nil {
+		ss.kickPush(seen)
+	}
+}
+
+// HostChanged pushes the new desired state to the host's session, if any,
+// or cuts the session off if the host no longer trusts it.
+func (r *Registry) HostChanged(obj any) {
+	h, ok := obj.(*infrav1.EdgeHost)
+	if !ok {
+		return
+	}
+	ss := r.Lookup(h.Namespace, h.Name)
+	if ss == nil {
+		return
+	}
+	switch err := identity.Trust(h, ss.Peer()); {
+	case errors.Is(err, identity.ErrReplaced):
+		go r.closeIfReplaced(ss)
+		return
+	case err != nil:
+		// Not on the informer's goroutine: telling a stuck peer may block
+		// for a write timeout.
+		go ss.revoke()
+		return
+	}
+	ss.kickPush(time.Now())
+}
+
+// HostDeleted cuts a deleted host off.
+func (r *Registry) HostDeleted(obj any) {
+	h, ok := obj.(*infrav1.EdgeHost)
+	if !ok {
+		if tomb, isTomb := obj.(toolscache.DeletedFinalStateUnknown); isTomb {
+			h, ok = tomb.Obj.(*infrav1.EdgeHost)
+		}
+		if !ok {
+			return
+		}
+	}
+	if ss := r.Lookup(h.Namespace, h.Name); ss != nil {
+		go ss.revoke()
+	}
+	r.status.Forget(h.Namespace, h.Name)
+}
+
+// closeIfReplaced closes the session if the API server confirms what the
+// cache said, that its key is no longer the host's: an informer event older
+// than a rotation made on this very session must not close it.
+func (r *Registry) closeIfReplaced(ss *Session) {
+	switch err := r.authority.Confirm(context.Background(), ss.Peer()); {
+	case errors.Is(err, identity.ErrReplaced):
+		r.log.Info("Closing a session whose certificate was replaced", "EdgeHost", ss.id.String())
+		ss.Close()
+	case errors.Is(err, identity.ErrRevoked):
+		ss.revoke()
+	}
+}
+
+// pushWorker pushes desired states until the queue shuts down.
+func (r *Registry) pushWorker() {
+	for {
+		ss, shutdown := r.pushes.Get()
+		if shutdown {
+			return
+		}
+		retry := ss.push()
+		r.pushes.Done(ss)
+		if retry {
+			// An error reading the cache or the bootstrap Secret must not
+			// leave the agent without its desired state until the next
+			// host event.
+			time.AfterFunc(2*time.Second, func() {
+				select {
+				case <-ss.done:
+				default:
+					r.pushes.Add(ss)
+				}
+			})
+		}
+	}
+}
