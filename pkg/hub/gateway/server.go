@@ -64,7 +64,7 @@ type Options struct {
 	// up to TLSHandshakeWait for a place and are then closed (the agent
 	// retries). A handshake is mostly the hub's CPU: unbounded, a fleet
 	// dialling at once shares the cores between all of its handshakes and
-	// none completes in time (see handshakeListener).
+	// none completes in time (see admission.Listener).
 	MaxConcurrentTLSHandshakes int
 	// MaxTLSHandshakesPerSource is how many of those one source address
 	// (an IPv6 /64) may hold (default a quarter of them): one address, an
