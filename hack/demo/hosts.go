@@ -116,34 +116,8 @@ func (d *demo) startHosts(ctx context.Context) error {
 			fresh = append(fresh, h)
 		}
 	}
-	if len(fresh) > 0 {
-		d.step("creating enrollment tokens for %d new edge host(s)", len(fresh))
-		byRole := map[string][]*host{}
-		for _, h := range fresh {
-			byRole[h.role] = append(byRole[h.role], h)
-		}
-		for _, role := range []string{"control-plane", "worker"} {
-			hs := byRole[role]
-			if len(hs) == 0 {
-				continue
-			}
-			out, err := d.kubectlFleetOutput(ctx, true, "token", "create", "--usages", fmt.Sprint(len(hs)), "--ttl", "1h",
-				"--labels", siteLabel+","+roleLabel+"="+role, "--description", "fleet demo "+role+" hosts")
-			if err != nil {
-				return err
-			}
-			tok := tokenRE.FindStringSubmatch(out)
-			if tok == nil {
-				return fmt.Errorf("could not read the token from kubectl fleet token create:\n%s", out)
-			}
-			// Dropped in as an image's first boot would; the agent
-			// deletes nothing, the token is simply spent.
-			for _, h := range hs {
-				if err := os.WriteFile(h.tokenFile(), []byte(tok[1]+"\n"), 0o600); err != nil {
-					return err
-				}
-			}
-		}
+	if err := d.dropTokens(ctx, fresh); err != nil {
+		return err
 	}
 
 	d.step("starting %d fleet-agent processes (sandboxes in %s)", len(d.hosts), filepath.Join(d.dataDir, "demo", "hosts"))
@@ -166,6 +140,42 @@ func (d *demo) startHosts(ctx context.Context) error {
 		return fmt.Errorf("%w (agent logs: %s)", err, logs)
 	}
 	return d.kubectlFleet(ctx, "get", "hosts")
+}
+
+// dropTokens creates enrollment tokens for hosts not enrolled yet, one per
+// role, and drops each into its host's sandbox.
+func (d *demo) dropTokens(ctx context.Context, fresh []*host) error {
+	if len(fresh) == 0 {
+		return nil
+	}
+	d.step("creating enrollment tokens for %d new edge host(s)", len(fresh))
+	byRole := map[string][]*host{}
+	for _, h := range fresh {
+		byRole[h.role] = append(byRole[h.role], h)
+	}
+	for _, role := range []string{"control-plane", "worker"} {
+		hs := byRole[role]
+		if len(hs) == 0 {
+			continue
+		}
+		out, err := d.kubectlFleetOutput(ctx, true, "token", "create", "--usages", fmt.Sprint(len(hs)), "--ttl", "1h",
+			"--labels", siteLabel+","+roleLabel+"="+role, "--description", "fleet demo "+role+" hosts")
+		if err != nil {
+			return err
+		}
+		tok := tokenRE.FindStringSubmatch(out)
+		if tok == nil {
+			return fmt.Errorf("could not read the token from kubectl fleet token create:\n%s", out)
+		}
+		// Dropped in as an image's first boot would; the agent
+		// deletes nothing, the token is simply spent.
+		for _, h := range hs {
+			if err := os.WriteFile(h.tokenFile(), []byte(tok[1]+"\n"), 0o600); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func (d *demo) connectedHosts(ctx context.Context) (int, error) {

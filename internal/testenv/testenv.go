@@ -70,6 +70,27 @@ type Options struct {
 
 // Start brings up the API server and both managers. Stop must be called.
 func Start(ctx context.Context, opts Options) (*Env, error) {
+	e, err := startAPIServer(opts)
+	if err != nil {
+		return nil, err
+	}
+	ctx, e.cancel = context.WithCancel(ctx)
+	if opts.APIServerOnly {
+		return e, nil
+	}
+	managers, err := newManagers(ctx, e, opts)
+	if err != nil {
+		e.cancel()
+		_ = e.env.Stop()
+		return nil, err
+	}
+	e.start(ctx, managers)
+	return e, nil
+}
+
+// startAPIServer starts kube-apiserver and etcd with Cluster API's CRDs
+// (the groups opts needs) and fleet's.
+func startAPIServer(opts Options) (*Env, error) {
 	root, err := repoRoot()
 	if err != nil {
 		return nil, err
@@ -83,7 +104,6 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 			return nil, fmt.Errorf("%w (looked in %s)", ErrNoAssets, assets)
 		}
 	}
-
 	scheme := clusterapi.NewScheme()
 	groups := []string{clusterapi.CoreGroup}
 	if opts.KubeadmBootstrap {
@@ -97,7 +117,6 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-
 	e := &Env{
 		Scheme: scheme,
 		env: &envtest.Environment{
@@ -120,11 +139,12 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 		_ = e.env.Stop()
 		return nil, fmt.Errorf("creating client: %w", err)
 	}
+	return e, nil
+}
 
-	ctx, e.cancel = context.WithCancel(ctx)
-	if opts.APIServerOnly {
-		return e, nil
-	}
+// newManagers makes the managers opts asks for: Cluster API core, CABPK
+// and KCP as their own binaries run them, and fleet's hub reconcilers.
+func newManagers(ctx context.Context, e *Env, opts Options) ([]ctrl.Manager, error) {
 	capiOpts := clusterapi.Options{
 		Name: "capi-test-manager",
 		// Tests tear the whole API server down next; no need to wait the
@@ -135,46 +155,37 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 		SkipNameValidation:      true,
 		Logger:                  log.Log.WithName("capi"),
 	}
-	capiMgr, err := clusterapi.NewCoreManager(ctx, cfg, scheme, capiOpts)
+	capiMgr, err := clusterapi.NewCoreManager(ctx, e.Config, e.Scheme, capiOpts)
 	if err != nil {
-		e.cancel()
-		_ = e.env.Stop()
 		return nil, err
 	}
 	managers := []ctrl.Manager{capiMgr}
 	if opts.KubeadmBootstrap {
 		capiOpts.Name, capiOpts.Logger = "cabpk-test-manager", log.Log.WithName("cabpk")
-		m, err := clusterapi.NewKubeadmBootstrapManager(ctx, cfg, scheme, capiOpts)
+		m, err := clusterapi.NewKubeadmBootstrapManager(ctx, e.Config, e.Scheme, capiOpts)
 		if err != nil {
-			e.cancel()
-			_ = e.env.Stop()
 			return nil, err
 		}
 		managers = append(managers, m)
 	}
 	if opts.KubeadmBootstrap && opts.KubeadmControlPlane {
 		capiOpts.Name, capiOpts.Logger = "kcp-test-manager", log.Log.WithName("kcp")
-		m, err := clusterapi.NewKubeadmControlPlaneManager(ctx, cfg, scheme, capiOpts)
+		m, err := clusterapi.NewKubeadmControlPlaneManager(ctx, e.Config, e.Scheme, capiOpts)
 		if err != nil {
-			e.cancel()
-			_ = e.env.Stop()
 			return nil, err
 		}
 		managers = append(managers, m)
 	}
 	if opts.NoHub {
-		e.start(ctx, managers)
-		return e, nil
+		return managers, nil
 	}
-	hubMgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                  scheme,
+	hubMgr, err := ctrl.NewManager(e.Config, ctrl.Options{
+		Scheme:                  e.Scheme,
 		GracefulShutdownTimeout: ptr.To(5 * time.Second),
 		Metrics:                 metricsserver.Options{BindAddress: "0"},
 		Logger:                  log.Log.WithName("fleet-hub"),
 	})
 	if err != nil {
-		e.cancel()
-		_ = e.env.Stop()
 		return nil, fmt.Errorf("creating fleet hub manager: %w", err)
 	}
 	if err := hubreconcilers.Setup(ctx, hubMgr, hubreconcilers.Options{
@@ -182,12 +193,9 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 		SkipNameValidation: true,
 		ContactTimeout:     opts.ContactTimeout,
 	}); err != nil {
-		e.cancel()
-		_ = e.env.Stop()
 		return nil, err
 	}
-	e.start(ctx, append(managers, hubMgr))
-	return e, nil
+	return append(managers, hubMgr), nil
 }
 
 func (e *Env) start(ctx context.Context, managers []ctrl.Manager) {

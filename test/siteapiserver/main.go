@@ -59,37 +59,12 @@ func run() error {
 	}
 
 	certDir := filepath.Join(*dir, "apiserver")
-	if err := os.MkdirAll(certDir, 0o700); err != nil {
-		return err
-	}
 	ca, err := loadOrNewCA(*caCert, *caKey)
 	if err != nil {
 		return err
 	}
-	serving, err := ca.ServingCertificate([]string{*name, "localhost"}, []net.IP{net.ParseIP("127.0.0.1")}, 24*time.Hour)
-	if err != nil {
+	if err := writeServingFiles(certDir, ca, *name); err != nil {
 		return err
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(serving.PrivateKey)
-	if err != nil {
-		return err
-	}
-	sa, err := pki.NewCA("site-service-accounts", 24*time.Hour)
-	if err != nil {
-		return err
-	}
-	// With apiserver.crt present envtest uses these files and the CA given
-	// below instead of making its own (whose names it cannot be told).
-	files := map[string][]byte{
-		"apiserver.crt": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: serving.Certificate[0]}),
-		"apiserver.key": pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}),
-		"sa-signer.crt": sa.CertPEM,
-		"sa-signer.key": sa.KeyPEM,
-	}
-	for f, b := range files {
-		if err := os.WriteFile(filepath.Join(certDir, f), b, 0o600); err != nil {
-			return err
-		}
 	}
 	// Its output goes to ours, for the test's log when something fails.
 	apiServer := &envtest.APIServer{CertDir: certDir, Out: os.Stderr, Err: os.Stderr}
@@ -130,6 +105,40 @@ func run() error {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	<-sig
+	return nil
+}
+
+// writeServingFiles writes the API server's serving certificate (for
+// name, signed by ca) and a service-account signer into certDir. With
+// apiserver.crt present envtest uses these files and the CA given to it
+// instead of making its own (whose names it cannot be told).
+func writeServingFiles(certDir string, ca *pki.CA, name string) error {
+	if err := os.MkdirAll(certDir, 0o700); err != nil {
+		return err
+	}
+	serving, err := ca.ServingCertificate([]string{name, "localhost"}, []net.IP{net.ParseIP("127.0.0.1")}, 24*time.Hour)
+	if err != nil {
+		return err
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(serving.PrivateKey)
+	if err != nil {
+		return err
+	}
+	sa, err := pki.NewCA("site-service-accounts", 24*time.Hour)
+	if err != nil {
+		return err
+	}
+	files := map[string][]byte{
+		"apiserver.crt": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: serving.Certificate[0]}),
+		"apiserver.key": pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}),
+		"sa-signer.crt": sa.CertPEM,
+		"sa-signer.key": sa.KeyPEM,
+	}
+	for f, b := range files {
+		if err := os.WriteFile(filepath.Join(certDir, f), b, 0o600); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

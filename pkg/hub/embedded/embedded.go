@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -91,20 +92,8 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	say := func(format string, args ...any) { fmt.Fprintf(o.Progress, format+"\n", args...) }
-	crds, err := clusterapi.CRDs()
-	if err != nil {
-		return err
-	}
-	fleetCRDs, err := fleetcrd.CRDs()
-	if err != nil {
-		return err
-	}
-	say("starting etcd and kube-apiserver (data in %s)…", o.DataDir)
 	scheme := clusterapi.NewScheme()
-	api, err := localkube.Start(localkube.Options{
-		Dir: o.DataDir, BinDir: o.BinDir, Reset: o.Reset, ContextName: "fleet-dev",
-		CRDs: append(crds, fleetCRDs...), Scheme: scheme,
-	})
+	api, err := startAPIServer(o, scheme, say)
 	if err != nil {
 		return err
 	}
@@ -114,7 +103,6 @@ func Run(ctx context.Context, o Options) error {
 			say("%v", err)
 		}
 	}()
-	say("installed %d Cluster API and %d fleet CRDs", len(crds), len(fleetCRDs))
 
 	cfg := rest.CopyConfig(api.Config)
 	cfg.UserAgent = "fleet-hub-dev/" + version.Version
@@ -127,6 +115,46 @@ func Run(ctx context.Context, o Options) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	managers, gw, err := newManagers(ctx, cfg, scheme, o)
+	if err != nil {
+		return err
+	}
+	say("starting the Cluster API core and kubeadm bootstrap reconcilers (v1.14.2) and the fleet hub…")
+	ready := func() {
+		say("fleet hub %s is ready", version.Version)
+		say("  kubeconfig: %s", api.Kubeconfig)
+		say("  gateway:    %s (CA pin %s)", o.AdvertiseURL, gw.CA().Pin())
+		say("  try:        KUBECONFIG=%s kubectl fleet token create", api.Kubeconfig)
+	}
+	return runManagers(ctx, cancel, managers, gw.Ready(), ready, say)
+}
+
+// startAPIServer starts etcd and kube-apiserver with Cluster API's and
+// fleet's CRDs installed.
+func startAPIServer(o Options, scheme *runtime.Scheme, say func(string, ...any)) (*localkube.Server, error) {
+	crds, err := clusterapi.CRDs()
+	if err != nil {
+		return nil, err
+	}
+	fleetCRDs, err := fleetcrd.CRDs()
+	if err != nil {
+		return nil, err
+	}
+	say("starting etcd and kube-apiserver (data in %s)…", o.DataDir)
+	api, err := localkube.Start(localkube.Options{
+		Dir: o.DataDir, BinDir: o.BinDir, Reset: o.Reset, ContextName: "fleet-dev",
+		CRDs: append(crds, fleetCRDs...), Scheme: scheme,
+	})
+	if err != nil {
+		return nil, err
+	}
+	say("installed %d Cluster API and %d fleet CRDs", len(crds), len(fleetCRDs))
+	return api, nil
+}
+
+// newManagers makes Cluster API core's, CABPK's and the fleet hub's
+// managers, as their own binaries would run them.
+func newManagers(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, o Options) ([]ctrl.Manager, *gateway.Server, error) {
 	capiOpts := clusterapi.Options{
 		Name:                    "capi-controller-manager",
 		GracefulShutdownTimeout: 10 * time.Second,
@@ -139,12 +167,12 @@ func Run(ctx context.Context, o Options) error {
 	}
 	capiMgr, err := clusterapi.NewCoreManager(ctx, cfg, scheme, capiOpts)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	capiOpts.Name, capiOpts.Logger = "capi-kubeadm-bootstrap-controller-manager", o.Logger.WithName("cabpk")
 	cabpkMgr, err := clusterapi.NewKubeadmBootstrapManager(ctx, cfg, scheme, capiOpts)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	shutdown := 10 * time.Second
 	hubMgr, err := ctrl.NewManager(cfg, ctrl.Options{
@@ -154,12 +182,12 @@ func Run(ctx context.Context, o Options) error {
 		Logger:                  o.Logger.WithName("fleet-hub"),
 	})
 	if err != nil {
-		return fmt.Errorf("creating fleet hub manager: %w", err)
+		return nil, nil, fmt.Errorf("creating fleet hub manager: %w", err)
 	}
 	if err := hubreconcilers.Setup(ctx, hubMgr, hubreconcilers.Options{Concurrency: 10,
 		// Twice the gateway's default 5-minute lastSeenTime refresh, plus a minute.
 		ContactTimeout: 11 * time.Minute}); err != nil {
-		return err
+		return nil, nil, err
 	}
 	gw, err := gateway.Setup(ctx, hubMgr, gateway.Options{
 		Addr:           o.GatewayAddr,
@@ -171,22 +199,22 @@ func Run(ctx context.Context, o Options) error {
 		LinkThresholds: linkhealth.DefaultThresholds(),
 	})
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
+	return []ctrl.Manager{capiMgr, cabpkMgr, hubMgr}, gw, nil
+}
 
-	say("starting the Cluster API core and kubeadm bootstrap reconcilers (v1.14.2) and the fleet hub…")
-	managers := []ctrl.Manager{capiMgr, cabpkMgr, hubMgr}
+// runManagers runs managers until ctx ends or one fails, calling ready
+// once the gateway is; then it stops them all (cancel) and waits.
+func runManagers(ctx context.Context, cancel context.CancelFunc, managers []ctrl.Manager, gwReady <-chan struct{}, ready func(), say func(string, ...any)) error {
 	errs := make(chan error, len(managers))
 	for _, m := range managers {
 		go func() { errs <- m.Start(ctx) }()
 	}
 	var runErr error
 	select {
-	case <-gw.Ready():
-		say("fleet hub %s is ready", version.Version)
-		say("  kubeconfig: %s", api.Kubeconfig)
-		say("  gateway:    %s (CA pin %s)", o.AdvertiseURL, gw.CA().Pin())
-		say("  try:        KUBECONFIG=%s kubectl fleet token create", api.Kubeconfig)
+	case <-gwReady:
+		ready()
 	case err := <-errs:
 		runErr = fmt.Errorf("a manager stopped while starting: %w", err)
 		cancel()

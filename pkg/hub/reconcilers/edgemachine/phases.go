@@ -132,25 +132,8 @@ func (r *Reconciler) reconcileHostClaim(ctx context.Context, s *scope) (bool, er
 	if s.machine.Spec.Bootstrap.DataSecretName != nil {
 		secretName = *s.machine.Spec.Bootstrap.DataSecretName
 	}
-	controlPlane := util.IsControlPlaneMachine(s.machine)
 	if host != nil {
-		s.host = host
-		em.Status.HostRef = host.Name
-		// Hosts claimed before membership labels existed get them here.
-		if (host.Spec.ClaimRef.BootstrapDataSecretName != secretName && secretName != "") ||
-			!inventory.HasMembershipLabels(host, em.Name, s.cluster.Name, controlPlane) {
-			updated := host.DeepCopy()
-			if secretName != "" {
-				updated.Spec.ClaimRef.BootstrapDataSecretName = secretName
-			}
-			inventory.SetMembershipLabels(updated, em.Name, s.cluster.Name, controlPlane)
-			if err := r.Client.Update(ctx, updated); err != nil {
-				return true, fmt.Errorf("recording bootstrap data and membership on EdgeHost %s: %w", host.Name, err)
-			}
-			s.host = updated
-		}
-		r.setClaimed(em, host)
-		return false, nil
+		return r.keepHeldHost(ctx, s, host, secretName)
 	}
 	if em.Status.HostRef != "" && ptr.Deref(em.Status.Initialization.Provisioned, false) {
 		// We had a host and lost it (deleted by force, or claim cleared by
@@ -162,9 +145,44 @@ func (r *Reconciler) reconcileHostClaim(ctx context.Context, s *scope) (bool, er
 		})
 		return true, nil
 	}
+	req, ok := r.claimRequest(s, secretName)
+	if !ok {
+		return true, nil
+	}
+	return r.claimHost(ctx, s, req)
+}
 
+// keepHeldHost records the host the machine already holds, and the
+// bootstrap data and membership labels on it (hosts claimed before those
+// labels existed get them here).
+func (r *Reconciler) keepHeldHost(ctx context.Context, s *scope, host *infrav1.EdgeHost, secretName string) (bool, error) {
+	em := s.edgeMachine
+	controlPlane := util.IsControlPlaneMachine(s.machine)
+	s.host = host
+	em.Status.HostRef = host.Name
+	if (host.Spec.ClaimRef.BootstrapDataSecretName != secretName && secretName != "") ||
+		!inventory.HasMembershipLabels(host, em.Name, s.cluster.Name, controlPlane) {
+		updated := host.DeepCopy()
+		if secretName != "" {
+			updated.Spec.ClaimRef.BootstrapDataSecretName = secretName
+		}
+		inventory.SetMembershipLabels(updated, em.Name, s.cluster.Name, controlPlane)
+		if err := r.Client.Update(ctx, updated); err != nil {
+			return true, fmt.Errorf("recording bootstrap data and membership on EdgeHost %s: %w", host.Name, err)
+		}
+		s.host = updated
+	}
+	r.setClaimed(em, host)
+	return false, nil
+}
+
+// claimRequest is what a host must be for this machine; false (with the
+// reason set) when the machine's selector is invalid.
+func (r *Reconciler) claimRequest(s *scope, secretName string) (inventory.Request, bool) {
+	em := s.edgeMachine
 	var selector labels.Selector
 	if em.Spec.HostSelector != nil {
+		var err error
 		selector, err = metav1.LabelSelectorAsSelector(em.Spec.HostSelector)
 		if err != nil {
 			r.setStep(em, nil, metav1.Condition{
@@ -172,17 +190,31 @@ func (r *Reconciler) reconcileHostClaim(ctx context.Context, s *scope) (bool, er
 				Reason:  infrav1.InvalidHostSelectorReason,
 				Message: fmt.Sprintf("spec.hostSelector is invalid: %v", err),
 			})
-			return true, nil
+			return inventory.Request{}, false
 		}
 	}
-	req := inventory.Request{
+	return inventory.Request{
 		Machine:                 em,
 		Selector:                selector,
 		Zone:                    s.machine.Spec.FailureDomain,
 		BootstrapDataSecretName: secretName,
 		Cluster:                 s.cluster.Name,
-		ControlPlane:            controlPlane,
-	}
+		ControlPlane:            util.IsControlPlaneMachine(s.machine),
+	}, true
+}
+
+// waitForHost says the machine waits for a host that req fits.
+func (r *Reconciler) waitForHost(em *infrav1.EdgeMachine, hosts []infrav1.EdgeHost, req inventory.Request) {
+	r.setStep(em, nil, metav1.Condition{
+		Type: infrav1.HostClaimedCondition, Status: metav1.ConditionFalse,
+		Reason:  infrav1.WaitingForHostReason,
+		Message: noHostMessage(hosts, req, em.Spec.HostSelector),
+	})
+}
+
+// claimHost claims a free host that fits req.
+func (r *Reconciler) claimHost(ctx context.Context, s *scope, req inventory.Request) (bool, error) {
+	em := s.edgeMachine
 	// Waiting machines are woken by every host event that can change
 	// whether a host is free (hostChangeMattersToMachines), so the common
 	// "still nothing free" answer comes from the cache alone.
@@ -191,11 +223,7 @@ func (r *Reconciler) reconcileHostClaim(ctx context.Context, s *scope) (bool, er
 		return true, fmt.Errorf("listing EdgeHosts: %w", err)
 	}
 	if len(inventory.Candidates(cached.Items, req)) == 0 {
-		r.setStep(em, nil, metav1.Condition{
-			Type: infrav1.HostClaimedCondition, Status: metav1.ConditionFalse,
-			Reason:  infrav1.WaitingForHostReason,
-			Message: noHostMessage(cached.Items, req, em.Spec.HostSelector),
-		})
+		r.waitForHost(em, cached.Items, req)
 		return true, nil
 	}
 	// About to claim: read the hosts live. The cache may lag behind a claim
@@ -217,11 +245,7 @@ func (r *Reconciler) reconcileHostClaim(ctx context.Context, s *scope) (bool, er
 	}
 	claimed, err := inventory.Claim(ctx, r.Client, r.APIReader, inventory.Candidates(hosts.Items, req), req)
 	if errors.Is(err, inventory.ErrNoHost) {
-		r.setStep(em, nil, metav1.Condition{
-			Type: infrav1.HostClaimedCondition, Status: metav1.ConditionFalse,
-			Reason:  infrav1.WaitingForHostReason,
-			Message: noHostMessage(hosts.Items, req, em.Spec.HostSelector),
-		})
+		r.waitForHost(em, hosts.Items, req)
 		return true, nil
 	}
 	if err != nil {
