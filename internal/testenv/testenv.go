@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -249,6 +250,16 @@ func (e *Env) CreateNamespace(ctx context.Context, prefix string) (string, error
 		return "", fmt.Errorf("creating namespace: %w", err)
 	}
 	return ns.Name, nil
+}
+
+// NewNamespace is CreateNamespace for a test, which it fails on error.
+func (e *Env) NewNamespace(t testing.TB, prefix string) string {
+	t.Helper()
+	ns, err := e.CreateNamespace(context.Background(), prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns
 }
 
 // repoRoot finds the directory of the fleet module's go.mod.

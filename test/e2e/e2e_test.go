@@ -71,12 +71,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func newNamespace(t *testing.T) string {
-	t.Helper()
-	ns, err := hub.CreateNamespace(context.Background(), "e2e")
-	must(t, err)
-	return ns
-}
+func newNamespace(t *testing.T) string { return hub.NewNamespace(t, "e2e") }
 
 func must(t *testing.T, err error) {
 	t.Helper()

@@ -236,14 +236,7 @@ func (h *hub) stop() {
 func freeAddr(t *testing.T) string { return testkit.FreeAddr(t) }
 
 // newNamespace makes a namespace for the test's hosts and hub objects.
-func newNamespace(t *testing.T) string {
-	t.Helper()
-	ns, err := env.CreateNamespace(context.Background(), "gw")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ns
-}
+func newNamespace(t *testing.T) string { return env.NewNamespace(t, "gw") }
 
 func newToken(t *testing.T, ns string, opts enrollment.Options) string {
 	t.Helper()
