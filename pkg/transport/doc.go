@@ -1,6 +1,20 @@
 // Package transport turns one websocket into a multiplexed session: a
 // net.Conn over websocket binary messages, and the yamux protocol on top of
 // it, so a slow stream (a tunnel) never stalls the control stream. The agent
-// runs hashicorp/yamux with the settings here (Client); the hub runs its own
-// end of the same protocol, subpackage hubmux, at one goroutine a session.
+// runs hashicorp/yamux with the settings here (Client, YamuxConfig); the hub
+// runs its own end of the same protocol, subpackage hubmux, at one goroutine
+// a session.
+//
+// # Why the hub reads its websockets itself
+//
+// The hub's memory target is per idle agent (≤ 32 KiB at 10,000 agents, see
+// docs/PERFORMANCE.md, "Hub memory per idle agent"), and an idle session's
+// largest cost is the stack of the goroutine that waits for the agent's
+// next frame. Parked inside gorilla's and crypto/tls's read path it is over
+// twenty frames deep and keeps the 4–8 KiB of stack that path grew; parked
+// on the socket itself it is a few frames deep with a new goroutine's
+// stack. So the hub's end of a websocket is a HubConn, which parses the
+// agent's frames from the TLS connection and is a ReadWaiter: hubmux asks
+// Buffered whether anything waits above the socket and, if not, hands the
+// session to a fresh goroutine that waits in WaitReadable.
 package transport

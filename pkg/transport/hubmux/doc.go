@@ -11,6 +11,13 @@
 // in it. The control stream is read by whoever the caller wakes with
 // Stream.SetNotify, so between messages nothing else runs.
 //
+// While the agent is quiet, that one goroutine waits on the socket rather
+// than in a Read, if the connection is a transport.ReadWaiter (the hub's
+// transport.HubConn is): a goroutine parked inside the websocket and TLS
+// read path keeps the stack that path grew, several times what an idle
+// session may cost under the hub's memory target (transport's package
+// comment says more). On any other connection the goroutine parks in Read.
+//
 // Only what the hub needs is here: the agent opens exactly one stream (the
 // control stream; any further one is reset), the hub opens the others
 // (edge-reach tunnels), and the hub never pings (the agent does; the
