@@ -17,4 +17,11 @@
 // agent's frames from the TLS connection and is a ReadWaiter: hubmux asks
 // Buffered whether anything waits above the socket and, if not, hands the
 // session to a fresh goroutine that waits in WaitReadable.
+//
+// Buffered rests on one behaviour of crypto/tls that its documentation
+// does not promise: a Read on a *tls.Conn whose deadline has passed
+// returns the data crypto/tls already holds, or else a timeout, and leaves
+// the connection usable (the timeout is not kept as the connection's
+// error, even with half a record received). TestCryptoTLSSurvivesReadPastDeadline fails, naming
+// the Go version, if a release changes that.
 package transport

@@ -89,8 +89,9 @@ func NewHubConn(ws *websocket.Conn, idle time.Duration) *HubConn {
 // Buffered tells whether a Read would find data without waiting: data
 // read ahead here, decrypted or received by crypto/tls and not yet read,
 // or in the socket. It learns what crypto/tls holds by reading a byte with
-// the deadline passed, which crypto/tls survives (and which never reaches
-// the socket); the byte is kept for the next Read. The socket it peeks.
+// the deadline passed, which crypto/tls survives (a Go release that
+// changes this fails TestCryptoTLSSurvivesReadPastDeadline); the byte is
+// kept for the next Read. The socket it peeks.
 // On a connection it cannot wait on, it always says yes.
 func (c *HubConn) Buffered() (bool, error) {
 	c.readMu.Lock()
