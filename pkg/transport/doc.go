@@ -3,7 +3,7 @@
 // it, so a slow stream (a tunnel) never stalls the control stream. The agent
 // runs hashicorp/yamux with the settings here (Client, YamuxConfig); the hub
 // runs its own end of the same protocol, subpackage hubmux, at one goroutine
-// a session.
+// a session (or, as a fallback, hashicorp/yamux's server: hubmux.New).
 //
 // # Why the hub reads its websockets itself
 //
@@ -23,5 +23,7 @@
 // returns the data crypto/tls already holds, or else a timeout, and leaves
 // the connection usable (the timeout is not kept as the connection's
 // error, even with half a record received). TestCryptoTLSSurvivesReadPastDeadline fails, naming
-// the Go version, if a release changes that.
+// the Go version, if a release changes that; until HubConn is fixed, the
+// hub can run hashicorp/yamux's server instead (hubmux.KindYamux), which
+// reads through crypto/tls as any client does.
 package transport

@@ -85,7 +85,8 @@ func brokenAssumption(t *testing.T, assumption, format string, args ...any) {
 		"*** %s: crypto/tls no longer %s. ***\n"+
 		"    %s\n"+
 		"transport.HubConn.Buffered reads with the deadline in the past to learn what crypto/tls holds\n"+
-		"(see the package comment). Fix HubConn for this Go release.",
+		"(see the package comment). Fix HubConn for this Go release; meanwhile the hub can serve\n"+
+		"sessions with hashicorp/yamux instead (hubmux.New with hubmux.KindYamux).",
 		runtime.Version(), assumption, fmt.Sprintf(format, args...))
 }
 

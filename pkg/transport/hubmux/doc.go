@@ -22,4 +22,11 @@
 // control stream; any further one is reset), the hub opens the others
 // (edge-reach tunnels), and the hub never pings (the agent does; the
 // caller's connection fails reads after a silence).
+//
+// The gateway uses a session through the Mux and ControlStream interfaces,
+// and New makes one of either kind: KindHubmux (Session, the default) or
+// KindYamux, hashicorp/yamux's server behind the same interfaces, kept as
+// a fallback that runs none of this package's protocol code nor
+// transport.HubConn's waiting. It costs more per idle session (see
+// KindYamux) and needs no change on the agents.
 package hubmux
