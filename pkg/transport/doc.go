@@ -22,8 +22,9 @@
 // does not promise: a Read on a *tls.Conn whose deadline has passed
 // returns the data crypto/tls already holds, or else a timeout, and leaves
 // the connection usable (the timeout is not kept as the connection's
-// error, even with half a record received). TestCryptoTLSSurvivesReadPastDeadline fails, naming
-// the Go version, if a release changes that; until HubConn is fixed, the
-// hub can run hashicorp/yamux's server instead (hubmux.KindYamux), which
-// reads through crypto/tls as any client does.
+// error, even with half a record received).
+// TestCryptoTLSSurvivesReadPastDeadline fails, naming the Go version, if a
+// release changes that; until HubConn is fixed, the hub can run
+// hashicorp/yamux's server instead (hubmux.KindYamux), which never calls
+// Buffered and reads through crypto/tls as any client does.
 package transport
