@@ -15,16 +15,28 @@ import (
 	"github.com/gorilla/websocket"
 )
 
+// ReadWaiter is a connection whose reader can wait for data without
+// reading it: the contract between HubConn and pkg/transport/hubmux, which
+// parks an idle session's goroutine in WaitReadable instead of in Read
+// (see the package comment for why).
+type ReadWaiter interface {
+	// Buffered tells whether a Read would find data without waiting for
+	// the socket. A connection that cannot tell says true.
+	Buffered() (bool, error)
+	// WaitReadable blocks, without reading, until the socket has data (or
+	// its end), or fails when the connection is closed or idle too long.
+	// Call it only when Buffered said false.
+	WaitReadable() error
+}
+
+var _ ReadWaiter = (*HubConn)(nil)
+
 // HubConn is the hub's end of an agent's websocket as a net.Conn, made to
 // be idle cheaply. Writes go through gorilla as on the agent's end
-// (wsWriter); reads
-// parse the agent's frames straight from the TLS connection (RFC 6455,
-// client to server: masked, no extensions), so that whoever reads can ask
-// whether data is waiting anywhere above the socket (Buffered) and, if
-// not, wait for the socket without reading (WaitReadable). A goroutine
-// parked there is a few frames deep, where one parked inside gorilla's and
-// crypto/tls's read path is over twenty, and keeps a stack of 4–8 KiB for
-// as long as the session is idle (see hubmux.Session.Start). Websocket
+// (wsWriter); reads parse the agent's frames straight from the TLS
+// connection (RFC 6455, client to server: masked, no extensions), so that
+// it can be a ReadWaiter: tell whether data waits anywhere above the
+// socket and, if not, wait for the socket without reading. Websocket
 // control frames are answered inside Read, which then goes on reading: a
 // wake-up for a ping alone leaves the reader inside the TLS path until
 // data comes (agents ping through yamux, in data frames).
@@ -77,8 +89,9 @@ func NewHubConn(ws *websocket.Conn, idle time.Duration) *HubConn {
 // Buffered tells whether a Read would find data without waiting: data
 // read ahead here, decrypted or received by crypto/tls and not yet read,
 // or in the socket. It learns what crypto/tls holds by reading a byte with
-// the deadline passed, which crypto/tls survives (and which never reaches
-// the socket); the byte is kept for the next Read. The socket it peeks.
+// the deadline passed, which crypto/tls survives (a Go release that
+// changes this fails TestCryptoTLSSurvivesReadPastDeadline); the byte is
+// kept for the next Read. The socket it peeks.
 // On a connection it cannot wait on, it always says yes.
 func (c *HubConn) Buffered() (bool, error) {
 	c.readMu.Lock()

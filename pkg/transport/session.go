@@ -24,7 +24,9 @@ const (
 	MaxStreams = 64
 )
 
-func config(keepAlive time.Duration) *yamux.Config {
+// YamuxConfig returns the hashicorp/yamux settings of a session's ends:
+// pings every keepAlive, none when it is 0 (the hub's end: agents ping).
+func YamuxConfig(keepAlive time.Duration) *yamux.Config {
 	c := yamux.DefaultConfig()
 	c.EnableKeepAlive = keepAlive > 0
 	if keepAlive > 0 {
@@ -40,5 +42,5 @@ func config(keepAlive time.Duration) *yamux.Config {
 
 // Client runs the agent's end of a session over conn.
 func Client(conn net.Conn, keepAlive time.Duration) (*yamux.Session, error) {
-	return yamux.Client(conn, config(keepAlive))
+	return yamux.Client(conn, YamuxConfig(keepAlive))
 }

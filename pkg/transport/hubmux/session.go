@@ -8,6 +8,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/edgefleet/fleet/pkg/transport"
 )
 
 // Config tunes a session. The zero value is usable.
@@ -165,22 +167,15 @@ func (s *Session) Serve() error {
 // Start serves the session (as Serve) on goroutines of its own and
 // returns at once.
 //
-// A connection that can wait for data without reading it (a
-// transport.HubConn) is read so: when nothing is buffered, the goroutine
-// that read the last frame starts a fresh one, which waits on the socket
-// a few frames deep, and ends. An idle session thus holds one goroutine
-// with a new goroutine's stack (2 KiB, or the runtime's recent average),
-// where one parked inside the websocket and TLS read path keeps the
-// 4–8 KiB that path grew it to. Start and Serve start reading once.
+// A connection that is a transport.ReadWaiter (a transport.HubConn) is
+// read so: when nothing is buffered, the goroutine that read the last
+// frame starts a fresh one, which waits on the socket a few frames deep,
+// and ends. An idle session thus holds one goroutine with a new
+// goroutine's stack (2 KiB, or the runtime's recent average), where one
+// parked inside the websocket and TLS read path keeps the 4–8 KiB that
+// path grew it to. Start and Serve start reading once.
 func (s *Session) Start() {
 	s.startOnce.Do(func() { go s.run(false) })
-}
-
-// dataWaiter is a connection that can tell whether a read would find data
-// without waiting, and wait for data without reading it.
-type dataWaiter interface {
-	Buffered() (bool, error)
-	WaitReadable() error
 }
 
 // errHandedOff: serve passed the session to a goroutine that waits for
@@ -199,7 +194,7 @@ func (s *Session) run(waited bool) {
 }
 
 // awaitData waits for the peer's next frame and serves from it.
-func (s *Session) awaitData(w dataWaiter) {
+func (s *Session) awaitData(w transport.ReadWaiter) {
 	if err := w.WaitReadable(); err != nil {
 		s.endWith(err)
 		return
@@ -211,7 +206,7 @@ func (s *Session) awaitData(w dataWaiter) {
 // the first read goes to it rather than asking what is buffered above it
 // (which reads nothing from the socket).
 func (s *Session) serve(waited bool) error {
-	w, canWait := s.conn.(dataWaiter)
+	w, canWait := s.conn.(transport.ReadWaiter)
 	for first := true; ; first = false {
 		if canWait && !(first && waited) {
 			buffered, err := w.Buffered()

@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -26,18 +27,32 @@ import (
 	"github.com/edgefleet/fleet/pkg/transport"
 )
 
-// pair connects a hub session (served) to an agent's hashicorp/yamux client
-// as in the hub: over a TLS websocket, the hub's end a transport.HubConn
-// (so the session hands itself between goroutines, waiting for data on the
-// socket when idle), the agent's the real yamux it runs.
-func pair(t *testing.T, cfg Config) (*Session, *yamux.Session, chan error) {
+// forEachKind runs a test against each kind of Mux: what the gateway
+// relies on holds for both.
+func forEachKind(t *testing.T, test func(t *testing.T, kind string)) {
+	for _, kind := range Kinds() {
+		t.Run(kind, func(t *testing.T) { test(t, kind) })
+	}
+}
+
+// errYamuxEnded is what pair reports when a KindYamux session ends:
+// yamux does not tell why.
+var errYamuxEnded = errors.New("the yamux session ended")
+
+// pair connects a hub session of the given kind (served) to an agent's
+// hashicorp/yamux client as in the hub: over a TLS websocket, the hub's
+// end a transport.HubConn (so a KindHubmux session hands itself between
+// goroutines, waiting for data on the socket when idle), the agent's the
+// real yamux it runs. served receives why the session ended (Serve's
+// error; errYamuxEnded for KindYamux).
+func pair(t *testing.T, kind string, cfg Config) (hub Mux, agent *yamux.Session, served chan error) {
 	t.Helper()
-	return pairIdle(t, cfg, time.Minute, true)
+	return pairIdle(t, kind, cfg, time.Minute, true)
 }
 
 // pairIdle is pair with the hub's idle timeout and the agent's keepalive
 // pings chosen.
-func pairIdle(t *testing.T, cfg Config, idle time.Duration, keepAlive bool) (*Session, *yamux.Session, chan error) {
+func pairIdle(t *testing.T, kind string, cfg Config, idle time.Duration, keepAlive bool) (Mux, *yamux.Session, chan error) {
 	t.Helper()
 	conns := make(chan *transport.HubConn, 1)
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -54,9 +69,20 @@ func pairIdle(t *testing.T, cfg Config, idle time.Duration, keepAlive bool) (*Se
 	if err != nil {
 		t.Fatal(err)
 	}
-	hub := Server(<-conns, cfg)
+	hub, err := New(kind, <-conns, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	served := make(chan error, 1)
-	go func() { served <- hub.Serve() }()
+	if s, ok := hub.(*Session); ok {
+		go func() { served <- s.Serve() }()
+	} else {
+		hub.Start()
+		go func() {
+			<-hub.Done()
+			served <- errYamuxEnded
+		}()
+	}
 	yc := yamux.DefaultConfig()
 	yc.LogOutput = io.Discard
 	yc.KeepAliveInterval = time.Second
@@ -75,11 +101,11 @@ func tcpPair(t *testing.T) (net.Conn, net.Conn) {
 	return server, client
 }
 
-func accept(t *testing.T, hub *Session) *Stream {
+func accept(t *testing.T, hub Mux) ControlStream {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st, err := hub.Accept(ctx)
+	st, err := hub.AcceptControl(ctx)
 	if err != nil {
 		t.Fatalf("accepting the control stream: %v", err)
 	}
@@ -98,7 +124,11 @@ func random(t *testing.T, n int) []byte {
 // Four windows each way: without window updates in both directions the
 // transfer stalls after the first 256 KiB.
 func TestControlStreamCarriesMoreThanAWindowBothWays(t *testing.T) {
-	hub, agent, _ := pair(t, Config{})
+	forEachKind(t, testControlStreamCarriesMoreThanAWindowBothWays)
+}
+
+func testControlStreamCarriesMoreThanAWindowBothWays(t *testing.T, kind string) {
+	hub, agent, _ := pair(t, kind, Config{})
 	ctrl, err := agent.OpenStream()
 	if err != nil {
 		t.Fatal(err)
@@ -128,7 +158,11 @@ func TestControlStreamCarriesMoreThanAWindowBothWays(t *testing.T) {
 // Between messages the control stream holds no buffer, and nobody reads it
 // until the notify function says there is something to read.
 func TestIdleControlStreamKeepsNoBufferAndNotifies(t *testing.T) {
-	hub, agent, _ := pair(t, Config{})
+	forEachKind(t, testIdleControlStreamKeepsNoBufferAndNotifies)
+}
+
+func testIdleControlStreamKeepsNoBufferAndNotifies(t *testing.T, kind string) {
+	hub, agent, _ := pair(t, kind, Config{})
 	ctrl, err := agent.OpenStream()
 	if err != nil {
 		t.Fatal(err)
@@ -146,9 +180,7 @@ func TestIdleControlStreamKeepsNoBufferAndNotifies(t *testing.T) {
 	if _, err := io.ReadFull(st, buf); err != nil || string(buf) != "hello" {
 		t.Fatalf("read %q %v", buf, err)
 	}
-	st.mu.Lock()
-	kept := st.buf
-	st.mu.Unlock()
+	kept := keptBuffer(st)
 	if kept != nil || st.ReadReady() {
 		t.Fatalf("after reading everything the stream keeps a %d-byte buffer (ready %v)", cap(kept), st.ReadReady())
 	}
@@ -181,16 +213,37 @@ func TestIdleControlStreamKeepsNoBufferAndNotifies(t *testing.T) {
 	}
 }
 
-// The agent's keepalive pings are answered; between them the session
-// waits on the socket, outside the TLS read path.
+// keptBuffer is the buffer a control stream keeps for data not read yet.
+func keptBuffer(st ControlStream) []byte {
+	switch st := st.(type) {
+	case *Stream:
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return st.buf
+	case *yamuxControl:
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return st.buf
+	}
+	panic(fmt.Sprintf("a control stream of type %T", st))
+}
+
+// The agent's keepalive pings are answered; between them a KindHubmux
+// session waits on the socket, outside the TLS read path.
 func TestPingsAreAnswered(t *testing.T) {
-	_, agent, _ := pair(t, Config{})
+	forEachKind(t, testPingsAreAnswered)
+}
+
+func testPingsAreAnswered(t *testing.T, kind string) {
+	_, agent, _ := pair(t, kind, Config{})
 	for range 3 {
 		if _, err := agent.Ping(); err != nil {
 			t.Fatalf("ping: %v", err)
 		}
 	}
-	waitParked(t, true)
+	if kind == KindHubmux {
+		waitParked(t, true)
+	}
 	if _, err := agent.Ping(); err != nil {
 		t.Fatalf("ping after waiting: %v", err)
 	}
@@ -218,29 +271,42 @@ func waitParked(t *testing.T, parked bool) {
 	}
 }
 
-// Closing a session that waits on the socket ends it and its goroutine.
+// Closing a session that waits on the socket ends it and (KindHubmux) its
+// goroutine.
 func TestCloseWhileWaiting(t *testing.T) {
-	hub, _, served := pair(t, Config{})
-	waitParked(t, true)
+	forEachKind(t, testCloseWhileWaiting)
+}
+
+func testCloseWhileWaiting(t *testing.T, kind string) {
+	hub, _, served := pair(t, kind, Config{})
+	if kind == KindHubmux {
+		waitParked(t, true)
+	}
 	_ = hub.Close()
 	select {
 	case err := <-served:
-		if !errors.Is(err, ErrSessionClosed) {
+		if kind == KindHubmux && !errors.Is(err, ErrSessionClosed) {
 			t.Fatalf("Serve: %v, want ErrSessionClosed", err)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Serve still running after Close")
 	}
-	waitParked(t, false)
+	if kind == KindHubmux {
+		waitParked(t, false)
+	}
 }
 
 // A silent agent's session ends when the hub's idle timeout passes while
 // it waits on the socket.
 func TestSilentAgentTimesOut(t *testing.T) {
-	_, _, served := pairIdle(t, Config{}, 300*time.Millisecond, false)
+	forEachKind(t, testSilentAgentTimesOut)
+}
+
+func testSilentAgentTimesOut(t *testing.T, kind string) {
+	_, _, served := pairIdle(t, kind, Config{}, 300*time.Millisecond, false)
 	select {
 	case err := <-served:
-		if !errors.Is(err, os.ErrDeadlineExceeded) {
+		if kind == KindHubmux && !errors.Is(err, os.ErrDeadlineExceeded) {
 			t.Fatalf("Serve: %v, want a deadline error", err)
 		}
 	case <-time.After(10 * time.Second):
@@ -253,7 +319,11 @@ func TestSilentAgentTimesOut(t *testing.T) {
 // still reads the agent's answer; when both ends closed, the stream is
 // forgotten.
 func TestStreamsOpenedByTheHub(t *testing.T) {
-	hub, agent, _ := pair(t, Config{})
+	forEachKind(t, testStreamsOpenedByTheHub)
+}
+
+func testStreamsOpenedByTheHub(t *testing.T, kind string) {
+	hub, agent, _ := pair(t, kind, Config{})
 	go func() {
 		for {
 			st, err := agent.AcceptStream()
@@ -271,7 +341,7 @@ func TestStreamsOpenedByTheHub(t *testing.T) {
 	errs := make(chan error, 8)
 	for i := range 8 {
 		wg.Go(func() {
-			st, err := hub.Open()
+			st, err := hub.OpenTunnel()
 			if err != nil {
 				errs <- err
 				return
@@ -301,16 +371,25 @@ func TestStreamsOpenedByTheHub(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	if n := hub.NumStreams(); n != 0 {
+	if n := numStreams(hub); n != 0 {
 		t.Errorf("%d streams still known after both ends closed them all", n)
 	}
+}
+
+// numStreams is the number of streams a session knows.
+func numStreams(hub Mux) int {
+	return hub.(interface{ NumStreams() int }).NumStreams()
 }
 
 // Any stream the agent opens after the control stream is reset at once,
 // its data dropped, and the control stream goes on.
 func TestFurtherStreamsFromTheAgentAreReset(t *testing.T) {
+	forEachKind(t, testFurtherStreamsFromTheAgentAreReset)
+}
+
+func testFurtherStreamsFromTheAgentAreReset(t *testing.T, kind string) {
 	var refused atomic.Int32
-	hub, agent, _ := pair(t, Config{OnRefusedStream: func() { refused.Add(1) }})
+	hub, agent, _ := pair(t, kind, Config{OnRefusedStream: func() { refused.Add(1) }})
 	ctrl, err := agent.OpenStream()
 	if err != nil {
 		t.Fatal(err)
@@ -341,7 +420,11 @@ func TestFurtherStreamsFromTheAgentAreReset(t *testing.T) {
 }
 
 func TestDeadlines(t *testing.T) {
-	hub, agent, _ := pair(t, Config{})
+	forEachKind(t, testDeadlines)
+}
+
+func testDeadlines(t *testing.T, kind string) {
+	hub, agent, _ := pair(t, kind, Config{})
 	if _, err := agent.OpenStream(); err != nil {
 		t.Fatal(err)
 	}
@@ -374,7 +457,7 @@ func TestDeadlines(t *testing.T) {
 
 	// A write waiting for window the agent never gives (nobody reads
 	// the tunnel there) ends at its deadline.
-	tun, err := hub.Open()
+	tun, err := hub.OpenTunnel()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -386,10 +469,15 @@ func TestDeadlines(t *testing.T) {
 }
 
 // A stream closed here whose peer never closes its end is reset after
-// CloseTimeout, so it cannot pin memory.
+// CloseTimeout, so it cannot pin memory. (A KindYamux stream then reads
+// io.EOF: yamux closes it rather than marking it reset.)
 func TestHalfClosedStreamIsResetAfterCloseTimeout(t *testing.T) {
-	hub, agent, _ := pair(t, Config{CloseTimeout: 100 * time.Millisecond})
-	st, err := hub.Open()
+	forEachKind(t, testHalfClosedStreamIsResetAfterCloseTimeout)
+}
+
+func testHalfClosedStreamIsResetAfterCloseTimeout(t *testing.T, kind string) {
+	hub, agent, _ := pair(t, kind, Config{CloseTimeout: 100 * time.Millisecond})
+	st, err := hub.OpenTunnel()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -402,18 +490,26 @@ func TestHalfClosedStreamIsResetAfterCloseTimeout(t *testing.T) {
 	if _, err := peer.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
 		t.Fatalf("agent's read after the hub's FIN: %v", err)
 	}
-	for hub.NumStreams() != 0 {
+	for numStreams(hub) != 0 {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if _, err := st.Read(make([]byte, 1)); !errors.Is(err, ErrStreamReset) {
-		t.Fatalf("hub's read after the close timeout: %v", err)
+	want := ErrStreamReset
+	if kind == KindYamux {
+		want = io.EOF
+	}
+	if _, err := st.Read(make([]byte, 1)); !errors.Is(err, want) {
+		t.Fatalf("hub's read after the close timeout: %v, want %v", err, want)
 	}
 }
 
 // The end of the session ends every stream: blocked reads return EOF and
 // writes fail; Serve returns.
 func TestSessionEndEndsStreams(t *testing.T) {
-	hub, agent, served := pair(t, Config{})
+	forEachKind(t, testSessionEndEndsStreams)
+}
+
+func testSessionEndEndsStreams(t *testing.T, kind string) {
+	hub, agent, served := pair(t, kind, Config{})
 	if _, err := agent.OpenStream(); err != nil {
 		t.Fatal(err)
 	}
@@ -438,7 +534,7 @@ func TestSessionEndEndsStreams(t *testing.T) {
 	if _, err := st.Write([]byte("x")); !errors.Is(err, ErrSessionClosed) {
 		t.Fatalf("write after the end: %v", err)
 	}
-	if _, err := hub.Open(); !errors.Is(err, ErrSessionClosed) {
+	if _, err := hub.OpenTunnel(); !errors.Is(err, ErrSessionClosed) {
 		t.Fatalf("open after the end: %v", err)
 	}
 	<-hub.Done()
