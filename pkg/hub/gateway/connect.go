@@ -70,7 +70,13 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 		handshakes.WithLabelValues("upgrade_failed").Inc()
 		return
 	}
-	ss := s.sessions.NewSession(transport.NewHubConn(ws, s.opts.AgentIdleTimeout), peer)
+	ss, err := s.sessions.NewSession(transport.NewHubConn(ws, s.opts.AgentIdleTimeout), peer)
+	if err != nil {
+		handshakes.WithLabelValues("upgrade_failed").Inc()
+		s.log.Error(err, "Starting a session", "EdgeHost", id.String())
+		_ = ws.Close()
+		return
+	}
 	if err := ss.Handshake(s.opts.HelloTimeout); err != nil {
 		handshakes.WithLabelValues("bad_hello").Inc()
 		s.log.Info("Rejected session", "EdgeHost", id.String(), "reason", err.Error())

@@ -31,6 +31,7 @@ import (
 	"github.com/edgefleet/fleet/pkg/hub/sessions"
 	"github.com/edgefleet/fleet/pkg/pki"
 	"github.com/edgefleet/fleet/pkg/transport"
+	"github.com/edgefleet/fleet/pkg/transport/hubmux"
 )
 
 // Options configure the gateway.
@@ -152,6 +153,11 @@ type Options struct {
 	AdvertiseURL string
 	// Logger is the gateway's log (default: the manager's "gateway").
 	Logger logr.Logger
+	// SessionMux is the hub's end of the yamux protocol: "hubmux" (the
+	// default: one goroutine an idle session) or "yamux" (hashicorp/yamux,
+	// the fallback should hubmux's assumptions about crypto/tls break; see
+	// pkg/transport's doc).
+	SessionMux string
 	// LinkThresholds decide when a link-health report is written at once
 	// (its LinkDegraded verdict changed) rather than with lastSeenTime;
 	// they must be the EdgeHost reconciler's.
@@ -274,6 +280,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Server, error)
 	if opts.HubNamespace == "" {
 		return nil, errors.New("gateway: HubNamespace is required")
 	}
+	if err := hubmux.CheckKind(opts.SessionMux); err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
 	s := newServer(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder("fleet-hub-gateway"), opts)
 	inf, err := mgr.GetCache().GetInformer(ctx, &infrav1.EdgeHost{})
 	if err != nil {
@@ -321,7 +330,8 @@ func newServer(c client.Client, apiReader client.Reader, recorder events.EventRe
 		setups: map[string]int{}, ready: make(chan struct{})}
 	s.resolver = reach.NewResolver(c, func(namespace, name string, seen time.Time) { s.sessions.Kick(namespace, name, seen) })
 	s.sessions = sessions.New(c, apiReader, opts.Logger, s.resolver, sessions.Options{
-		PushWorkers: opts.PushWorkers, LastSeenInterval: opts.LastSeenInterval, AgentIdleTimeout: opts.AgentIdleTimeout})
+		PushWorkers: opts.PushWorkers, LastSeenInterval: opts.LastSeenInterval, AgentIdleTimeout: opts.AgentIdleTimeout,
+		Mux: opts.SessionMux})
 	s.status = hoststatus.New(c, apiReader, recorder, opts.Logger, s.sessions,
 		admission.NewPlaces(opts.MaxConcurrentStatusWrites), s.waves, hoststatus.Options{
 			ReplicaName: opts.ReplicaName, LastSeenInterval: opts.LastSeenInterval, DisconnectGrace: opts.DisconnectGrace,

@@ -14,13 +14,22 @@ import (
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 	"github.com/edgefleet/fleet/pkg/hub/inventory"
+	"github.com/edgefleet/fleet/pkg/transport/hubmux"
 )
 
 // Assigning a host sends its agent the desired state with the bootstrap
 // data; a release makes it reset; a new claim (a newer generation) arrives.
+// The same with the hub running either end of the yamux protocol
+// (--session-mux): its own, or hashicorp/yamux's kept as a fallback.
 func TestDesiredStateFlow(t *testing.T) {
+	for _, kind := range hubmux.Kinds() {
+		t.Run(kind, func(t *testing.T) { testDesiredStateFlow(t, kind) })
+	}
+}
+
+func testDesiredStateFlow(t *testing.T, mux string) {
 	ns := newNamespace(t)
-	h := startHub(t, hubOptions{ns: ns})
+	h := startHub(t, hubOptions{ns: ns, mux: mux})
 	tok := newToken(t, ns, enrollment.Options{})
 	e := newEdge(t, "kiosk", h.url, h.srv.CA().Pin(), tok).start()
 	eventually(t, "connected", func() error {

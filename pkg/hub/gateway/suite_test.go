@@ -172,6 +172,8 @@ type hubOptions struct {
 	tlsHandshakes   int
 	rotationOverlap time.Duration
 	log             logr.Logger
+	// mux is SessionMux.
+	mux string
 }
 
 func startHub(t *testing.T, o hubOptions) *hub {
@@ -208,6 +210,7 @@ func startHub(t *testing.T, o hubOptions) *hub {
 		DisconnectGrace: o.disconnectGrace, ReturnGrace: o.returnGrace,
 		LinkThresholds: linkhealth.DefaultThresholds(), MaxConcurrentStatusWrites: o.statusWrites,
 		MaxConcurrentTLSHandshakes: o.tlsHandshakes, RotationOverlap: o.rotationOverlap, Logger: o.log,
+		SessionMux: o.mux,
 	})
 	if err != nil {
 		t.Fatal(err)

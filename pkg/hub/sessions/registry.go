@@ -27,6 +27,9 @@ type Options struct {
 	LastSeenInterval time.Duration
 	// AgentIdleTimeout closes a session that sent nothing for this long.
 	AgentIdleTimeout time.Duration
+	// Mux is the hub's end of the yamux protocol (hubmux.Kinds; "" is
+	// hubmux's own, one goroutine a session).
+	Mux string
 }
 
 // ReachResolver says how a host reaches its cluster's endpoint, from the

@@ -25,7 +25,7 @@ import (
 type Session struct {
 	reg *Registry
 	id  pki.Identity
-	mux *hubmux.Session
+	mux hubmux.Mux
 	// key names the public key of the certificate the session was opened
 	// with; expires is when the newest certificate it holds (that one, or
 	// one issued on the session) expires, in UnixNano.
@@ -34,7 +34,7 @@ type Session struct {
 
 	// ctrl is the control stream, opened by the agent. Between messages
 	// nothing reads it: the mux wakes a handler when data arrives.
-	ctrl    *hubmux.Stream
+	ctrl    hubmux.ControlStream
 	writeMu sync.Mutex
 	// handling is true while a handler goroutine serves the control
 	// stream; connected tells that handler has recorded the connection.
@@ -74,12 +74,15 @@ type Session struct {
 
 // NewSession makes the session of peer over an upgraded connection; the
 // mux is started (see hubmux.Session.Start). Handshake comes next.
-func (r *Registry) NewSession(conn net.Conn, peer identity.Peer) *Session {
-	mux := hubmux.Server(conn, hubmux.Config{
+func (r *Registry) NewSession(conn net.Conn, peer identity.Peer) (*Session, error) {
+	mux, err := hubmux.New(r.opts.Mux, conn, hubmux.Config{
 		CloseTimeout: transport.WriteTimeout,
 		// Only the hub opens tunnels.
 		OnRefusedStream: func() { rejectedFrames.WithLabelValues("UnexpectedStream").Inc() },
 	})
+	if err != nil {
+		return nil, err
+	}
 	// The session's one goroutine from now on, parked on the socket while
 	// the agent is quiet.
 	mux.Start()
@@ -88,7 +91,7 @@ func (r *Registry) NewSession(conn net.Conn, peer identity.Peer) *Session {
 		csrLimit:    rate.NewLimiter(rate.Every(10*time.Second), 2)}
 	ss.setKey(peer.Key)
 	ss.expires.Store(peer.NotAfter.UnixNano())
-	return ss
+	return ss, nil
 }
 
 // Peer is the host the session speaks for, with the key its holder proved
@@ -122,7 +125,7 @@ func (ss *Session) OpenStream(limit int32) (st net.Conn, release func(), err err
 		ss.streams.Add(-1)
 		return nil, nil, ErrStreamBudget
 	}
-	s, err := ss.mux.Open()
+	s, err := ss.mux.OpenTunnel()
 	if err != nil {
 		ss.streams.Add(-1)
 		return nil, nil, fmt.Errorf("opening a stream: %w", err)
@@ -135,7 +138,7 @@ func (ss *Session) OpenStream(limit int32) (st net.Conn, release func(), err err
 func (ss *Session) Handshake(timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	stream, err := ss.mux.Accept(ctx)
+	stream, err := ss.mux.AcceptControl(ctx)
 	if err != nil {
 		return fmt.Errorf("waiting for the control stream: %w", err)
 	}
