@@ -21,8 +21,8 @@ type Spec struct {
 	ControlPlane         string // "kubeadm" (KubeadmControlPlane) or "machines"
 	ControlPlaneMachines int32
 	WorkerMachines       int32
-	ControlPlaneSelector map[string]string
-	WorkerSelector       map[string]string
+	ControlPlaneSelector *metav1.LabelSelector // nil matches every host
+	WorkerSelector       *metav1.LabelSelector
 	Endpoint             infrav1.APIEndpoint
 	PodCIDR, ServiceCIDR string
 }
@@ -102,7 +102,7 @@ func Objects(s Spec) []client.Object {
 				&bootstrapv1.KubeadmConfig{TypeMeta: metav1.TypeMeta{APIVersion: bootstrapv1.GroupVersion.String(), Kind: "KubeadmConfig"},
 					ObjectMeta: meta(name), Spec: cfg},
 				&infrav1.EdgeMachine{TypeMeta: metav1.TypeMeta{APIVersion: infrav1.GroupVersion.String(), Kind: "EdgeMachine"},
-					ObjectMeta: meta(name), Spec: infrav1.EdgeMachineSpec{HostSelector: selector(s.ControlPlaneSelector)}},
+					ObjectMeta: meta(name), Spec: infrav1.EdgeMachineSpec{HostSelector: s.ControlPlaneSelector.DeepCopy()}},
 				&clusterv1.Machine{
 					TypeMeta:   metav1.TypeMeta{APIVersion: clusterv1.GroupVersion.String(), Kind: "Machine"},
 					ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.Namespace, Labels: cpLabels},
@@ -149,17 +149,10 @@ func Objects(s Spec) []client.Object {
 	return objs
 }
 
-func selector(m map[string]string) *metav1.LabelSelector {
-	if len(m) == 0 {
-		return nil
-	}
-	return &metav1.LabelSelector{MatchLabels: m}
-}
-
-func machineTemplate(meta metav1.ObjectMeta, sel map[string]string) *infrav1.EdgeMachineTemplate {
+func machineTemplate(meta metav1.ObjectMeta, sel *metav1.LabelSelector) *infrav1.EdgeMachineTemplate {
 	return &infrav1.EdgeMachineTemplate{
 		TypeMeta:   metav1.TypeMeta{APIVersion: infrav1.GroupVersion.String(), Kind: "EdgeMachineTemplate"},
 		ObjectMeta: meta,
-		Spec:       infrav1.EdgeMachineTemplateSpec{Template: infrav1.EdgeMachineTemplateResource{Spec: infrav1.EdgeMachineSpec{HostSelector: selector(sel)}}},
+		Spec:       infrav1.EdgeMachineTemplateSpec{Template: infrav1.EdgeMachineTemplateResource{Spec: infrav1.EdgeMachineSpec{HostSelector: sel.DeepCopy()}}},
 	}
 }

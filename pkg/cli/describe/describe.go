@@ -10,7 +10,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
@@ -22,8 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	"github.com/edgefleet/fleet/pkg/cli/completion"
 	"github.com/edgefleet/fleet/pkg/cli/kube"
+	"github.com/edgefleet/fleet/pkg/cli/validate"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 )
 
@@ -39,37 +38,33 @@ type Options struct {
 	ShowConditions bool
 	// Now is the clock (tests fix it).
 	Now func() time.Time
+
+	conn *kube.Connection
 }
 
-// NewCmd returns `kubectl fleet describe`.
-func NewCmd(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
-	o := &Options{flags: flags, IOStreams: streams, Now: time.Now}
-	cluster := &cobra.Command{
-		Use:               "cluster NAME",
-		Short:             "Show a cluster as a tree, with each machine's edge host, agent and node",
-		Args:              cobra.ExactArgs(1),
-		ValidArgsFunction: completion.Clusters(flags),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			o.Name = args[0]
-			if o.Output != "" && o.Output != "json" && o.Output != "yaml" {
-				return fmt.Errorf("-o %q: want json or yaml", o.Output)
-			}
-			conn, err := kube.Connect(o.flags)
-			if err != nil {
-				return err
-			}
-			tree, err := Build(cmd.Context(), conn.Client, conn.Namespace, o.Name, o.Now())
-			if err != nil {
-				return conn.Explain(err)
-			}
-			return o.Print(tree)
-		},
+// Complete takes the cluster name and builds the client.
+func (o *Options) Complete(args []string) error {
+	o.Name = args[0]
+	var err error
+	o.conn, err = kube.Connect(o.flags)
+	return err
+}
+
+// Validate checks the name and -o.
+func (o *Options) Validate() error {
+	if o.Output != "" && o.Output != "json" && o.Output != "yaml" {
+		return fmt.Errorf("-o %q: want json or yaml", o.Output)
 	}
-	cluster.Flags().StringVarP(&o.Output, "output", "o", "", "json or yaml: the same tree as data.")
-	cluster.Flags().BoolVar(&o.ShowConditions, "show-conditions", false, "Show every condition of every object.")
-	cmd := &cobra.Command{Use: "describe", Short: "Describe a cluster"}
-	cmd.AddCommand(cluster)
-	return cmd
+	return validate.ClusterName(o.Name)
+}
+
+// Run reads the cluster's tree and prints it.
+func (o *Options) Run(ctx context.Context) error {
+	tree, err := Build(ctx, o.conn.Client, o.conn.Namespace, o.Name, o.Now())
+	if err != nil {
+		return o.conn.Explain(err)
+	}
+	return o.Print(tree)
 }
 
 // Node is one object in the tree.
