@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -163,8 +164,8 @@ func provisioning(b *testing.B, bin string, n int) {
 	// simulator), and a MachineDeployment at 0.
 	objs := create.Objects(create.Spec{Name: "prov", Namespace: ns, KubernetesVersion: "v1.36.3", ControlPlane: "machines",
 		ControlPlaneMachines: 1, WorkerMachines: 0,
-		ControlPlaneSelector: map[string]string{"fleet.bench/role": "control-plane"},
-		WorkerSelector:       map[string]string{"fleet.bench/role": "worker"},
+		ControlPlaneSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet.bench/role": "control-plane"}},
+		WorkerSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"fleet.bench/role": "worker"}},
 		Endpoint:             infrav1.APIEndpoint{Host: "prov." + ns + ".fleet.internal", Port: 6443}})
 	for _, o := range objs {
 		if c, ok := o.(*clusterv1.Cluster); ok {

@@ -107,10 +107,16 @@ func TestCreateScaleDeleteCluster(t *testing.T) {
 		}
 	}
 
-	// get shows what CAPI made of it.
+	// get shows what CAPI made of it: the table has the Cluster CRD's
+	// columns, as kubectl get clusters (TestGetTablesAreTheCRDColumns), and
+	// the endpoint fleet chose is in the object.
 	out, _, err = fleet(t, "get", "clusters", "-n", ns)
-	if err != nil || !regexp.MustCompile(`(?m)^NAME\s+PHASE\s+ENDPOINT\s+INFRASTRUCTURE\s+CONTROL-PLANE\s+AVAILABLE\s+AGE\n(shop)\s+\S+\s+shop\.`+ns+`\.fleet\.internal:6443`).MatchString(out) {
+	if err != nil || !regexp.MustCompile(`(?m)^NAME\s+CLUSTERCLASS\s+AVAILABLE\s+.*\sPHASE\s+AGE\s+VERSION\n(shop)\s+`).MatchString(out) {
 		t.Errorf("get clusters: %v\n%s", err, out)
+	}
+	out, _, err = fleet(t, "get", "clusters", "-n", ns, "-o", "jsonpath={.items[0].spec.controlPlaneEndpoint.host}:{.items[0].spec.controlPlaneEndpoint.port}")
+	if err != nil || out != "shop."+ns+".fleet.internal:6443" {
+		t.Errorf("get clusters -o jsonpath: %v\n%s", err, out)
 	}
 	out, _, err = fleet(t, "get", "machines", "-n", ns)
 	if err != nil || strings.Count(out, "\nshop-") != 3 || !strings.Contains(out, "PROVIDERID") {

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"github.com/spf13/cobra"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"github.com/edgefleet/fleet/pkg/cli/create"
@@ -10,6 +9,7 @@ import (
 	"github.com/edgefleet/fleet/pkg/cli/describe"
 	"github.com/edgefleet/fleet/pkg/cli/get"
 	"github.com/edgefleet/fleet/pkg/cli/host"
+	"github.com/edgefleet/fleet/pkg/cli/kube"
 	"github.com/edgefleet/fleet/pkg/cli/kubeconfig"
 	"github.com/edgefleet/fleet/pkg/cli/scale"
 	"github.com/edgefleet/fleet/pkg/cli/token"
@@ -18,7 +18,7 @@ import (
 
 // NewRootCmd returns `kubectl fleet`.
 func NewRootCmd(streams genericiooptions.IOStreams) *cobra.Command {
-	flags := genericclioptions.NewConfigFlags(true)
+	flags := kube.NewConfigFlags()
 	root := &cobra.Command{
 		Use:   "kubectl-fleet",
 		Short: "Operate fleet, the Cluster API provider for edge machines behind NAT",

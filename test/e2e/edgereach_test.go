@@ -417,7 +417,7 @@ func TestEdgeReachKubeadmControlPlaneAvailable(t *testing.T) {
 
 	objs := create.Objects(create.Spec{Name: clusterName, Namespace: ns, KubernetesVersion: "v1.36.3",
 		ControlPlane: "kubeadm", ControlPlaneMachines: 1, WorkerMachines: 0,
-		ControlPlaneSelector: map[string]string{"role": "cp"}, WorkerSelector: map[string]string{"role": "worker"},
+		ControlPlaneSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": "cp"}}, WorkerSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": "worker"}},
 		Endpoint: infrav1.APIEndpoint{Host: endpoint, Port: sitePort}})
 	var kcp *controlplanev1.KubeadmControlPlane
 	for _, o := range objs {

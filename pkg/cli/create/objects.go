@@ -21,8 +21,8 @@ type Spec struct {
 	ControlPlane         string // "kubeadm" (KubeadmControlPlane) or "machines"
 	ControlPlaneMachines int32
 	WorkerMachines       int32
-	ControlPlaneSelector map[string]string
-	WorkerSelector       map[string]string
+	ControlPlaneSelector *metav1.LabelSelector // nil matches every host
+	WorkerSelector       *metav1.LabelSelector
 	Endpoint             infrav1.APIEndpoint
 	PodCIDR, ServiceCIDR string
 }
@@ -39,18 +39,29 @@ func nodeRegistration() bootstrapv1.NodeRegistrationOptions {
 
 // Objects returns every object of the cluster, in creation order.
 func Objects(s Spec) []client.Object {
-	labels := map[string]string{clusterv1.ClusterNameLabel: s.Name}
-	meta := func(name string) metav1.ObjectMeta {
-		return metav1.ObjectMeta{Name: name, Namespace: s.Namespace, Labels: labels}
-	}
-	infraGroup := infrav1.GroupVersion.Group
-	cpName, mdName := s.Name+"-control-plane", s.Name+"-md-0"
+	objs := []client.Object{s.cluster(), &infrav1.EdgeCluster{
+		TypeMeta:   metav1.TypeMeta{APIVersion: infrav1.GroupVersion.String(), Kind: "EdgeCluster"},
+		ObjectMeta: s.meta(s.Name),
+		Spec:       infrav1.EdgeClusterSpec{ControlPlaneEndpoint: s.Endpoint},
+	}}
+	objs = append(objs, s.controlPlane()...)
+	return append(objs, s.workers()...)
+}
 
+func (s Spec) controlPlaneName() string { return s.Name + "-control-plane" }
+func (s Spec) workersName() string      { return s.Name + "-md-0" }
+
+// meta is the metadata of the cluster's objects: the cluster-name label.
+func (s Spec) meta(name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: name, Namespace: s.Namespace, Labels: map[string]string{clusterv1.ClusterNameLabel: s.Name}}
+}
+
+func (s Spec) cluster() *clusterv1.Cluster {
 	cluster := &clusterv1.Cluster{
 		TypeMeta:   metav1.TypeMeta{APIVersion: clusterv1.GroupVersion.String(), Kind: "Cluster"},
-		ObjectMeta: meta(s.Name),
+		ObjectMeta: s.meta(s.Name),
 		Spec: clusterv1.ClusterSpec{
-			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infraGroup, Kind: "EdgeCluster", Name: s.Name},
+			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "EdgeCluster", Name: s.Name},
 		},
 	}
 	if s.PodCIDR != "" {
@@ -61,22 +72,23 @@ func Objects(s Spec) []client.Object {
 	}
 	if s.ControlPlane == "kubeadm" {
 		cluster.Spec.ControlPlaneRef = clusterv1.ContractVersionedObjectReference{
-			APIGroup: controlplanev1.GroupVersion.Group, Kind: "KubeadmControlPlane", Name: cpName}
+			APIGroup: controlplanev1.GroupVersion.Group, Kind: "KubeadmControlPlane", Name: s.controlPlaneName()}
 	}
-	objs := []client.Object{
-		cluster,
-		&infrav1.EdgeCluster{
-			TypeMeta:   metav1.TypeMeta{APIVersion: infrav1.GroupVersion.String(), Kind: "EdgeCluster"},
-			ObjectMeta: meta(s.Name),
-			Spec:       infrav1.EdgeClusterSpec{ControlPlaneEndpoint: s.Endpoint},
-		},
-		machineTemplate(meta(cpName), s.ControlPlaneSelector),
-	}
+	return cluster
+}
+
+// controlPlane is the control-plane EdgeMachineTemplate and either a
+// KubeadmControlPlane or, per machine, a KubeadmConfig, EdgeMachine and
+// Machine.
+func (s Spec) controlPlane() []client.Object {
+	infraGroup := infrav1.GroupVersion.Group
+	cpName := s.controlPlaneName()
+	objs := []client.Object{machineTemplate(s.meta(cpName), s.ControlPlaneSelector)}
 	switch s.ControlPlane {
 	case "kubeadm":
 		objs = append(objs, &controlplanev1.KubeadmControlPlane{
 			TypeMeta:   metav1.TypeMeta{APIVersion: controlplanev1.GroupVersion.String(), Kind: "KubeadmControlPlane"},
-			ObjectMeta: meta(cpName),
+			ObjectMeta: s.meta(cpName),
 			Spec: controlplanev1.KubeadmControlPlaneSpec{
 				Replicas: ptr.To(s.ControlPlaneMachines),
 				Version:  s.KubernetesVersion,
@@ -100,9 +112,9 @@ func Objects(s Spec) []client.Object {
 			}
 			objs = append(objs,
 				&bootstrapv1.KubeadmConfig{TypeMeta: metav1.TypeMeta{APIVersion: bootstrapv1.GroupVersion.String(), Kind: "KubeadmConfig"},
-					ObjectMeta: meta(name), Spec: cfg},
+					ObjectMeta: s.meta(name), Spec: cfg},
 				&infrav1.EdgeMachine{TypeMeta: metav1.TypeMeta{APIVersion: infrav1.GroupVersion.String(), Kind: "EdgeMachine"},
-					ObjectMeta: meta(name), Spec: infrav1.EdgeMachineSpec{HostSelector: selector(s.ControlPlaneSelector)}},
+					ObjectMeta: s.meta(name), Spec: infrav1.EdgeMachineSpec{HostSelector: s.ControlPlaneSelector.DeepCopy()}},
 				&clusterv1.Machine{
 					TypeMeta:   metav1.TypeMeta{APIVersion: clusterv1.GroupVersion.String(), Kind: "Machine"},
 					ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.Namespace, Labels: cpLabels},
@@ -115,18 +127,26 @@ func Objects(s Spec) []client.Object {
 				})
 		}
 	}
+	return objs
+}
+
+// workers is the workers' EdgeMachineTemplate, KubeadmConfigTemplate and
+// MachineDeployment, rolled out with maxSurge 0: a replacement needs no
+// spare host.
+func (s Spec) workers() []client.Object {
+	mdName := s.workersName()
 	mdSelector := map[string]string{clusterv1.ClusterNameLabel: s.Name, "cluster.x-k8s.io/deployment-name": mdName}
-	objs = append(objs,
-		machineTemplate(meta(mdName), s.WorkerSelector),
+	return []client.Object{
+		machineTemplate(s.meta(mdName), s.WorkerSelector),
 		&bootstrapv1.KubeadmConfigTemplate{
 			TypeMeta:   metav1.TypeMeta{APIVersion: bootstrapv1.GroupVersion.String(), Kind: "KubeadmConfigTemplate"},
-			ObjectMeta: meta(mdName),
+			ObjectMeta: s.meta(mdName),
 			Spec: bootstrapv1.KubeadmConfigTemplateSpec{Template: bootstrapv1.KubeadmConfigTemplateResource{Spec: bootstrapv1.KubeadmConfigSpec{
 				JoinConfiguration: bootstrapv1.JoinConfiguration{NodeRegistration: nodeRegistration()}}}},
 		},
 		&clusterv1.MachineDeployment{
 			TypeMeta:   metav1.TypeMeta{APIVersion: clusterv1.GroupVersion.String(), Kind: "MachineDeployment"},
-			ObjectMeta: meta(mdName),
+			ObjectMeta: s.meta(mdName),
 			Spec: clusterv1.MachineDeploymentSpec{
 				ClusterName: s.Name,
 				Replicas:    ptr.To(s.WorkerMachines),
@@ -140,26 +160,19 @@ func Objects(s Spec) []client.Object {
 					Spec: clusterv1.MachineSpec{ClusterName: s.Name, Version: s.KubernetesVersion,
 						Bootstrap: clusterv1.Bootstrap{ConfigRef: clusterv1.ContractVersionedObjectReference{
 							APIGroup: bootstrapv1.GroupVersion.Group, Kind: "KubeadmConfigTemplate", Name: mdName}},
-						InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infraGroup, Kind: "EdgeMachineTemplate", Name: mdName},
+						InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "EdgeMachineTemplate", Name: mdName},
 						Deletion:          clusterv1.MachineDeletionSpec{NodeDeletionTimeoutSeconds: ptr.To[int32](10)},
 					},
 				},
 			},
-		})
-	return objs
-}
-
-func selector(m map[string]string) *metav1.LabelSelector {
-	if len(m) == 0 {
-		return nil
+		},
 	}
-	return &metav1.LabelSelector{MatchLabels: m}
 }
 
-func machineTemplate(meta metav1.ObjectMeta, sel map[string]string) *infrav1.EdgeMachineTemplate {
+func machineTemplate(meta metav1.ObjectMeta, sel *metav1.LabelSelector) *infrav1.EdgeMachineTemplate {
 	return &infrav1.EdgeMachineTemplate{
 		TypeMeta:   metav1.TypeMeta{APIVersion: infrav1.GroupVersion.String(), Kind: "EdgeMachineTemplate"},
 		ObjectMeta: meta,
-		Spec:       infrav1.EdgeMachineTemplateSpec{Template: infrav1.EdgeMachineTemplateResource{Spec: infrav1.EdgeMachineSpec{HostSelector: selector(sel)}}},
+		Spec:       infrav1.EdgeMachineTemplateSpec{Template: infrav1.EdgeMachineTemplateResource{Spec: infrav1.EdgeMachineSpec{HostSelector: sel.DeepCopy()}}},
 	}
 }

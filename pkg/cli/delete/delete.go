@@ -3,19 +3,18 @@ package delete
 import (
 	"context"
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
-	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/edgefleet/fleet/pkg/cli/completion"
 	"github.com/edgefleet/fleet/pkg/cli/kube"
+	"github.com/edgefleet/fleet/pkg/cli/validate"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 )
 
@@ -26,34 +25,29 @@ type Options struct {
 	Name    string
 	Wait    bool
 	Timeout time.Duration
+
+	conn *kube.Connection
 }
 
-// NewCmd returns `kubectl fleet delete`.
-func NewCmd(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
-	o := &Options{flags: flags, IOStreams: streams}
-	cluster := &cobra.Command{
-		Use:               "cluster NAME [--wait]",
-		Short:             "Delete a cluster; its hosts are reset and return to the pool",
-		Args:              cobra.ExactArgs(1),
-		ValidArgsFunction: completion.Clusters(flags),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			o.Name = args[0]
-			return o.Run(cmd.Context())
-		},
+// Complete takes the cluster name and builds the client.
+func (o *Options) Complete(args []string) error {
+	o.Name = args[0]
+	var err error
+	o.conn, err = kube.Connect(o.flags)
+	return err
+}
+
+// Validate checks the name and --timeout.
+func (o *Options) Validate() error {
+	if o.Wait && o.Timeout <= 0 {
+		return fmt.Errorf("--timeout %s: want a positive duration", o.Timeout)
 	}
-	cluster.Flags().BoolVar(&o.Wait, "wait", false, "Wait until the cluster is gone and its hosts are Available again, showing progress.")
-	cluster.Flags().DurationVar(&o.Timeout, "timeout", 30*time.Minute, "How long --wait waits.")
-	cmd := &cobra.Command{Use: "delete", Short: "Delete a cluster"}
-	cmd.AddCommand(cluster)
-	return cmd
+	return validate.ClusterName(o.Name)
 }
 
 // Run deletes the Cluster (Cluster API deletes the rest) and waits.
 func (o *Options) Run(ctx context.Context) error {
-	conn, err := kube.Connect(o.flags)
-	if err != nil {
-		return err
-	}
+	conn := o.conn
 	c := conn.Client
 	ns := conn.Namespace
 	cluster := &clusterv1.Cluster{}
@@ -74,7 +68,7 @@ func (o *Options) Run(ctx context.Context) error {
 			hosts = append(hosts, em.Status.HostRef)
 		}
 	}
-	sort.Strings(hosts)
+	slices.Sort(hosts)
 	if err := c.Delete(ctx, cluster); err != nil && !apierrors.IsNotFound(err) {
 		return conn.Explain(err)
 	}

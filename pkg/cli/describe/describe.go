@@ -10,7 +10,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
@@ -22,8 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	"github.com/edgefleet/fleet/pkg/cli/completion"
 	"github.com/edgefleet/fleet/pkg/cli/kube"
+	"github.com/edgefleet/fleet/pkg/cli/validate"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 )
 
@@ -39,37 +38,33 @@ type Options struct {
 	ShowConditions bool
 	// Now is the clock (tests fix it).
 	Now func() time.Time
+
+	conn *kube.Connection
 }
 
-// NewCmd returns `kubectl fleet describe`.
-func NewCmd(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
-	o := &Options{flags: flags, IOStreams: streams, Now: time.Now}
-	cluster := &cobra.Command{
-		Use:               "cluster NAME",
-		Short:             "Show a cluster as a tree, with each machine's edge host, agent and node",
-		Args:              cobra.ExactArgs(1),
-		ValidArgsFunction: completion.Clusters(flags),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			o.Name = args[0]
-			if o.Output != "" && o.Output != "json" && o.Output != "yaml" {
-				return fmt.Errorf("-o %q: want json or yaml", o.Output)
-			}
-			conn, err := kube.Connect(o.flags)
-			if err != nil {
-				return err
-			}
-			tree, err := Build(cmd.Context(), conn.Client, conn.Namespace, o.Name, o.Now())
-			if err != nil {
-				return conn.Explain(err)
-			}
-			return o.Print(tree)
-		},
+// Complete takes the cluster name and builds the client.
+func (o *Options) Complete(args []string) error {
+	o.Name = args[0]
+	var err error
+	o.conn, err = kube.Connect(o.flags)
+	return err
+}
+
+// Validate checks the name and -o.
+func (o *Options) Validate() error {
+	if o.Output != "" && o.Output != "json" && o.Output != "yaml" {
+		return fmt.Errorf("-o %q: want json or yaml", o.Output)
 	}
-	cluster.Flags().StringVarP(&o.Output, "output", "o", "", "json or yaml: the same tree as data.")
-	cluster.Flags().BoolVar(&o.ShowConditions, "show-conditions", false, "Show every condition of every object.")
-	cmd := &cobra.Command{Use: "describe", Short: "Describe a cluster"}
-	cmd.AddCommand(cluster)
-	return cmd
+	return validate.ClusterName(o.Name)
+}
+
+// Run reads the cluster's tree and prints it.
+func (o *Options) Run(ctx context.Context) error {
+	tree, err := Build(ctx, o.conn.Client, o.conn.Namespace, o.Name, o.Now())
+	if err != nil {
+		return o.conn.Explain(err)
+	}
+	return o.Print(tree)
 }
 
 // Node is one object in the tree.
@@ -135,94 +130,25 @@ func Build(ctx context.Context, c client.Client, ns, name string, now time.Time)
 	if err := c.List(ctx, hosts, client.InNamespace(ns)); err != nil {
 		return nil, err
 	}
-	emByName := map[string]*infrav1.EdgeMachine{}
+	fleet := &fleetView{now: now, edgeMachines: map[string]*infrav1.EdgeMachine{}, hosts: map[string]*infrav1.EdgeHost{}}
 	for i := range ems.Items {
-		emByName[ems.Items[i].Name] = &ems.Items[i]
+		fleet.edgeMachines[ems.Items[i].Name] = &ems.Items[i]
 	}
-	hostByName := map[string]*infrav1.EdgeHost{}
 	for i := range hosts.Items {
-		hostByName[hosts.Items[i].Name] = &hosts.Items[i]
+		fleet.hosts[hosts.Items[i].Name] = &hosts.Items[i]
 	}
 
 	r, msg := ready(cluster.Status.Conditions)
 	root := &Node{Kind: "Cluster", Name: name, Ready: r, Phase: cluster.Status.Phase, Message: msg, Conditions: cluster.Status.Conditions}
-	ec := &infrav1.EdgeCluster{}
-	if ref := cluster.Spec.InfrastructureRef; ref.Name != "" {
-		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: ref.Name}, ec); err == nil {
-			r, msg := ready(ec.Status.Conditions)
-			n := &Node{Kind: "EdgeCluster", Name: ec.Name, Ready: r, Message: msg, Conditions: ec.Status.Conditions}
-			if ec.Spec.ControlPlaneEndpoint.IsValid() {
-				n.Phase = fmt.Sprintf("endpoint %s:%d", ec.Spec.ControlPlaneEndpoint.Host, ec.Spec.ControlPlaneEndpoint.Port)
-			}
-			root.Children = append(root.Children, n)
-		}
+	if ec := edgeClusterNode(ctx, c, ns, cluster); ec != nil {
+		root.Children = append(root.Children, ec)
 	}
-	machineNode := func(m *clusterv1.Machine) *Node {
-		r, msg := ready(m.Status.Conditions)
-		info := &MachineInfo{ProviderID: m.Spec.ProviderID}
-		if m.Status.NodeRef.IsDefined() {
-			info.Node = m.Status.NodeRef.Name
-		}
-		for _, a := range m.Status.Addresses {
-			if a.Type == clusterv1.MachineInternalIP || a.Type == clusterv1.MachineExternalIP {
-				info.Addresses = append(info.Addresses, a.Address)
-			}
-		}
-		expiry := m.Status.CertificatesExpiryDate
-		if em := emByName[m.Spec.InfrastructureRef.Name]; em != nil {
-			info.Host = em.Status.HostRef
-			if expiry.IsZero() && em.Status.CertificatesExpiryDate != nil {
-				expiry = *em.Status.CertificatesExpiryDate
-			}
-			if r != string(metav1.ConditionTrue) {
-				if _, emMsg := ready(em.Status.Conditions); emMsg != "" {
-					msg = emMsg
-				}
-			}
-		}
-		if !expiry.IsZero() {
-			info.CertExpiry = expiry.UTC().Format("2006-01-02")
-			info.CertWarning = expiry.Sub(now) < CertWarning
-		}
-		if h := hostByName[info.Host]; h != nil {
-			info.AgentConnected = "Unknown"
-			for _, c := range h.Status.Conditions {
-				if c.Type == infrav1.AgentConnectedCondition {
-					info.AgentConnected = string(c.Status)
-				}
-			}
-			if h.Status.LastSeenTime != nil {
-				info.LastSeen = duration.HumanDuration(now.Sub(h.Status.LastSeenTime.Time)) + " ago"
-			}
-		}
-		return &Node{Kind: "Machine", Name: m.Name, Ready: r, Phase: m.Status.Phase, Message: msg, Machine: info, Conditions: m.Status.Conditions}
-	}
+	cp := controlPlaneNode(ctx, c, ns, cluster)
+	mdList, mdNodes := machineDeploymentNodes(mds.Items)
 	sort.Slice(machines.Items, func(i, j int) bool { return machines.Items[i].Name < machines.Items[j].Name })
-
-	cp := &Node{Kind: "ControlPlane", Name: "machines", Ready: "-"}
-	if ref := cluster.Spec.ControlPlaneRef; ref.Kind == "KubeadmControlPlane" {
-		kcp := &controlplanev1.KubeadmControlPlane{}
-		cp = &Node{Kind: "KubeadmControlPlane", Name: ref.Name, Ready: "Unknown"}
-		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: ref.Name}, kcp); err == nil {
-			cp.Ready, cp.Message = ready(kcp.Status.Conditions)
-			cp.Conditions = kcp.Status.Conditions
-			cp.Replicas = fmt.Sprintf("%d/%d", ptr.Deref(kcp.Status.ReadyReplicas, 0), ptr.Deref(kcp.Spec.Replicas, 0))
-		}
-	}
-	mdNodes := map[string]*Node{}
-	sort.Slice(mds.Items, func(i, j int) bool { return mds.Items[i].Name < mds.Items[j].Name })
-	var mdList []*Node
-	for i := range mds.Items {
-		md := &mds.Items[i]
-		r, msg := ready(md.Status.Conditions)
-		n := &Node{Kind: "MachineDeployment", Name: md.Name, Ready: r, Message: msg, Conditions: md.Status.Conditions,
-			Replicas: fmt.Sprintf("%d/%d", ptr.Deref(md.Status.ReadyReplicas, 0), ptr.Deref(md.Spec.Replicas, 0))}
-		mdNodes[md.Name] = n
-		mdList = append(mdList, n)
-	}
 	for i := range machines.Items {
 		m := &machines.Items[i]
-		n := machineNode(m)
+		n := fleet.machineNode(m)
 		if _, isCP := m.Labels[clusterv1.MachineControlPlaneLabel]; isCP {
 			cp.Children = append(cp.Children, n)
 			continue
@@ -236,6 +162,108 @@ func Build(ctx context.Context, c client.Client, ns, name string, now time.Time)
 	root.Children = append(root.Children, cp)
 	root.Children = append(root.Children, mdList...)
 	return root, nil
+}
+
+// fleetView is what fleet knows about a cluster's machines, by name.
+type fleetView struct {
+	now          time.Time
+	edgeMachines map[string]*infrav1.EdgeMachine
+	hosts        map[string]*infrav1.EdgeHost
+}
+
+// machineNode is a Machine with its edge host, the agent's connectivity,
+// node, addresses and certificate expiry.
+func (f *fleetView) machineNode(m *clusterv1.Machine) *Node {
+	r, msg := ready(m.Status.Conditions)
+	info := &MachineInfo{ProviderID: m.Spec.ProviderID}
+	if m.Status.NodeRef.IsDefined() {
+		info.Node = m.Status.NodeRef.Name
+	}
+	for _, a := range m.Status.Addresses {
+		if a.Type == clusterv1.MachineInternalIP || a.Type == clusterv1.MachineExternalIP {
+			info.Addresses = append(info.Addresses, a.Address)
+		}
+	}
+	expiry := m.Status.CertificatesExpiryDate
+	if em := f.edgeMachines[m.Spec.InfrastructureRef.Name]; em != nil {
+		info.Host = em.Status.HostRef
+		if expiry.IsZero() && em.Status.CertificatesExpiryDate != nil {
+			expiry = *em.Status.CertificatesExpiryDate
+		}
+		if r != string(metav1.ConditionTrue) {
+			if _, emMsg := ready(em.Status.Conditions); emMsg != "" {
+				msg = emMsg
+			}
+		}
+	}
+	if !expiry.IsZero() {
+		info.CertExpiry = expiry.UTC().Format("2006-01-02")
+		info.CertWarning = expiry.Sub(f.now) < CertWarning
+	}
+	if h := f.hosts[info.Host]; h != nil {
+		info.AgentConnected = "Unknown"
+		for _, c := range h.Status.Conditions {
+			if c.Type == infrav1.AgentConnectedCondition {
+				info.AgentConnected = string(c.Status)
+			}
+		}
+		if h.Status.LastSeenTime != nil {
+			info.LastSeen = duration.HumanDuration(f.now.Sub(h.Status.LastSeenTime.Time)) + " ago"
+		}
+	}
+	return &Node{Kind: "Machine", Name: m.Name, Ready: r, Phase: m.Status.Phase, Message: msg, Machine: info, Conditions: m.Status.Conditions}
+}
+
+// edgeClusterNode is the cluster's EdgeCluster with its endpoint, or nil.
+func edgeClusterNode(ctx context.Context, c client.Client, ns string, cluster *clusterv1.Cluster) *Node {
+	ref := cluster.Spec.InfrastructureRef
+	if ref.Name == "" {
+		return nil
+	}
+	ec := &infrav1.EdgeCluster{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: ref.Name}, ec); err != nil {
+		return nil
+	}
+	r, msg := ready(ec.Status.Conditions)
+	n := &Node{Kind: "EdgeCluster", Name: ec.Name, Ready: r, Message: msg, Conditions: ec.Status.Conditions}
+	if ec.Spec.ControlPlaneEndpoint.IsValid() {
+		n.Phase = fmt.Sprintf("endpoint %s:%d", ec.Spec.ControlPlaneEndpoint.Host, ec.Spec.ControlPlaneEndpoint.Port)
+	}
+	return n
+}
+
+// controlPlaneNode is the KubeadmControlPlane, or a "machines" node for
+// a control plane of plain Machines.
+func controlPlaneNode(ctx context.Context, c client.Client, ns string, cluster *clusterv1.Cluster) *Node {
+	ref := cluster.Spec.ControlPlaneRef
+	if ref.Kind != "KubeadmControlPlane" {
+		return &Node{Kind: "ControlPlane", Name: "machines", Ready: "-"}
+	}
+	cp := &Node{Kind: "KubeadmControlPlane", Name: ref.Name, Ready: "Unknown"}
+	kcp := &controlplanev1.KubeadmControlPlane{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: ref.Name}, kcp); err == nil {
+		cp.Ready, cp.Message = ready(kcp.Status.Conditions)
+		cp.Conditions = kcp.Status.Conditions
+		cp.Replicas = fmt.Sprintf("%d/%d", ptr.Deref(kcp.Status.ReadyReplicas, 0), ptr.Deref(kcp.Spec.Replicas, 0))
+	}
+	return cp
+}
+
+// machineDeploymentNodes returns the MachineDeployments' nodes by name
+// order, and by name.
+func machineDeploymentNodes(mds []clusterv1.MachineDeployment) ([]*Node, map[string]*Node) {
+	sort.Slice(mds, func(i, j int) bool { return mds[i].Name < mds[j].Name })
+	var list []*Node
+	byName := map[string]*Node{}
+	for i := range mds {
+		md := &mds[i]
+		r, msg := ready(md.Status.Conditions)
+		n := &Node{Kind: "MachineDeployment", Name: md.Name, Ready: r, Message: msg, Conditions: md.Status.Conditions,
+			Replicas: fmt.Sprintf("%d/%d", ptr.Deref(md.Status.ReadyReplicas, 0), ptr.Deref(md.Spec.Replicas, 0))}
+		byName[md.Name] = n
+		list = append(list, n)
+	}
+	return list, byName
 }
 
 // Print writes the tree as text, JSON or YAML.

@@ -1,4 +1,4 @@
-// Package get is `kubectl fleet get clusters|machines|hosts`: kubectl-style
-// tables (-o wide|json|yaml|name) that put the hub's view of each edge host
-// next to Cluster API's.
+// Package get is `kubectl fleet get clusters|machines|hosts`. Tables are the
+// API server's own (the CRDs' printer columns, as `kubectl get` shows them);
+// -o json|yaml|name|jsonpath print the objects.
 package get

@@ -3,8 +3,6 @@ package kube
 import (
 	"errors"
 	"fmt"
-	"sort"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -35,6 +33,17 @@ type Connection struct {
 	Context   string
 }
 
+// NewConfigFlags returns kubectl's connection flags, with every client built
+// from them announcing itself as kubectl-fleet to the API server.
+func NewConfigFlags() *genericclioptions.ConfigFlags {
+	flags := genericclioptions.NewConfigFlags(true)
+	flags.WrapConfigFn = func(cfg *rest.Config) *rest.Config {
+		cfg.UserAgent = "kubectl-fleet/" + version.Version
+		return cfg
+	}
+	return flags
+}
+
 // Connect builds a client from kubectl's flags. The namespace is -n, else
 // the kubeconfig context's, else "default".
 func Connect(flags *genericclioptions.ConfigFlags) (*Connection, error) {
@@ -42,7 +51,6 @@ func Connect(flags *genericclioptions.ConfigFlags) (*Connection, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading kubeconfig: %w", err)
 	}
-	cfg.UserAgent = "kubectl-fleet/" + version.Version
 	ns, _, err := flags.ToRawKubeConfigLoader().Namespace()
 	if err != nil {
 		return nil, fmt.Errorf("resolving the namespace: %w", err)
@@ -70,22 +78,4 @@ func (c *Connection) Explain(err error) error {
 			c.Context, c.Config.Host, err)
 	}
 	return err
-}
-
-// LabelString renders labels as kubectl does: k=v,… sorted by key, or
-// <none>.
-func LabelString(m map[string]string) string {
-	if len(m) == 0 {
-		return "<none>"
-	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, 0, len(keys))
-	for _, k := range keys {
-		parts = append(parts, k+"="+m[k])
-	}
-	return strings.Join(parts, ",")
 }

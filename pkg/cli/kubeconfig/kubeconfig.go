@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -20,8 +19,8 @@ import (
 	"sigs.k8s.io/cluster-api/util/secret"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/edgefleet/fleet/pkg/cli/completion"
 	"github.com/edgefleet/fleet/pkg/cli/kube"
+	"github.com/edgefleet/fleet/pkg/cli/validate"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 )
 
@@ -40,50 +39,26 @@ type Options struct {
 	RotateCredential bool
 	// Timeout bounds the wait for the hub after a rotation.
 	Timeout time.Duration
+
+	conn *kube.Connection
 }
 
-// NewCmd returns `kubectl fleet kubeconfig`.
-func NewCmd(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
-	o := &Options{flags: flags, IOStreams: streams}
-	cmd := &cobra.Command{
-		Use:   "kubeconfig CLUSTER [--proxy-url http://HUB:7444]",
-		Short: "Print a kubeconfig that reaches an edge cluster through the hub",
-		Long: "Print the admin kubeconfig of a fleet cluster. Its cluster entry has the hub's edge-reach proxy as\n" +
-			"proxy-url, with this cluster's proxy credentials, so kubectl reaches the cluster's API server through\n" +
-			"one of its agents from anywhere the hub's proxy is reachable. TLS is end to end: the hub never sees\n" +
-			"inside the connection. Treat the output as a secret: it holds the cluster's admin credentials.",
-		Example: "  kubectl fleet kubeconfig store-042 > store-042.kubeconfig\n" +
-			"  # a kubeconfig leaked: retire the credential in it\n" +
-			"  kubectl fleet kubeconfig store-042 --rotate-credential > store-042.kubeconfig\n" +
-			"  kubectl --kubeconfig store-042.kubeconfig get nodes\n\n" +
-			"  # from outside the management cluster, through the proxy's external address:\n" +
-			"  kubectl fleet kubeconfig store-042 --proxy-url http://fleet-proxy.example.com:7444",
-		Args:              cobra.ExactArgs(1),
-		ValidArgsFunction: completion.Clusters(flags),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := o.Complete(args); err != nil {
-				return err
-			}
-			if err := o.Validate(); err != nil {
-				return err
-			}
-			return o.Run(cmd.Context())
-		},
-	}
-	cmd.Flags().StringVar(&o.ProxyURL, "proxy-url", "", "Reach the hub's edge-reach proxy at this URL instead of the one the hub wrote (http://host:port).")
-	cmd.Flags().BoolVar(&o.RotateCredential, "rotate-credential", false, "Retire the cluster's edge-reach proxy credential (every kubeconfig printed before stops working; Cluster API's Secret is rewritten by the hub) and print a kubeconfig with the new one.")
-	cmd.Flags().DurationVar(&o.Timeout, "timeout", 2*time.Minute, "With --rotate-credential: how long to wait for the hub to write the new credential.")
-	return cmd
-}
-
-// Complete takes the arguments.
+// Complete takes the cluster name and builds the client.
 func (o *Options) Complete(args []string) error {
 	o.Name = args[0]
-	return nil
+	var err error
+	o.conn, err = kube.Connect(o.flags)
+	return err
 }
 
-// Validate checks --proxy-url.
+// Validate checks the name, --proxy-url and --timeout.
 func (o *Options) Validate() error {
+	if err := validate.ClusterName(o.Name); err != nil {
+		return err
+	}
+	if o.RotateCredential && o.Timeout <= 0 {
+		return fmt.Errorf("--timeout %s: want a positive duration", o.Timeout)
+	}
 	if o.ProxyURL == "" {
 		return nil
 	}
@@ -100,10 +75,7 @@ func (o *Options) Validate() error {
 
 // Run prints the kubeconfig.
 func (o *Options) Run(ctx context.Context) error {
-	conn, err := kube.Connect(o.flags)
-	if err != nil {
-		return err
-	}
+	conn := o.conn
 	cluster := &clusterv1.Cluster{}
 	if err := conn.Client.Get(ctx, client.ObjectKey{Namespace: conn.Namespace, Name: o.Name}, cluster); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -120,6 +92,7 @@ func (o *Options) Run(ctx context.Context) error {
 		return conn.Explain(err)
 	}
 	if o.RotateCredential {
+		var err error
 		if s, err = o.rotate(ctx, conn, cluster, s); err != nil {
 			return err
 		}

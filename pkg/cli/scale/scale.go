@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/spf13/cobra"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -14,95 +13,80 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/edgefleet/fleet/pkg/cli/completion"
 	"github.com/edgefleet/fleet/pkg/cli/kube"
+	"github.com/edgefleet/fleet/pkg/cli/validate"
 )
 
-// Options is `kubectl fleet scale cluster`.
+// Options is `kubectl fleet scale cluster`. A nil count is left as it is.
 type Options struct {
 	flags *genericclioptions.ConfigFlags
 	genericiooptions.IOStreams
 	Name                 string
-	WorkerMachines       int32
-	ControlPlaneMachines int32
+	WorkerMachines       *int32
+	ControlPlaneMachines *int32
+
+	conn *kube.Connection
 }
 
-// NewCmd returns `kubectl fleet scale`.
-func NewCmd(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
-	o := &Options{flags: flags, IOStreams: streams}
-	cluster := &cobra.Command{
-		Use:               "cluster NAME [--worker-machines M] [--control-plane-machines N]",
-		Short:             "Change how many machines a cluster has (through the scale subresource)",
-		Args:              cobra.ExactArgs(1),
-		ValidArgsFunction: completion.Clusters(flags),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			o.Name = args[0]
-			if err := o.Validate(cmd); err != nil {
-				return err
-			}
-			return o.Run(cmd.Context(), cmd)
-		},
-	}
-	cluster.Flags().Int32Var(&o.WorkerMachines, "worker-machines", 0, "Worker machines.")
-	cluster.Flags().Int32Var(&o.ControlPlaneMachines, "control-plane-machines", 0, "Control-plane machines (odd).")
-	cmd := &cobra.Command{Use: "scale", Short: "Scale a cluster"}
-	cmd.AddCommand(cluster)
-	return cmd
+// Complete takes the cluster name and builds the client.
+func (o *Options) Complete(args []string) error {
+	o.Name = args[0]
+	var err error
+	o.conn, err = kube.Connect(o.flags)
+	return err
 }
 
 // Validate refuses impossible counts with the reason.
-func (o *Options) Validate(cmd *cobra.Command) error {
-	w, cp := cmd.Flags().Changed("worker-machines"), cmd.Flags().Changed("control-plane-machines")
-	if !w && !cp {
+func (o *Options) Validate() error {
+	if err := validate.ClusterName(o.Name); err != nil {
+		return err
+	}
+	if o.WorkerMachines == nil && o.ControlPlaneMachines == nil {
 		return errors.New("say what to scale: --worker-machines and/or --control-plane-machines")
 	}
-	if w && o.WorkerMachines < 0 {
+	if w := o.WorkerMachines; w != nil && *w < 0 {
 		return errors.New("--worker-machines must not be negative")
 	}
-	if cp && (o.ControlPlaneMachines < 1 || o.ControlPlaneMachines%2 == 0) {
-		return fmt.Errorf("--control-plane-machines %d: want an odd number ≥ 1, so etcd keeps quorum when one member is lost", o.ControlPlaneMachines)
+	if cp := o.ControlPlaneMachines; cp != nil && (*cp < 1 || *cp%2 == 0) {
+		return fmt.Errorf("--control-plane-machines %d: want an odd number ≥ 1, so etcd keeps quorum when one member is lost", *cp)
 	}
 	return nil
 }
 
 // Run scales through the scale subresource, as kubectl scale does.
-func (o *Options) Run(ctx context.Context, cmd *cobra.Command) error {
-	conn, err := kube.Connect(o.flags)
-	if err != nil {
-		return err
-	}
-	c := conn.Client
+func (o *Options) Run(ctx context.Context) error {
+	c, ns := o.conn.Client, o.conn.Namespace
 	cluster := &clusterv1.Cluster{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: conn.Namespace, Name: o.Name}, cluster); err != nil {
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: o.Name}, cluster); err != nil {
 		if apierrors.IsNotFound(err) {
-			return fmt.Errorf("cluster %q not found in namespace %s (see `kubectl fleet get clusters`)", o.Name, conn.Namespace)
+			return fmt.Errorf("cluster %q not found in namespace %s (see `kubectl fleet get clusters`)", o.Name, ns)
 		}
-		return conn.Explain(err)
+		return o.conn.Explain(err)
 	}
-	if cmd.Flags().Changed("worker-machines") {
+	if o.WorkerMachines != nil {
 		md := &clusterv1.MachineDeployment{}
-		key := client.ObjectKey{Namespace: conn.Namespace, Name: o.Name + "-md-0"}
+		key := client.ObjectKey{Namespace: ns, Name: o.Name + "-md-0"}
 		if err := c.Get(ctx, key, md); err != nil {
 			return fmt.Errorf("worker MachineDeployment %s: %w", key.Name, err)
 		}
-		if err := scaleTo(ctx, c, md, o.WorkerMachines); err != nil {
-			return conn.Explain(err)
+		if err := scaleTo(ctx, c, md, *o.WorkerMachines); err != nil {
+			return o.conn.Explain(err)
 		}
-		fmt.Fprintf(o.Out, "machinedeployment/%s scaled to %d\n", md.Name, o.WorkerMachines)
+		fmt.Fprintf(o.Out, "machinedeployment/%s scaled to %d\n", md.Name, *o.WorkerMachines)
 	}
-	if cmd.Flags().Changed("control-plane-machines") {
+	if o.ControlPlaneMachines != nil {
 		ref := cluster.Spec.ControlPlaneRef
 		if ref.Kind != "KubeadmControlPlane" {
 			return fmt.Errorf("cluster %s has no KubeadmControlPlane (it was created with --control-plane=machines): add or delete its control-plane Machines instead", o.Name)
 		}
 		kcp := &controlplanev1.KubeadmControlPlane{}
-		if err := c.Get(ctx, client.ObjectKey{Namespace: conn.Namespace, Name: ref.Name}, kcp); err != nil {
-			return conn.Explain(err)
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: ref.Name}, kcp); err != nil {
+			return o.conn.Explain(err)
 		}
-		if err := scaleTo(ctx, c, kcp, o.ControlPlaneMachines); err != nil {
-			return conn.Explain(err)
+		if err := scaleTo(ctx, c, kcp, *o.ControlPlaneMachines); err != nil {
+			return o.conn.Explain(err)
 		}
-		fmt.Fprintf(o.Out, "kubeadmcontrolplane/%s scaled to %d\n", kcp.Name, o.ControlPlaneMachines)
+		fmt.Fprintf(o.Out, "kubeadmcontrolplane/%s scaled to %d\n", kcp.Name, *o.ControlPlaneMachines)
 	}
 	return nil
 }

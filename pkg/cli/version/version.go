@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/edgefleet/fleet/internal/version"
 	"github.com/edgefleet/fleet/pkg/cli/kube"
+	"github.com/edgefleet/fleet/pkg/cli/validate"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
 )
 
@@ -21,20 +21,26 @@ type Options struct {
 	genericiooptions.IOStreams
 	HubNamespace string
 	ClientOnly   bool
+
+	conn *kube.Connection
+	// connErr is kept, not returned: an unreachable hub is reported.
+	connErr error
 }
 
-// NewCmd returns `kubectl fleet version`.
-func NewCmd(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
-	o := &Options{flags: flags, IOStreams: streams}
-	cmd := &cobra.Command{
-		Use:   "version",
-		Short: "Print the plugin's version, and the hub's if it is reachable",
-		Args:  cobra.NoArgs,
-		RunE:  func(cmd *cobra.Command, _ []string) error { return o.Run(cmd.Context()) },
+// Complete builds the client unless only the plugin's version is wanted.
+func (o *Options) Complete(_ []string) error {
+	if !o.ClientOnly {
+		o.conn, o.connErr = kube.Connect(o.flags)
 	}
-	cmd.Flags().StringVar(&o.HubNamespace, "hub-namespace", "fleet-system", "Namespace of the fleet hub.")
-	cmd.Flags().BoolVar(&o.ClientOnly, "client", false, "Print only the plugin's version, without contacting the cluster.")
-	return cmd
+	return nil
+}
+
+// Validate checks --hub-namespace.
+func (o *Options) Validate() error {
+	if o.ClientOnly {
+		return nil
+	}
+	return validate.Namespace("--hub-namespace", o.HubNamespace)
 }
 
 // Run prints the versions; an unreachable hub is reported, not an error.
@@ -43,13 +49,12 @@ func (o *Options) Run(ctx context.Context) error {
 	if o.ClientOnly {
 		return nil
 	}
-	conn, err := kube.Connect(o.flags)
-	if err != nil {
-		fmt.Fprintf(o.Out, "fleet-hub: unknown (%v)\n", err)
+	if o.connErr != nil {
+		fmt.Fprintf(o.Out, "fleet-hub: unknown (%v)\n", o.connErr)
 		return nil
 	}
 	info := &corev1.ConfigMap{}
-	if err := conn.Client.Get(ctx, client.ObjectKey{Namespace: o.HubNamespace, Name: gateway.InfoConfigMap}, info); err != nil {
+	if err := o.conn.Client.Get(ctx, client.ObjectKey{Namespace: o.HubNamespace, Name: gateway.InfoConfigMap}, info); err != nil {
 		fmt.Fprintf(o.Out, "fleet-hub: unknown (%v)\n", err)
 		return nil
 	}

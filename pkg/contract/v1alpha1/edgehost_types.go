@@ -234,10 +234,13 @@ type LinkHealth struct {
 // +kubebuilder:printcolumn:name="Claimed-By",type="string",JSONPath=".spec.claimRef.name"
 // +kubebuilder:printcolumn:name="Connected",type="string",JSONPath=".status.conditions[?(@.type=='AgentConnected')].status"
 // +kubebuilder:printcolumn:name="Last-Seen",type="date",JSONPath=".status.lastSeenTime"
+// +kubebuilder:printcolumn:name="Agent",type="string",JSONPath=".status.facts.agentVersion"
 // +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
 // +kubebuilder:printcolumn:name="Zone",type="string",JSONPath=".metadata.labels.topology\\.kubernetes\\.io/zone",priority=1
-// +kubebuilder:printcolumn:name="Agent",type="string",JSONPath=".status.facts.agentVersion",priority=1
 // +kubebuilder:printcolumn:name="Link-Degraded",type="string",JSONPath=".status.conditions[?(@.type=='LinkDegraded')].status",priority=1
+// +kubebuilder:printcolumn:name="OS",type="string",JSONPath=".status.facts.os",priority=1
+// +kubebuilder:printcolumn:name="Arch",type="string",JSONPath=".status.facts.arch",priority=1
+// +kubebuilder:printcolumn:name="Internal-IP",type="string",JSONPath=".status.addresses[?(@.type=='InternalIP')].address",priority=1
 
 // EdgeHost is one enrolled edge machine: the inventory Cluster API draws from.
 type EdgeHost struct {

@@ -104,6 +104,8 @@ type EdgeMachineStatus struct {
 // +kubebuilder:printcolumn:name="Node",type="string",JSONPath=".status.nodeName"
 // +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
 // +kubebuilder:printcolumn:name="Machine",type="string",JSONPath=".metadata.ownerReferences[?(@.kind=='Machine')].name",priority=1
+// +kubebuilder:printcolumn:name="Internal-IP",type="string",JSONPath=".status.addresses[?(@.type=='InternalIP')].address",priority=1
+// +kubebuilder:printcolumn:name="Cert-Expiry",type="string",JSONPath=".status.certificatesExpiryDate",priority=1
 
 // EdgeMachine is the Cluster API infrastructure of one Machine: the EdgeHost
 // it holds and what that host's agent reports.

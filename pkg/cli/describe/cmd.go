@@ -1,0 +1,29 @@
+package describe
+
+import (
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	"github.com/edgefleet/fleet/pkg/cli/command"
+	"github.com/edgefleet/fleet/pkg/cli/completion"
+)
+
+// NewCmd returns `kubectl fleet describe`.
+func NewCmd(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
+	o := &Options{flags: flags, IOStreams: streams, Now: time.Now}
+	cluster := &cobra.Command{
+		Use:               "cluster NAME",
+		Short:             "Show a cluster as a tree, with each machine's edge host, agent and node",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completion.Clusters(flags),
+		RunE:              command.RunE(o),
+	}
+	cluster.Flags().StringVarP(&o.Output, "output", "o", "", "json or yaml: the same tree as data.")
+	cluster.Flags().BoolVar(&o.ShowConditions, "show-conditions", false, "Show every condition of every object.")
+	cmd := &cobra.Command{Use: "describe", Short: "Describe a cluster"}
+	cmd.AddCommand(cluster)
+	return cmd
+}

@@ -1,0 +1,31 @@
+package get
+
+import (
+	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	"github.com/edgefleet/fleet/pkg/cli/command"
+)
+
+// NewCmd returns `kubectl fleet get`.
+func NewCmd(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
+	o := NewOptions(flags, streams)
+	cmd := &cobra.Command{
+		Use:       "get (clusters|machines|hosts)",
+		Short:     "List clusters, machines or edge hosts as tables",
+		Long:      "The tables have the columns of the kinds' CRDs, as `kubectl get` shows them; -o wide adds the wide columns and the labels.",
+		ValidArgs: []string{"clusters", "machines", "hosts"},
+		Args:      cobra.ExactArgs(1),
+		Example: `  kubectl fleet get hosts
+  kubectl fleet get hosts -A -l 'site in (store-17,store-18)' -o wide
+  kubectl fleet get machines -o yaml`,
+		RunE: command.RunE(o),
+	}
+	cmd.Flags().BoolVarP(&o.AllNamespaces, "all-namespaces", "A", false, "List across all namespaces.")
+	cmd.Flags().StringVarP(&o.Selector, "selector", "l", "", "Label selector, as kubectl's -l (k=v, k!=v, 'k in (a,b)', !k, …).")
+	cmd.Flags().BoolVar(&o.ShowLabels, "show-labels", false, "Show all labels as the last column (-o wide does too).")
+	o.PrintFlags.AddFlags(cmd)
+	cmd.Flags().Lookup("output").Usage = "Output format: wide, json, yaml, name, jsonpath=… or go-template=…."
+	return cmd
+}

@@ -1,0 +1,96 @@
+package cli_test
+
+import (
+	"context"
+	"reflect"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+)
+
+func newNamespace(t *testing.T, prefix string) string {
+	t.Helper()
+	ns, err := env.CreateNamespace(context.Background(), prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns
+}
+
+// Bad inputs get one line naming the input, before anything is sent: the
+// same error comes back when the API server cannot be reached at all.
+func TestInputsAreCheckedBeforeSending(t *testing.T) {
+	ns := newNamespace(t, "inputs")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"create", "cluster", "Bad_Name", "--kubernetes-version", "v1.36.3"},
+			`invalid cluster name "Bad_Name": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-'`},
+		{[]string{"create", "cluster", "ok", "--kubernetes-version", "v1.36.3", "--host-selector", "site in (a,b"},
+			`invalid --host-selector/--control-plane-host-selector "site in (a,b"`},
+		{[]string{"scale", "cluster", "Bad_Name", "--worker-machines", "1"}, `invalid cluster name "Bad_Name"`},
+		{[]string{"delete", "cluster", "Bad_Name"}, `invalid cluster name "Bad_Name"`},
+		{[]string{"describe", "cluster", "Bad_Name"}, `invalid cluster name "Bad_Name"`},
+		{[]string{"kubeconfig", "Bad_Name"}, `invalid cluster name "Bad_Name"`},
+		{[]string{"host", "cordon", "Bad_Host"}, `invalid host name "Bad_Host"`},
+		{[]string{"get", "hosts", "-l", "site in (a"}, `invalid --selector "site in (a"`},
+		{[]string{"token", "revoke", "NOT-AN-ID"}, `invalid token id "NOT-AN-ID"`},
+		{[]string{"token", "create", "--labels", "fleet.edgefleet.io/cordoned=true"}, `invalid --labels key "fleet.edgefleet.io/cordoned"`},
+	} {
+		for _, server := range []string{"", "https://127.0.0.1:1"} {
+			args := append([]string{"-n", ns}, tc.args...)
+			if server != "" {
+				args = append([]string{"--server", server}, args...)
+			}
+			_, _, err := fleet(t, args...)
+			if err == nil || !strings.HasPrefix(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+				t.Errorf("kubectl fleet %s: got %v, want one line starting %q", strings.Join(args, " "), err, tc.want)
+			}
+		}
+	}
+	for _, l := range []client.ObjectList{&clusterv1.ClusterList{}, &infrav1.EdgeClusterList{}, &infrav1.EdgeMachineTemplateList{}} {
+		if err := env.Client.List(context.Background(), l, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		if items := reflect.ValueOf(l).Elem().FieldByName("Items"); items.Len() != 0 {
+			t.Errorf("%T: %d objects written", l, items.Len())
+		}
+	}
+}
+
+// --host-selector takes kubectl's -l syntax whole (a set's comma is not a
+// separator) and lands in spec.hostSelector as matchLabels and
+// matchExpressions, which the hub's claim honours.
+func TestCreateClusterHostSelectorSyntax(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t, "selector")
+	_, stderr, err := fleet(t, "create", "cluster", "sel", "-n", ns, "--kubernetes-version", "v1.36.3", "--worker-machines", "1",
+		"--host-selector", "site in (a,b)", "--control-plane-host-selector", "role=cp",
+		"--worker-host-selector", "!fleet.edgefleet.io/interruptible")
+	if err != nil {
+		t.Fatalf("create: %v\n%s", err, stderr)
+	}
+	site := metav1.LabelSelectorRequirement{Key: "site", Operator: metav1.LabelSelectorOpIn, Values: []string{"a", "b"}}
+	for name, want := range map[string]*metav1.LabelSelector{
+		"sel-control-plane": {MatchLabels: map[string]string{"role": "cp"}, MatchExpressions: []metav1.LabelSelectorRequirement{site}},
+		"sel-md-0": {MatchExpressions: []metav1.LabelSelectorRequirement{site,
+			{Key: "fleet.edgefleet.io/interruptible", Operator: metav1.LabelSelectorOpDoesNotExist}}},
+	} {
+		tmpl := &infrav1.EdgeMachineTemplate{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, tmpl); err != nil {
+			t.Fatal(err)
+		}
+		if got := tmpl.Spec.Template.Spec.HostSelector; !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: hostSelector %v, want %v", name, got, want)
+		}
+	}
+	if !strings.Contains(stderr, "match {role=cp,site in (a,b)}") {
+		t.Errorf("the warning about hosts does not show the selector:\n%s", stderr)
+	}
+}

@@ -1,0 +1,72 @@
+package token
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/edgefleet/fleet/pkg/cli/kube"
+	"github.com/edgefleet/fleet/pkg/cli/validate"
+	"github.com/edgefleet/fleet/pkg/hub/enrollment"
+)
+
+// tokenIDRE is the <id> half of an enrollment token <id>.<secret>.
+var tokenIDRE = regexp.MustCompile(`^[a-z0-9]{6}$`)
+
+// RevokeOptions is `kubectl fleet token revoke ID`.
+type RevokeOptions struct {
+	flags *genericclioptions.ConfigFlags
+	genericiooptions.IOStreams
+	HubNamespace string
+	ID           string
+
+	conn *kube.Connection
+}
+
+// Complete takes the token id (a whole token is accepted too, and its
+// secret never printed) and builds the client.
+func (o *RevokeOptions) Complete(args []string) error {
+	o.ID, _, _ = strings.Cut(args[0], ".")
+	var err error
+	o.conn, err = kube.Connect(o.flags)
+	return err
+}
+
+// Validate checks the id's form and --hub-namespace.
+func (o *RevokeOptions) Validate() error {
+	if !tokenIDRE.MatchString(o.ID) {
+		return fmt.Errorf("invalid token id %q: want the 6 lowercase letters or digits before the dot of <id>.<secret> (see `kubectl fleet token list`)", o.ID)
+	}
+	return validate.Namespace("--hub-namespace", o.HubNamespace)
+}
+
+// Run revokes the token.
+func (o *RevokeOptions) Run(ctx context.Context) error {
+	s := &corev1.Secret{}
+	if err := o.conn.Client.Get(ctx, client.ObjectKey{Namespace: o.HubNamespace, Name: enrollment.SecretName(o.ID)}, s); err != nil {
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("token %q not found in namespace %s (see `kubectl fleet token list`)", o.ID, o.HubNamespace)
+		}
+		return o.conn.Explain(err)
+	}
+	if s.Type != enrollment.SecretType {
+		return fmt.Errorf("secret %s is not an enrollment token", s.Name)
+	}
+	patch := client.MergeFrom(s.DeepCopy())
+	if s.Data == nil {
+		s.Data = map[string][]byte{}
+	}
+	s.Data[enrollment.KeyRevoked] = []byte("true")
+	if err := o.conn.Client.Patch(ctx, s, patch); err != nil {
+		return o.conn.Explain(err)
+	}
+	fmt.Fprintf(o.Out, "token %s revoked\n", o.ID)
+	return nil
+}

@@ -1,0 +1,23 @@
+package version
+
+import (
+	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	"github.com/edgefleet/fleet/pkg/cli/command"
+)
+
+// NewCmd returns `kubectl fleet version`.
+func NewCmd(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
+	o := &Options{flags: flags, IOStreams: streams}
+	cmd := &cobra.Command{
+		Use:   "version",
+		Short: "Print the plugin's version, and the hub's if it is reachable",
+		Args:  cobra.NoArgs,
+		RunE:  command.RunE(o),
+	}
+	cmd.Flags().StringVar(&o.HubNamespace, "hub-namespace", "fleet-system", "Namespace of the fleet hub.")
+	cmd.Flags().BoolVar(&o.ClientOnly, "client", false, "Print only the plugin's version, without contacting the cluster.")
+	return cmd
+}
