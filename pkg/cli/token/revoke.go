@@ -3,7 +3,6 @@ package token
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,9 +15,6 @@ import (
 	"github.com/edgefleet/fleet/pkg/cli/validate"
 	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 )
-
-// tokenIDRE is the <id> half of an enrollment token <id>.<secret>.
-var tokenIDRE = regexp.MustCompile(`^[a-z0-9]{6}$`)
 
 // RevokeOptions is `kubectl fleet token revoke ID`.
 type RevokeOptions struct {
@@ -41,7 +37,7 @@ func (o *RevokeOptions) Complete(args []string) error {
 
 // Validate checks the id's form and --hub-namespace.
 func (o *RevokeOptions) Validate() error {
-	if !tokenIDRE.MatchString(o.ID) {
+	if !enrollment.ValidID(o.ID) {
 		return fmt.Errorf("invalid token id %q: want the 6 lowercase letters or digits before the dot of <id>.<secret> (see `kubectl fleet token list`)", o.ID)
 	}
 	return validate.Namespace("--hub-namespace", o.HubNamespace)

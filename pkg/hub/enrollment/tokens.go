@@ -40,7 +40,13 @@ const (
 	KeyDescription      = "description"
 )
 
-var tokenRE = regexp.MustCompile(`^([a-z0-9]{6})\.([a-z0-9]{16})$`)
+var (
+	tokenRE   = regexp.MustCompile(`^([a-z0-9]{6})\.([a-z0-9]{16})$`)
+	tokenIDRE = regexp.MustCompile(`^[a-z0-9]{6}$`)
+)
+
+// ValidID tells whether id has the form of a token's <id> half.
+func ValidID(id string) bool { return tokenIDRE.MatchString(id) }
 
 // Refusal reasons. Each is what the enrolling agent is told.
 var (
