@@ -198,23 +198,21 @@ func kubectlFleet(t *testing.T, bin, data string, args ...string) string {
 func hostRow(t *testing.T, bin, data, host, connected string) error {
 	out := kubectlFleet(t, bin, data, "get", "hosts")
 	lines := strings.Split(out, "\n")
-	col := -1
-	for i, f := range strings.Fields(lines[0]) {
-		if f == "CONNECTED" {
-			col = i
-		}
-	}
+	// Read the cell under the header: an empty cell (a host nobody
+	// claims) would shift the fields of a row split on spaces.
+	col := strings.Index(lines[0], "CONNECTED")
 	if col < 0 {
 		t.Fatalf("no CONNECTED column in\n%s", out)
 	}
 	for _, l := range lines[1:] {
 		f := strings.Fields(l)
-		if len(f) > col && f[0] == host {
-			if f[col] != connected {
-				return fmt.Errorf("CONNECTED %s, want %s", f[col], connected)
-			}
-			return nil
+		if len(f) == 0 || f[0] != host || len(l) <= col {
+			continue
 		}
+		if cell := strings.Fields(l[col:]); len(cell) == 0 || cell[0] != connected {
+			return fmt.Errorf("CONNECTED %v, want %s", cell, connected)
+		}
+		return nil
 	}
 	return fmt.Errorf("no row for %s in\n%s", host, out)
 }
