@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/pkg/agent"
+	"github.com/edgefleet/fleet/pkg/agent/state"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
 	"github.com/edgefleet/fleet/pkg/hub/enrollment"
@@ -425,11 +426,11 @@ func (a *Agents) Name(i int) string { return a.edges[i].name }
 // Host is the name of the EdgeHost agent i holds the identity of (its
 // hostname, unless that was taken), or "" before it enrolled.
 func (a *Agents) Host(i int) string {
-	id, _, _, _, ok, err := agent.Store{Dir: a.edges[i].cfg.StateDir}.LoadIdentity()
-	if err != nil || !ok {
+	creds, err := state.Store{Dir: a.edges[i].cfg.StateDir}.LoadIdentity()
+	if err != nil {
 		return ""
 	}
-	return id.Host
+	return creds.Identity.Host
 }
 
 // Len is the number of agents.

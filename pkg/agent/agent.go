@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/edgefleet/fleet/pkg/agent/state"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
 )
@@ -22,7 +23,7 @@ import (
 // Agent is one fleet-agent.
 type Agent struct {
 	cfg   Config
-	store Store
+	store state.Store
 	prov  Provisioner
 	log   logr.Logger
 
@@ -33,7 +34,7 @@ type Agent struct {
 	status *statusManager
 
 	mu      sync.Mutex
-	applied Applied
+	applied state.Applied
 
 	// The bootstrap in progress, so a release can interrupt it.
 	provMu     sync.Mutex
@@ -87,7 +88,7 @@ type Agent struct {
 func New(cfg Config, prov Provisioner, log logr.Logger) *Agent {
 	a := &Agent{
 		cfg:     cfg,
-		store:   Store{Dir: cfg.StateDir},
+		store:   state.Store{Dir: cfg.StateDir},
 		prov:    prov,
 		log:     log,
 		desired: make(chan *wire.DesiredState, 1),
@@ -119,20 +120,10 @@ func (a *Agent) Connected() bool { return a.connected.Load() }
 func (a *Agent) Rotations() int64 { return a.rotations.Load() }
 
 // Applied returns a copy of what the agent has applied.
-func (a *Agent) Applied() Applied {
+func (a *Agent) Applied() state.Applied {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.applied.deepCopy()
-}
-
-func (ap Applied) deepCopy() Applied {
-	out := ap
-	if ap.Workload != nil {
-		w := *ap.Workload
-		out.Workload = &w
-	}
-	out.CertificatesExpiryDate = ap.CertificatesExpiryDate.DeepCopy()
-	return out
+	return a.applied.DeepCopy()
 }
 
 // Run runs the agent until ctx ends. Local initialisation (state, facts)
@@ -251,19 +242,19 @@ func (a *Agent) apply(ctx context.Context, d *wire.DesiredState) {
 			return
 		}
 	}
-	if a.update(func(ap *Applied) { ap.Generation = d.Generation }) == nil {
+	if a.update(func(ap *state.Applied) { ap.Generation = d.Generation }) == nil {
 		a.done = d
 	}
 }
 
 func (a *Agent) provision(ctx context.Context, as *wire.Assignment) {
 	a.log.Info("Provisioning", "machine", as.MachineName, "claim", as.ClaimUID)
-	if err := a.update(func(ap *Applied) {
+	if err := a.update(func(ap *state.Applied) {
 		ap.Workload = &infrav1.HostProvisioningStatus{ClaimUID: as.ClaimUID, State: infrav1.ProvisioningRunning}
 	}); err != nil {
 		// Without the "running" mark on disk a crash could run the
 		// bootstrap twice: do not start it.
-		_ = a.update(func(ap *Applied) {
+		_ = a.update(func(ap *state.Applied) {
 			ap.Workload.State = infrav1.ProvisioningFailed
 			ap.Workload.Message = "cannot record the bootstrap's start in the state directory: " + err.Error()
 		})
@@ -281,13 +272,13 @@ func (a *Agent) provision(ctx context.Context, as *wire.Assignment) {
 	}()
 	res, err := a.prov.Provision(pctx, as, func(step string) {
 		a.announce("provisioning " + as.MachineName + ": " + step)
-		_ = a.update(func(ap *Applied) {
+		_ = a.update(func(ap *state.Applied) {
 			if ap.Workload != nil {
 				ap.Workload.Step = step
 			}
 		})
 	})
-	_ = a.update(func(ap *Applied) {
+	_ = a.update(func(ap *state.Applied) {
 		if err != nil {
 			ap.Workload.State = infrav1.ProvisioningFailed
 			ap.Workload.Message = truncate(err.Error(), 4000)
@@ -308,14 +299,14 @@ func (a *Agent) provision(ctx context.Context, as *wire.Assignment) {
 
 func (a *Agent) reset(ctx context.Context, claim types.UID) bool {
 	a.log.Info("Resetting host", "claim", claim)
-	_ = a.update(func(ap *Applied) {
+	_ = a.update(func(ap *state.Applied) {
 		if ap.Workload != nil {
 			ap.Workload.State = infrav1.ProvisioningResetting
 		}
 	})
 	if err := a.prov.Reset(ctx, claim); err != nil {
 		a.log.Error(err, "Reset failed", "claim", claim)
-		_ = a.update(func(ap *Applied) {
+		_ = a.update(func(ap *state.Applied) {
 			if ap.Workload != nil {
 				ap.Workload.State = infrav1.ProvisioningResetFailed
 				ap.Workload.Message = truncate(err.Error(), 4000)
@@ -323,7 +314,7 @@ func (a *Agent) reset(ctx context.Context, claim types.UID) bool {
 		})
 		return false
 	}
-	return a.update(func(ap *Applied) {
+	return a.update(func(ap *state.Applied) {
 		ap.Workload, ap.ProviderID, ap.NodeName, ap.CertificatesExpiryDate = nil, "", "", nil
 	}) == nil
 }
@@ -345,10 +336,10 @@ func (a *Agent) interruptIfReleased(d *wire.DesiredState) {
 
 // update changes the applied state, persists it, and lets the status
 // manager send the new full status.
-func (a *Agent) update(fn func(*Applied)) error {
+func (a *Agent) update(fn func(*state.Applied)) error {
 	a.mu.Lock()
 	fn(&a.applied)
-	snapshot := a.applied.deepCopy()
+	snapshot := a.applied.DeepCopy()
 	a.mu.Unlock()
 	err := a.store.SaveApplied(snapshot)
 	if err != nil {

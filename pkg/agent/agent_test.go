@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/edgefleet/fleet/pkg/agent/state"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
 )
@@ -95,7 +96,7 @@ func TestSameDesiredStateWritesNothing(t *testing.T) {
 	files := func() []os.FileInfo {
 		t.Helper()
 		var out []os.FileInfo
-		for _, name := range []string{fileDesired, fileApplied} {
+		for _, name := range []string{state.FileDesired, state.FileApplied} {
 			fi, err := os.Stat(filepath.Join(dir, name))
 			if err != nil {
 				t.Fatal(err)
@@ -165,8 +166,8 @@ func TestConfigValidation(t *testing.T) {
 // at the step it reached and does not run it again.
 func TestRestartMidBootstrapIsReportedNotRerun(t *testing.T) {
 	dir := t.TempDir()
-	store := Store{Dir: dir}
-	if err := store.SaveApplied(Applied{Generation: 2, Workload: &infrav1.HostProvisioningStatus{
+	store := state.Store{Dir: dir}
+	if err := store.SaveApplied(state.Applied{Generation: 2, Workload: &infrav1.HostProvisioningStatus{
 		ClaimUID: "u1", State: infrav1.ProvisioningRunning, Step: "runcmd 2/5"}}); err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/edgefleet/fleet/pkg/agent/state"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
 	"github.com/edgefleet/fleet/pkg/pki"
 )
@@ -138,7 +139,7 @@ func (a *Agent) enroll(ctx context.Context) error {
 	if err := json.Unmarshal(rb, &er); err != nil {
 		return fmt.Errorf("enrollment response: %w", err)
 	}
-	id := Identity{Hub: a.cfg.Hub, Namespace: er.Namespace, Host: er.Host, UID: er.UID}
+	id := state.Identity{Hub: a.cfg.Hub, Namespace: er.Namespace, Host: er.Host, UID: er.UID}
 	if err := a.store.SaveIdentity(id, caPEM, keyPEM, er.Certificate); err != nil {
 		return fmt.Errorf("saving identity: %w", err)
 	}

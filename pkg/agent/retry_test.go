@@ -14,6 +14,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/edgefleet/fleet/pkg/agent/state"
 	"github.com/edgefleet/fleet/pkg/pki"
 	"github.com/edgefleet/fleet/pkg/transport"
 )
@@ -155,7 +156,7 @@ func TestConnectOnceTellsAnUnservedConnectionFromAnAbsentHub(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			a := New(Config{Hub: c.hub, StateDir: t.TempDir(), MaxBackoff: time.Minute}, Unavailable{}, logr.Discard())
-			if err := a.store.SaveIdentity(Identity{Hub: c.hub, Namespace: "stores", Host: "store-1", UID: "uid-1"}, ca.CertPEM, keyPEM, certPEM); err != nil {
+			if err := a.store.SaveIdentity(state.Identity{Hub: c.hub, Namespace: "stores", Host: "store-1", UID: "uid-1"}, ca.CertPEM, keyPEM, certPEM); err != nil {
 				t.Fatal(err)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)

@@ -18,6 +18,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/edgefleet/fleet/internal/version"
+	"github.com/edgefleet/fleet/pkg/agent/state"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
 	"github.com/edgefleet/fleet/pkg/pki"
 	"github.com/edgefleet/fleet/pkg/transport"
@@ -152,24 +153,25 @@ func errString(err error) string {
 // connectOnce enrolls if the host has no identity, then runs one session
 // until it ends.
 func (a *Agent) connectOnce(ctx context.Context) error {
-	id, caPEM, keyPEM, certPEM, ok, err := a.store.LoadIdentity()
-	if err != nil {
-		return err
-	}
-	if !ok {
+	creds, err := a.store.LoadIdentity()
+	if errors.Is(err, state.ErrNotEnrolled) {
 		if err := a.enroll(ctx); err != nil {
 			return err
 		}
-		if id, caPEM, keyPEM, certPEM, ok, err = a.store.LoadIdentity(); err != nil || !ok {
+		if creds, err = a.store.LoadIdentity(); err != nil {
 			return fmt.Errorf("reading identity after enrollment: %w", err)
 		}
 	}
-	pair, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
-		return fmt.Errorf("stored key and certificate do not match: %w", err)
+		return err
+	}
+	id := creds.Identity
+	pair, err := creds.TLSCertificate()
+	if err != nil {
+		return err
 	}
 	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
+	if !pool.AppendCertsFromPEM(creds.CAPEM) {
 		return errors.New("stored hub CA is unreadable")
 	}
 	leaf, err := x509.ParseCertificate(pair.Certificate[0])
@@ -229,7 +231,7 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 		// Generations count per EdgeHost: under a new identity the old
 		// number means nothing (and would make every new desired state look
 		// old). The workload, if any, is kept so it still gets reset.
-		if err := a.update(func(ap *Applied) { ap.HostUID, ap.Generation = id.UID, 0 }); err != nil {
+		if err := a.update(func(ap *state.Applied) { ap.HostUID, ap.Generation = id.UID, 0 }); err != nil {
 			return err
 		}
 	}
