@@ -11,11 +11,11 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/hashicorp/yamux"
-	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/edgefleet/fleet/pkg/agent/state"
+	"github.com/edgefleet/fleet/pkg/agent/status"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
 )
@@ -31,7 +31,7 @@ type Agent struct {
 	// the worker; only the latest matters (level-triggered).
 	desired chan *wire.DesiredState
 
-	status *statusManager
+	status *status.Manager
 
 	mu      sync.Mutex
 	applied state.Applied
@@ -92,7 +92,7 @@ func New(cfg Config, prov Provisioner, log logr.Logger) *Agent {
 		prov:    prov,
 		log:     log,
 		desired: make(chan *wire.DesiredState, 1),
-		status:  newStatusManager(),
+		status:  status.New(),
 	}
 	a.tunnels.a = a
 	return a
@@ -190,7 +190,7 @@ func (a *Agent) Run(ctx context.Context, ready func()) error {
 			a.lastLoop.Store(time.Now().UnixNano())
 			// Facts may have changed; the full status is re-sent either way.
 			a.refreshStatus()
-			a.status.resend()
+			a.status.Resend()
 		}
 	}
 }
@@ -366,7 +366,7 @@ func (a *Agent) refreshStatus() {
 		CertificatesExpiryDate: cur.CertificatesExpiryDate,
 		Link:                   a.link.Load(),
 	}
-	a.status.set(st)
+	a.status.Set(st)
 }
 
 func truncate(s string, n int) string {
@@ -374,99 +374,6 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n]
-}
-
-// statusMinInterval is the least time between two status reports.
-const statusMinInterval = 500 * time.Millisecond
-
-// statusManager holds the latest full status and sends it whenever it
-// changes (at most every statusMinInterval), and again on every new
-// session.
-type statusManager struct {
-	mu      sync.Mutex
-	current *wire.Status
-	sent    *wire.Status
-	send    func(*wire.Status) error
-	// epoch counts attachments, so a send that finishes on a session that
-	// has since been replaced is not mistaken for one on the new session.
-	epoch uint64
-	kick  chan struct{}
-}
-
-func newStatusManager() *statusManager {
-	return &statusManager{kick: make(chan struct{}, 1)}
-}
-
-func (m *statusManager) set(st *wire.Status) {
-	m.mu.Lock()
-	changed := m.current == nil || !equality.Semantic.DeepEqual(m.current, st)
-	m.current = st
-	m.mu.Unlock()
-	if changed {
-		m.poke()
-	}
-}
-
-func (m *statusManager) resend() {
-	m.mu.Lock()
-	m.sent = nil
-	m.mu.Unlock()
-	m.poke()
-}
-
-func (m *statusManager) poke() {
-	select {
-	case m.kick <- struct{}{}:
-	default:
-	}
-}
-
-// attach routes status to a new session (nil detaches) and sends the full
-// status on it.
-func (m *statusManager) attach(send func(*wire.Status) error) {
-	m.mu.Lock()
-	m.send, m.sent = send, nil
-	m.epoch++
-	m.mu.Unlock()
-	m.poke()
-}
-
-// run sends pending status until ctx ends.
-func (m *statusManager) run(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-m.kick:
-		}
-		m.mu.Lock()
-		send, cur, sent, epoch := m.send, m.current, m.sent, m.epoch
-		m.mu.Unlock()
-		if send == nil || cur == nil || (sent != nil && equality.Semantic.DeepEqual(sent, cur)) {
-			continue
-		}
-		if err := send(cur); err != nil {
-			continue // the session source reattaches on reconnect
-		}
-		m.mu.Lock()
-		if m.epoch == epoch {
-			m.sent = cur
-		}
-		changed := m.current != cur
-		m.mu.Unlock()
-		// Changes that come quicker than this (the steps of a short
-		// bootstrap) go out together in the next report: each report is
-		// an API write at the hub. What arrived meanwhile (a change, a
-		// resend, a new session) has poked the loop and goes out next.
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(statusMinInterval):
-		}
-		if changed {
-			m.poke()
-		}
-	}
 }
 
 // backoff returns the delay before reconnect attempt n (from 0): full

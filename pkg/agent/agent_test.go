@@ -138,9 +138,7 @@ func TestProvisionFailureIsReported(t *testing.T) {
 	if w == nil || w.State != infrav1.ProvisioningFailed || w.Message != ErrNoProvisioner.Error() {
 		t.Fatalf("workload %+v", w)
 	}
-	a.status.mu.Lock()
-	st := a.status.current
-	a.status.mu.Unlock()
+	st := a.status.Current()
 	if st == nil || st.Provisioning == nil || st.Provisioning.State != infrav1.ProvisioningFailed || st.ObservedGeneration != 2 {
 		t.Fatalf("status %+v", st)
 	}

@@ -28,7 +28,7 @@ import (
 // needed, connects, and after any failure waits a jittered, growing delay
 // and tries again. It never gives up.
 func (a *Agent) sessionSource(ctx context.Context) {
-	go a.status.run(ctx)
+	go a.status.Run(ctx)
 	attempt := 0
 	var lastSession time.Time
 	for ctx.Err() == nil {
@@ -39,7 +39,7 @@ func (a *Agent) sessionSource(ctx context.Context) {
 			lastSession = time.Now()
 		}
 		a.connected.Store(false)
-		a.status.attach(nil)
+		a.status.Attach(nil)
 		if ctx.Err() != nil {
 			return
 		}
@@ -244,7 +244,7 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 	a.connected.Store(true)
 	a.log.Info("Connected to hub", "hub", a.cfg.Hub, "EdgeHost", id.Namespace+"/"+id.Host)
 	a.announce("connected to " + a.cfg.Hub + " as " + id.Namespace + "/" + id.Host)
-	a.status.attach(func(st *wire.Status) error { return s.send(st) })
+	a.status.Attach(func(st *wire.Status) error { return s.send(st) })
 
 	sessCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
