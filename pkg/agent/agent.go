@@ -14,8 +14,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/edgefleet/fleet/pkg/agent/facts"
+	"github.com/edgefleet/fleet/pkg/agent/reach"
 	"github.com/edgefleet/fleet/pkg/agent/state"
 	"github.com/edgefleet/fleet/pkg/agent/status"
+	"github.com/edgefleet/fleet/pkg/agent/tunnel"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
 )
@@ -64,18 +67,10 @@ type Agent struct {
 	mux             atomic.Pointer[yamux.Session]
 	refreshMu       sync.Mutex
 
-	// Edge reach: how this host's cluster endpoint is reached at the site
-	// (nil while the host belongs to no cluster), and the tunnels the hub
-	// opens to it.
-	reach   atomic.Pointer[wire.Reach]
-	reachMu sync.Mutex
-	tunnels tunnels
-	// The managed hosts block last written, and the assignment whose
-	// endpoint reach is held to, under reachMu.
-	hostsBlock     []byte
-	hostsWritten   bool
-	pinnedClaim    types.UID
-	pinnedEndpoint string
+	// Edge reach: how this host's cluster endpoint is reached at the site,
+	// and the tunnels the hub opens to it.
+	reach   *reach.Owner
+	tunnels *tunnel.Server
 
 	// Counters for tests and metrics.
 	enrollments atomic.Int64
@@ -83,6 +78,9 @@ type Agent struct {
 	connected   atomic.Bool
 	rotations   atomic.Int64
 }
+
+// MaxTunnels bounds the tunnels one agent carries at once.
+const MaxTunnels = tunnel.MaxOpen
 
 // New makes an agent. cfg must be Completed and Validated.
 func New(cfg Config, prov Provisioner, log logr.Logger) *Agent {
@@ -94,7 +92,8 @@ func New(cfg Config, prov Provisioner, log logr.Logger) *Agent {
 		desired: make(chan *wire.DesiredState, 1),
 		status:  status.New(),
 	}
-	a.tunnels.a = a
+	a.reach = reach.NewOwner(cfg.RootDir, log)
+	a.tunnels = &tunnel.Server{Targets: a.reach.DialTargets, Log: log}
 	return a
 }
 
@@ -154,9 +153,7 @@ func (a *Agent) Run(ctx context.Context, ready func()) error {
 	a.done = a.store.LoadDesired()
 	if a.done != nil {
 		// The endpoint given with the assignment holds across restarts.
-		a.reachMu.Lock()
-		a.pinReach(a.done)
-		a.reachMu.Unlock()
+		a.reach.Restore(a.done)
 	}
 	a.refreshStatus()
 	if ready != nil {
@@ -355,11 +352,11 @@ func (a *Agent) refreshStatus() {
 	a.refreshMu.Lock()
 	defer a.refreshMu.Unlock()
 	cur := a.Applied()
-	facts := Facts(a.cfg.RootDir)
+	hostFacts := facts.Read(a.cfg.RootDir)
 	st := &wire.Status{
 		ObservedGeneration:     cur.Generation,
-		Facts:                  facts,
-		Addresses:              Addresses(facts.Hostname),
+		Facts:                  hostFacts,
+		Addresses:              facts.Addresses(hostFacts.Hostname),
 		Provisioning:           cur.Workload,
 		ProviderID:             cur.ProviderID,
 		NodeName:               cur.NodeName,

@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/edgefleet/fleet/pkg/agent/facts"
 	"github.com/edgefleet/fleet/pkg/agent/state"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
 	"github.com/edgefleet/fleet/pkg/pki"
@@ -96,19 +97,19 @@ func (a *Agent) enroll(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	facts := Facts(a.cfg.RootDir)
+	hostFacts := facts.Read(a.cfg.RootDir)
 	keyPEM, err := a.store.EnrollKey()
 	if err != nil {
 		return fmt.Errorf("host key for enrolling: %w", err)
 	}
-	csrPEM, err := pki.CSRForKey(keyPEM, facts.Hostname)
+	csrPEM, err := pki.CSRForKey(keyPEM, hostFacts.Hostname)
 	if err != nil {
 		// A damaged key file must not keep the host out for ever: the
 		// next attempt starts a new enrollment.
 		_ = a.store.ForgetEnrollKey()
 		return fmt.Errorf("host key for enrolling (made anew for the next attempt): %w", err)
 	}
-	body, _ := json.Marshal(wire.EnrollRequest{Token: a.cfg.Token, CSR: csrPEM, Facts: facts, Addresses: Addresses(facts.Hostname)})
+	body, _ := json.Marshal(wire.EnrollRequest{Token: a.cfg.Token, CSR: csrPEM, Facts: hostFacts, Addresses: facts.Addresses(hostFacts.Hostname)})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(a.cfg.Hub, "/")+wire.PathEnroll, bytes.NewReader(body))
 	if err != nil {
 		return err

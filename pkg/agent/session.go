@@ -251,7 +251,7 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 	go func() { <-sessCtx.Done(); _ = mux.Close() }()
 	rot := newRotator(a, s, leaf)
 	go rot.run(sessCtx)
-	go a.tunnels.accept(sessCtx, mux)
+	go a.tunnels.Accept(sessCtx, mux)
 
 	for {
 		frame, err := wire.ReadFrame(ctrl, wire.MaxFrameSize)
@@ -271,7 +271,7 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 			if a.OnDesired != nil {
 				a.OnDesired(m)
 			}
-			a.setReach(m)
+			a.reach.Set(m)
 			a.interruptIfReleased(m)
 			// Latest wins: replace a desired state the worker has not
 			// picked up yet.
