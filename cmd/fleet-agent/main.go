@@ -164,7 +164,7 @@ func runAgent(ctx context.Context, cfg agent.Config, log logr.Logger) error {
 	}
 	var notify sdnotify.Notifier
 	a.OnStatus = notify.Status
-	go notify.Watchdog(ctx, a.LastLoop)
+	go notify.Watchdog(ctx, a.LastHealthy)
 	defer notify.Stopping()
 	return a.Run(ctx, func() {
 		log.Info("Local initialisation done")
