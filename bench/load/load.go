@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/pkg/agent"
+	"github.com/edgefleet/fleet/pkg/agent/agenttest"
 	"github.com/edgefleet/fleet/pkg/agent/state"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
@@ -299,7 +300,7 @@ type AgentOptions struct {
 	NamePrefix string
 	// HostLabels gives agent i's EdgeHost labels (default: all alike).
 	HostLabels func(i int) map[string]string
-	// Provisioner makes agent i's provisioner (default agent.Recorder:
+	// Provisioner makes agent i's provisioner (default agenttest.Recorder:
 	// it records assignments and writes nothing).
 	Provisioner func(i int, cfg agent.Config) agent.Provisioner
 }
@@ -380,7 +381,7 @@ func (a *Agents) Start(spread time.Duration) {
 		e := a.edges[i]
 		ctx, cancel := context.WithCancel(context.Background())
 		e.cancel, e.done = cancel, make(chan struct{})
-		var prov agent.Provisioner = &agent.Recorder{}
+		var prov agent.Provisioner = &agenttest.Recorder{}
 		if a.provisioner != nil {
 			prov = a.provisioner(i, e.cfg)
 		}

@@ -1,4 +1,4 @@
-package agent
+package agent_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/edgefleet/fleet/pkg/agent"
 	"github.com/edgefleet/fleet/pkg/agent/sdnotify"
 	"github.com/edgefleet/fleet/pkg/agent/session"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
@@ -47,10 +48,9 @@ func TestStuckWorkerStopsTheWatchdog(t *testing.T) {
 	t.Setenv("WATCHDOG_USEC", "400000") // 400 ms
 
 	p := &blockingProvisioner{started: make(chan struct{})}
-	a := New(Config{StateDir: t.TempDir(), RootDir: t.TempDir(), ResyncInterval: time.Hour, Hub: "https://127.0.0.1:1",
+	a := agent.New(agent.Config{StateDir: t.TempDir(), RootDir: t.TempDir(), ResyncInterval: time.Hour, Hub: "https://127.0.0.1:1",
 		MaxBackoff: time.Hour, KeepAlive: time.Second}, p, logr.Discard())
-	a.housekeeping = 50 * time.Millisecond
-	a.stallLimits.worker = 300 * time.Millisecond
+	a.SetLiveness(50*time.Millisecond, 300*time.Millisecond)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ready := make(chan struct{})
@@ -62,7 +62,7 @@ func TestStuckWorkerStopsTheWatchdog(t *testing.T) {
 	if watchdogPings(c, time.Second) == 0 {
 		t.Fatal("no watchdog ping while the agent was idle")
 	}
-	a.updates <- session.Update{Op: session.OpDesired, Desired: &wire.DesiredState{Generation: 2, Assignment: assignment("u1")}}
+	a.Updates() <- session.Update{Op: session.OpDesired, Desired: &wire.DesiredState{Generation: 2, Assignment: assignment("u1")}}
 	<-p.started
 	// Past the stall limit and one watchdog interval, then drain.
 	time.Sleep(800 * time.Millisecond)
@@ -71,7 +71,7 @@ func TestStuckWorkerStopsTheWatchdog(t *testing.T) {
 		t.Fatalf("%d watchdog pings while the worker was stuck", n)
 	}
 	// The loop still goes round: the release reaches the interrupt.
-	a.updates <- session.Update{Op: session.OpDesired, Desired: &wire.DesiredState{Generation: 3, Deprovision: true}}
+	a.Updates() <- session.Update{Op: session.OpDesired, Desired: &wire.DesiredState{Generation: 3, Deprovision: true}}
 	if watchdogPings(c, 2*time.Second) == 0 {
 		t.Fatal("no watchdog ping after the worker finished")
 	}
