@@ -129,6 +129,7 @@ type NTP struct {
 // not run. It is reported, never skipped.
 type Unsupported struct{ What string }
 
+// Error says what fleet-agent does not run.
 func (u *Unsupported) Error() string {
 	return "cloud-config uses " + u.What + ", which fleet-agent does not run"
 }

@@ -95,6 +95,7 @@ type StepError struct {
 	Err     error
 }
 
+// Error names the step, the command if any, and what went wrong.
 func (e *StepError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s failed", e.Step)
@@ -108,6 +109,7 @@ func (e *StepError) Error() string {
 	return b.String()
 }
 
+// Unwrap returns the step's own error.
 func (e *StepError) Unwrap() error { return e.Err }
 
 // written is the record of what a bootstrap created, kept for the reset.

@@ -33,6 +33,7 @@ type EnrollError struct {
 	RetryAfter time.Duration
 }
 
+// Error says who refused what, and why.
 func (e *EnrollError) Error() string {
 	return fmt.Sprintf("hub refused enrollment (%d %s): %s", e.Status, e.Code, e.Message)
 }
@@ -62,8 +63,11 @@ func fetchCA(ctx context.Context, dial func(ctx context.Context, network, addr s
 	}
 	defer resp.Body.Close()
 	caPEM, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if err != nil || resp.StatusCode != http.StatusOK {
-		return nil, nil, fmt.Errorf("fetching hub CA: %s %v", resp.Status, err)
+	if err != nil {
+		return nil, nil, fmt.Errorf("fetching hub CA: %s: %w", resp.Status, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, nil, fmt.Errorf("fetching hub CA: %s", resp.Status)
 	}
 	ca, err := pki.ParseCertPEM(caPEM)
 	if err != nil {
@@ -82,7 +86,7 @@ func fetchCA(ctx context.Context, dial func(ctx context.Context, network, addr s
 		inter.AddCert(c)
 	}
 	if _, err := served[0].Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter}); err != nil {
-		return nil, nil, fmt.Errorf("%w: the hub's serving certificate is not from the pinned CA: %v", ErrPinMismatch, err)
+		return nil, nil, fmt.Errorf("%w: the hub's serving certificate is not from the pinned CA: %w", ErrPinMismatch, err)
 	}
 	return caPEM, pool, nil
 }

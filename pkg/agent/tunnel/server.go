@@ -39,7 +39,8 @@ type Server struct {
 	// Targets checks a requested target and returns the addresses to
 	// dial for it (reach.Owner.DialTargets).
 	Targets func(target string) ([]string, error)
-	Log     logr.Logger
+	// Log hears refusals and failed dials.
+	Log logr.Logger
 
 	open   atomic.Int32
 	served atomic.Int64
