@@ -26,6 +26,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/pkg/agent"
+	"github.com/edgefleet/fleet/pkg/agent/agenttest"
+	"github.com/edgefleet/fleet/pkg/agent/state"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
 	"github.com/edgefleet/fleet/pkg/hub/enrollment"
@@ -298,7 +300,7 @@ type AgentOptions struct {
 	NamePrefix string
 	// HostLabels gives agent i's EdgeHost labels (default: all alike).
 	HostLabels func(i int) map[string]string
-	// Provisioner makes agent i's provisioner (default agent.Recorder:
+	// Provisioner makes agent i's provisioner (default agenttest.Recorder:
 	// it records assignments and writes nothing).
 	Provisioner func(i int, cfg agent.Config) agent.Provisioner
 }
@@ -379,7 +381,7 @@ func (a *Agents) Start(spread time.Duration) {
 		e := a.edges[i]
 		ctx, cancel := context.WithCancel(context.Background())
 		e.cancel, e.done = cancel, make(chan struct{})
-		var prov agent.Provisioner = &agent.Recorder{}
+		var prov agent.Provisioner = &agenttest.Recorder{}
 		if a.provisioner != nil {
 			prov = a.provisioner(i, e.cfg)
 		}
@@ -425,11 +427,11 @@ func (a *Agents) Name(i int) string { return a.edges[i].name }
 // Host is the name of the EdgeHost agent i holds the identity of (its
 // hostname, unless that was taken), or "" before it enrolled.
 func (a *Agents) Host(i int) string {
-	id, _, _, _, ok, err := agent.Store{Dir: a.edges[i].cfg.StateDir}.LoadIdentity()
-	if err != nil || !ok {
+	creds, err := state.Store{Dir: a.edges[i].cfg.StateDir}.LoadIdentity()
+	if err != nil {
 		return ""
 	}
-	return id.Host
+	return creds.Identity.Host
 }
 
 // Len is the number of agents.

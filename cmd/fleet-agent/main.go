@@ -1,11 +1,3 @@
-// Command fleet-agent runs on each edge machine: it dials out to the hub,
-// enrolls with a one-time token and a pinned hub CA, keeps one session, and
-// applies the desired state the hub sends.
-//
-//	fleet-agent --hub https://hub.example.com:8443 --token abcdef.0123456789abcdef \
-//	    --ca-cert-hash sha256:<hex>
-//
-// Settings may also come from /etc/fleet-agent/config.yaml; flags win.
 package main
 
 import (
@@ -68,15 +60,17 @@ func run(args []string) error {
 		enrollOnly, args = true, args[1:]
 	}
 	configFile := fs.String("config", agent.DefaultConfigFile, "Configuration file.")
-	hub := fs.String("hub", "", "Hub gateway URL, e.g. https://hub.example.com:8443.")
-	token := fs.String("token", "", "One-time enrollment token <id>.<secret> (prefer --token-file: flags show in ps).")
-	tokenFile := fs.String("token-file", "", "File holding the enrollment token.")
-	pin := fs.String("ca-cert-hash", "", "Pin of the hub CA: sha256:<hex of its SubjectPublicKeyInfo>.")
-	stateDir := fs.String("state-dir", "", "Where identity and state are kept (default /var/lib/fleet-agent).")
-	rootDir := fs.String("root-dir", "", "Root of the machine the agent manages (default /; tests and the demo use a sandbox).")
-	resync := fs.Duration("resync-interval", 0, "How often the full status is re-sent without changes (default 1m).")
-	linkInterval := fs.Duration("link-interval", 0, "Window of the link-health report (eBPF retransmission/drop counts, round-trip to the hub; default 1m); negative turns it off.")
-	sandbox := fs.Bool("sandbox", false, "Run bootstrap commands chrooted into --root-dir (tests and the local demo; needs root).")
+	// The settings below override the config file's when given; configFrom
+	// reads them by name.
+	fs.String("hub", "", "Hub gateway URL, e.g. https://hub.example.com:8443.")
+	fs.String("token", "", "One-time enrollment token <id>.<secret> (prefer --token-file: flags show in ps).")
+	fs.String("token-file", "", "File holding the enrollment token.")
+	fs.String("ca-cert-hash", "", "Pin of the hub CA: sha256:<hex of its SubjectPublicKeyInfo>.")
+	fs.String("state-dir", "", "Where identity and state are kept (default /var/lib/fleet-agent).")
+	fs.String("root-dir", "", "Root of the machine the agent manages (default /; tests and the demo use a sandbox).")
+	fs.Duration("resync-interval", 0, "How often the full status is re-sent without changes (default 1m).")
+	fs.Duration("link-interval", 0, "Window of the link-health report (eBPF retransmission/drop counts, round-trip to the hub; default 1m); negative turns it off.")
+	fs.Bool("sandbox", false, "Run bootstrap commands chrooted into --root-dir (tests and the local demo; needs root).")
 	zopts := zap.Options{}
 	zopts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -85,37 +79,8 @@ func run(args []string) error {
 		}
 		return err
 	}
-
-	cfg, err := agent.LoadConfigFile(*configFile)
+	cfg, err := configFrom(fs, *configFile)
 	if err != nil {
-		return err
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	override := func(name string, dst *string, v string) {
-		if set[name] {
-			*dst = v
-		}
-	}
-	override("hub", &cfg.Hub, *hub)
-	override("token", &cfg.Token, *token)
-	override("token-file", &cfg.TokenFile, *tokenFile)
-	override("ca-cert-hash", &cfg.CACertHash, *pin)
-	override("state-dir", &cfg.StateDir, *stateDir)
-	override("root-dir", &cfg.RootDir, *rootDir)
-	if set["sandbox"] {
-		cfg.Sandbox = *sandbox
-	}
-	if set["resync-interval"] {
-		cfg.ResyncInterval = *resync
-	}
-	if set["link-interval"] {
-		cfg.LinkInterval = *linkInterval
-	}
-	if err := cfg.Complete(); err != nil {
-		return err
-	}
-	if err := cfg.Validate(); err != nil {
 		return err
 	}
 
@@ -132,6 +97,46 @@ func run(args []string) error {
 		return nil
 	}
 	return runAgent(ctx, cfg, log)
+}
+
+// configFrom reads the config file, lets the flags given on the command
+// line win, and completes and validates the result.
+func configFrom(fs *flag.FlagSet, file string) (agent.Config, error) {
+	cfg, err := agent.LoadConfigFile(file)
+	if err != nil {
+		return cfg, err
+	}
+	fs.Visit(func(f *flag.Flag) {
+		getter, ok := f.Value.(flag.Getter)
+		if !ok {
+			return // the logger's flags, read by zap
+		}
+		v := getter.Get()
+		switch f.Name {
+		case "hub":
+			cfg.Hub = v.(string)
+		case "token":
+			cfg.Token = v.(string)
+		case "token-file":
+			cfg.TokenFile = v.(string)
+		case "ca-cert-hash":
+			cfg.CACertHash = v.(string)
+		case "state-dir":
+			cfg.StateDir = v.(string)
+		case "root-dir":
+			cfg.RootDir = v.(string)
+		case "sandbox":
+			cfg.Sandbox = v.(bool)
+		case "resync-interval":
+			cfg.ResyncInterval = v.(time.Duration)
+		case "link-interval":
+			cfg.LinkInterval = v.(time.Duration)
+		}
+	})
+	if err := cfg.Complete(); err != nil {
+		return cfg, err
+	}
+	return cfg, cfg.Validate()
 }
 
 func runAgent(ctx context.Context, cfg agent.Config, log logr.Logger) error {
@@ -164,7 +169,7 @@ func runAgent(ctx context.Context, cfg agent.Config, log logr.Logger) error {
 	}
 	var notify sdnotify.Notifier
 	a.OnStatus = notify.Status
-	go notify.Watchdog(ctx, a.LastLoop)
+	go notify.Watchdog(ctx, a.LastHealthy)
 	defer notify.Stopping()
 	return a.Run(ctx, func() {
 		log.Info("Local initialisation done")

@@ -2,38 +2,45 @@ package agent
 
 import (
 	"context"
-	"errors"
-	"math/rand/v2"
-	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/hashicorp/yamux"
-	"k8s.io/apimachinery/pkg/api/equality"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/edgefleet/fleet/pkg/agent/reach"
+	"github.com/edgefleet/fleet/pkg/agent/session"
+	"github.com/edgefleet/fleet/pkg/agent/state"
+	"github.com/edgefleet/fleet/pkg/agent/status"
+	"github.com/edgefleet/fleet/pkg/agent/tunnel"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
 )
 
+// MaxTunnels bounds the tunnels one agent carries at once.
+const MaxTunnels = tunnel.MaxOpen
+
 // Agent is one fleet-agent.
 type Agent struct {
 	cfg   Config
-	store Store
+	store state.Store
 	prov  Provisioner
 	log   logr.Logger
 
-	// desired carries the newest desired state from the session source to
-	// the worker; only the latest matters (level-triggered).
+	// Sources: the hub session, and link health when enabled.
+	session *session.Source
+	updates chan session.Update
+	links   chan *infrav1.LinkHealth
+
+	// desired carries the newest desired state from the loop to the
+	// worker; only the latest matters (level-triggered).
 	desired chan *wire.DesiredState
 
-	status *statusManager
+	status *status.Manager
 
 	mu      sync.Mutex
-	applied Applied
+	applied state.Applied
 
 	// The bootstrap in progress, so a release can interrupt it.
 	provMu     sync.Mutex
@@ -50,55 +57,59 @@ type Agent struct {
 	// done is the last desired state the worker acted on in full (the one
 	// in the state directory at start); only the worker touches it.
 	done *wire.DesiredState
-	// lastLoop is when the sync loop last went round (UnixNano), for the
-	// watchdog.
-	lastLoop atomic.Int64
+
+	// Liveness, for the watchdog: when the loop last found itself and its
+	// workers alive (UnixNano), and how the worker is doing.
+	lastHealthy  atomic.Int64
+	workerBusy   busySince
+	housekeeping time.Duration
+	stallLimits  stallLimits
+	// stuck: the last check found a worker stuck (only the loop uses it).
+	stuck bool
 
 	// Link health: the probe (nil without one), why there is none, and
-	// the last window's report. mux is the current session, for pings.
+	// the last window's report.
 	linkProbe       LinkCounter
 	linkUnavailable string
 	linkEnabled     bool
 	link            atomic.Pointer[infrav1.LinkHealth]
-	mux             atomic.Pointer[yamux.Session]
 	refreshMu       sync.Mutex
 
-	// Edge reach: how this host's cluster endpoint is reached at the site
-	// (nil while the host belongs to no cluster), and the tunnels the hub
-	// opens to it.
-	reach   atomic.Pointer[wire.Reach]
-	reachMu sync.Mutex
-	tunnels tunnels
-	// The managed hosts block last written, and the assignment whose
-	// endpoint reach is held to, under reachMu.
-	hostsBlock     []byte
-	hostsWritten   bool
-	pinnedClaim    types.UID
-	pinnedEndpoint string
-
-	// Counters for tests and metrics.
-	enrollments atomic.Int64
-	sessions    atomic.Int64
-	connected   atomic.Bool
-	rotations   atomic.Int64
+	// Edge reach: how this host's cluster endpoint is reached at the site,
+	// and the tunnels the hub opens to it.
+	reach   *reach.Owner
+	tunnels *tunnel.Server
 }
 
 // New makes an agent. cfg must be Completed and Validated.
 func New(cfg Config, prov Provisioner, log logr.Logger) *Agent {
 	a := &Agent{
-		cfg:     cfg,
-		store:   Store{Dir: cfg.StateDir},
-		prov:    prov,
-		log:     log,
-		desired: make(chan *wire.DesiredState, 1),
-		status:  newStatusManager(),
+		cfg:          cfg,
+		store:        state.Store{Dir: cfg.StateDir},
+		prov:         prov,
+		log:          log,
+		updates:      make(chan session.Update),
+		links:        make(chan *infrav1.LinkHealth),
+		desired:      make(chan *wire.DesiredState, 1),
+		status:       status.New(),
+		housekeeping: time.Second,
+		stallLimits:  defaultStallLimits,
 	}
-	a.tunnels.a = a
+	a.reach = reach.NewOwner(cfg.RootDir, log)
+	a.tunnels = &tunnel.Server{Targets: a.reach.DialTargets, Log: log}
+	opts := sessionOptions(cfg)
+	opts.Generation = a.helloGeneration
+	opts.Streams = a.tunnels.Accept
+	opts.Announce = a.announce
+	a.session = session.New(opts, a.store, log)
 	return a
 }
 
-// LastLoop is when the sync loop last went round.
-func (a *Agent) LastLoop() time.Time { return time.Unix(0, a.lastLoop.Load()) }
+// sessionOptions is what the session source takes from cfg.
+func sessionOptions(cfg Config) session.Options {
+	return session.Options{Hub: cfg.Hub, Token: cfg.Token, CACertHash: cfg.CACertHash, RootDir: cfg.RootDir,
+		MaxBackoff: cfg.MaxBackoff, KeepAlive: cfg.KeepAlive, Dial: cfg.dialContext}
+}
 
 func (a *Agent) announce(text string) {
 	if a.OnStatus != nil {
@@ -106,39 +117,56 @@ func (a *Agent) announce(text string) {
 	}
 }
 
+// The agent's counters are what a metrics endpoint would export; the
+// gateway tests and the load driver read them too.
+
 // Enrollments counts enrollments this process made.
-func (a *Agent) Enrollments() int64 { return a.enrollments.Load() }
+func (a *Agent) Enrollments() int64 { return a.session.Enrollments() }
 
 // Sessions counts sessions this process opened.
-func (a *Agent) Sessions() int64 { return a.sessions.Load() }
+func (a *Agent) Sessions() int64 { return a.session.Sessions() }
 
 // Connected reports whether a session is open now.
-func (a *Agent) Connected() bool { return a.connected.Load() }
+func (a *Agent) Connected() bool { return a.session.Connected() }
 
 // Rotations counts certificate rotations.
-func (a *Agent) Rotations() int64 { return a.rotations.Load() }
+func (a *Agent) Rotations() int64 { return a.session.Rotations() }
 
 // Applied returns a copy of what the agent has applied.
-func (a *Agent) Applied() Applied {
+func (a *Agent) Applied() state.Applied {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.applied.deepCopy()
-}
-
-func (ap Applied) deepCopy() Applied {
-	out := ap
-	if ap.Workload != nil {
-		w := *ap.Workload
-		out.Workload = &w
-	}
-	out.CertificatesExpiryDate = ap.CertificatesExpiryDate.DeepCopy()
-	return out
+	return a.applied.DeepCopy()
 }
 
 // Run runs the agent until ctx ends. Local initialisation (state, facts)
 // never waits for the hub; ready is called once it is done, so an offline
 // site still boots.
 func (a *Agent) Run(ctx context.Context, ready func()) error {
+	if err := a.restore(); err != nil {
+		return err
+	}
+	if ready != nil {
+		ready()
+	}
+	var wg sync.WaitGroup
+	start := func(run func(context.Context)) {
+		wg.Add(1)
+		go func() { defer wg.Done(); run(ctx) }()
+	}
+	start(a.worker)
+	start(a.status.Run)
+	start(func(ctx context.Context) { a.session.Run(ctx, a.updates) })
+	if a.linkEnabled && a.cfg.LinkInterval > 0 {
+		start(a.linkSource)
+	}
+	a.syncLoop(ctx)
+	wg.Wait()
+	return nil
+}
+
+// restore loads what the agent had applied and received before a restart.
+func (a *Agent) restore() error {
 	applied, err := a.store.LoadApplied()
 	if err != nil {
 		return err
@@ -163,345 +191,21 @@ func (a *Agent) Run(ctx context.Context, ready func()) error {
 	a.done = a.store.LoadDesired()
 	if a.done != nil {
 		// The endpoint given with the assignment holds across restarts.
-		a.reachMu.Lock()
-		a.pinReach(a.done)
-		a.reachMu.Unlock()
+		a.reach.Restore(a.done)
 	}
 	a.refreshStatus()
-	if ready != nil {
-		ready()
-	}
+	return nil
+}
 
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); a.worker(ctx) }()
-	go func() { defer wg.Done(); a.sessionSource(ctx) }()
-	if a.linkEnabled && a.cfg.LinkInterval > 0 {
-		wg.Add(1)
-		go func() { defer wg.Done(); a.linkSource(ctx) }()
-	}
-
-	resync := time.NewTicker(a.cfg.ResyncInterval)
-	defer resync.Stop()
-	// The loop goes round at least every second, so its liveness can be
-	// judged (the watchdog pings only while it does).
-	heartbeat := time.NewTicker(time.Second)
-	defer heartbeat.Stop()
-	a.lastLoop.Store(time.Now().UnixNano())
-	for {
-		select {
-		case <-ctx.Done():
-			wg.Wait()
-			return nil
-		case <-heartbeat.C:
-			a.lastLoop.Store(time.Now().UnixNano())
-		case <-resync.C:
-			a.lastLoop.Store(time.Now().UnixNano())
-			// Facts may have changed; the full status is re-sent either way.
-			a.refreshStatus()
-			a.status.resend()
+// helloGeneration is the generation the session reports in Hello for the
+// EdgeHost hostUID. Generations count per EdgeHost: under a new identity
+// the old number means nothing (and would make every new desired state
+// look old). The workload, if any, is kept so it still gets reset.
+func (a *Agent) helloGeneration(hostUID types.UID) (int64, error) {
+	if a.Applied().HostUID != hostUID {
+		if err := a.update(func(ap *state.Applied) { ap.HostUID, ap.Generation = hostUID, 0 }); err != nil {
+			return 0, err
 		}
 	}
-}
-
-// worker applies desired states one at a time, in generation order.
-func (a *Agent) worker(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case d := <-a.desired:
-			a.apply(ctx, d)
-		}
-	}
-}
-
-func (a *Agent) apply(ctx context.Context, d *wire.DesiredState) {
-	cur := a.Applied()
-	if d.Generation < cur.Generation {
-		a.log.Info("Ignoring an older desired state", "generation", d.Generation, "applied", cur.Generation)
-		return
-	}
-	if d.Generation == cur.Generation && reflect.DeepEqual(d, a.done) {
-		// What the hub sends on every new session, already done: after an
-		// outage a fleet reconnects at once, and each agent would write
-		// its state files (with fsyncs) and gather its facts again for
-		// nothing.
-		return
-	}
-	a.done = nil
-	_ = a.store.SaveDesired(d)
-	switch {
-	case d.Assignment != nil:
-		w := cur.Workload
-		if w != nil && w.ClaimUID == d.Assignment.ClaimUID && w.State != infrav1.ProvisioningRunning {
-			// Already done (or failed) for this Machine: a bootstrap never
-			// runs twice. Just record that this generation is seen.
-			break
-		}
-		if w != nil && w.ClaimUID != d.Assignment.ClaimUID {
-			if !a.reset(ctx, w.ClaimUID) {
-				return
-			}
-		}
-		a.provision(ctx, d.Assignment)
-	case cur.Workload != nil:
-		// Released (explicitly, or by an empty desired state): reset.
-		if !a.reset(ctx, cur.Workload.ClaimUID) {
-			return
-		}
-	}
-	if a.update(func(ap *Applied) { ap.Generation = d.Generation }) == nil {
-		a.done = d
-	}
-}
-
-func (a *Agent) provision(ctx context.Context, as *wire.Assignment) {
-	a.log.Info("Provisioning", "machine", as.MachineName, "claim", as.ClaimUID)
-	if err := a.update(func(ap *Applied) {
-		ap.Workload = &infrav1.HostProvisioningStatus{ClaimUID: as.ClaimUID, State: infrav1.ProvisioningRunning}
-	}); err != nil {
-		// Without the "running" mark on disk a crash could run the
-		// bootstrap twice: do not start it.
-		_ = a.update(func(ap *Applied) {
-			ap.Workload.State = infrav1.ProvisioningFailed
-			ap.Workload.Message = "cannot record the bootstrap's start in the state directory: " + err.Error()
-		})
-		return
-	}
-	pctx, cancel := context.WithCancel(ctx)
-	a.provMu.Lock()
-	a.provCancel, a.provClaim = cancel, as.ClaimUID
-	a.provMu.Unlock()
-	defer func() {
-		a.provMu.Lock()
-		a.provCancel, a.provClaim = nil, ""
-		a.provMu.Unlock()
-		cancel()
-	}()
-	res, err := a.prov.Provision(pctx, as, func(step string) {
-		a.announce("provisioning " + as.MachineName + ": " + step)
-		_ = a.update(func(ap *Applied) {
-			if ap.Workload != nil {
-				ap.Workload.Step = step
-			}
-		})
-	})
-	_ = a.update(func(ap *Applied) {
-		if err != nil {
-			ap.Workload.State = infrav1.ProvisioningFailed
-			ap.Workload.Message = truncate(err.Error(), 4000)
-			if pctx.Err() != nil && ctx.Err() == nil {
-				ap.Workload.Message = truncate("bootstrap interrupted: the host was released; "+err.Error(), 4000)
-			}
-			return
-		}
-		ap.Workload.State = infrav1.ProvisioningSucceeded
-		ap.Workload.Message = ""
-		ap.ProviderID, ap.NodeName = res.ProviderID, res.NodeName
-		ap.CertificatesExpiryDate = certExpiry(res.CertificatesExpiry)
-	})
-	if err != nil {
-		a.log.Error(err, "Provisioning failed", "machine", as.MachineName)
-	}
-}
-
-func (a *Agent) reset(ctx context.Context, claim types.UID) bool {
-	a.log.Info("Resetting host", "claim", claim)
-	_ = a.update(func(ap *Applied) {
-		if ap.Workload != nil {
-			ap.Workload.State = infrav1.ProvisioningResetting
-		}
-	})
-	if err := a.prov.Reset(ctx, claim); err != nil {
-		a.log.Error(err, "Reset failed", "claim", claim)
-		_ = a.update(func(ap *Applied) {
-			if ap.Workload != nil {
-				ap.Workload.State = infrav1.ProvisioningResetFailed
-				ap.Workload.Message = truncate(err.Error(), 4000)
-			}
-		})
-		return false
-	}
-	return a.update(func(ap *Applied) {
-		ap.Workload, ap.ProviderID, ap.NodeName, ap.CertificatesExpiryDate = nil, "", "", nil
-	}) == nil
-}
-
-// interruptIfReleased cancels the bootstrap in progress when a newer
-// desired state no longer assigns its claim: a deleted Machine must not
-// keep its host busy for up to a command timeout.
-func (a *Agent) interruptIfReleased(d *wire.DesiredState) {
-	a.provMu.Lock()
-	defer a.provMu.Unlock()
-	if a.provCancel == nil || d.Generation <= a.Applied().Generation {
-		return
-	}
-	if d.Assignment == nil || d.Assignment.ClaimUID != a.provClaim {
-		a.log.Info("Interrupting the bootstrap: its claim was released", "claim", a.provClaim)
-		a.provCancel()
-	}
-}
-
-// update changes the applied state, persists it, and lets the status
-// manager send the new full status.
-func (a *Agent) update(fn func(*Applied)) error {
-	a.mu.Lock()
-	fn(&a.applied)
-	snapshot := a.applied.deepCopy()
-	a.mu.Unlock()
-	err := a.store.SaveApplied(snapshot)
-	if err != nil {
-		a.log.Error(err, "Saving state")
-	}
-	a.refreshStatus()
-	return err
-}
-
-func (a *Agent) refreshStatus() {
-	// Several sources refresh (the worker, the link source, the resync
-	// timer): one at a time, so an older snapshot is never set last.
-	a.refreshMu.Lock()
-	defer a.refreshMu.Unlock()
-	cur := a.Applied()
-	facts := Facts(a.cfg.RootDir)
-	st := &wire.Status{
-		ObservedGeneration:     cur.Generation,
-		Facts:                  facts,
-		Addresses:              Addresses(facts.Hostname),
-		Provisioning:           cur.Workload,
-		ProviderID:             cur.ProviderID,
-		NodeName:               cur.NodeName,
-		CertificatesExpiryDate: cur.CertificatesExpiryDate,
-		Link:                   a.link.Load(),
-	}
-	a.status.set(st)
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
-}
-
-// statusMinInterval is the least time between two status reports.
-const statusMinInterval = 500 * time.Millisecond
-
-// statusManager holds the latest full status and sends it whenever it
-// changes (at most every statusMinInterval), and again on every new
-// session.
-type statusManager struct {
-	mu      sync.Mutex
-	current *wire.Status
-	sent    *wire.Status
-	send    func(*wire.Status) error
-	// epoch counts attachments, so a send that finishes on a session that
-	// has since been replaced is not mistaken for one on the new session.
-	epoch uint64
-	kick  chan struct{}
-}
-
-func newStatusManager() *statusManager {
-	return &statusManager{kick: make(chan struct{}, 1)}
-}
-
-func (m *statusManager) set(st *wire.Status) {
-	m.mu.Lock()
-	changed := m.current == nil || !equality.Semantic.DeepEqual(m.current, st)
-	m.current = st
-	m.mu.Unlock()
-	if changed {
-		m.poke()
-	}
-}
-
-func (m *statusManager) resend() {
-	m.mu.Lock()
-	m.sent = nil
-	m.mu.Unlock()
-	m.poke()
-}
-
-func (m *statusManager) poke() {
-	select {
-	case m.kick <- struct{}{}:
-	default:
-	}
-}
-
-// attach routes status to a new session (nil detaches) and sends the full
-// status on it.
-func (m *statusManager) attach(send func(*wire.Status) error) {
-	m.mu.Lock()
-	m.send, m.sent = send, nil
-	m.epoch++
-	m.mu.Unlock()
-	m.poke()
-}
-
-// run sends pending status until ctx ends.
-func (m *statusManager) run(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-m.kick:
-		}
-		m.mu.Lock()
-		send, cur, sent, epoch := m.send, m.current, m.sent, m.epoch
-		m.mu.Unlock()
-		if send == nil || cur == nil || (sent != nil && equality.Semantic.DeepEqual(sent, cur)) {
-			continue
-		}
-		if err := send(cur); err != nil {
-			continue // the session source reattaches on reconnect
-		}
-		m.mu.Lock()
-		if m.epoch == epoch {
-			m.sent = cur
-		}
-		changed := m.current != cur
-		m.mu.Unlock()
-		// Changes that come quicker than this (the steps of a short
-		// bootstrap) go out together in the next report: each report is
-		// an API write at the hub. What arrived meanwhile (a change, a
-		// resend, a new session) has poked the loop and goes out next.
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(statusMinInterval):
-		}
-		if changed {
-			m.poke()
-		}
-	}
-}
-
-// backoff returns the delay before reconnect attempt n (from 0): full
-// jitter over an exponential ceiling, so a fleet whose hub restarted does
-// not come back in one wave.
-func backoff(n int, max time.Duration) time.Duration {
-	ceiling := time.Second << min(n, 10)
-	if ceiling > max {
-		ceiling = max
-	}
-	return time.Duration(rand.Int64N(int64(ceiling)) + int64(100*time.Millisecond))
-}
-
-// rotationDeadline is a jittered 70–90 % of the certificate's lifetime.
-func rotationDeadline(notBefore, notAfter time.Time) time.Time {
-	total := notAfter.Sub(notBefore)
-	frac := 0.7 + 0.2*rand.Float64()
-	return notBefore.Add(time.Duration(float64(total) * frac))
-}
-
-var errRevoked = errors.New("the hub revoked this host's identity")
-
-func certExpiry(t *time.Time) *metav1.Time {
-	if t == nil {
-		return nil
-	}
-	mt := metav1.NewTime(*t)
-	return &mt
+	return a.Applied().Generation, nil
 }

@@ -1,36 +1,39 @@
-package agent
+package agent_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/edgefleet/fleet/pkg/agent"
+	"github.com/edgefleet/fleet/pkg/agent/agenttest"
+	"github.com/edgefleet/fleet/pkg/agent/state"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
 )
 
-func newTestAgent(t *testing.T, dir string, rec *Recorder) *Agent {
+func newTestAgent(t *testing.T, dir string, rec agent.Provisioner) *agent.Agent {
 	t.Helper()
-	cfg := Config{Hub: "https://hub.invalid", CACertHash: "sha256:" + string(make([]byte, 0)), StateDir: dir, RootDir: t.TempDir()}
+	cfg := agent.Config{Hub: "https://hub.invalid", CACertHash: "sha256:" + string(make([]byte, 0)), StateDir: dir, RootDir: t.TempDir()}
 	if err := cfg.Complete(); err != nil {
 		t.Fatal(err)
 	}
-	a := New(cfg, rec, logr.Discard())
-	applied, err := a.store.LoadApplied()
-	if err != nil {
+	a := agent.New(cfg, rec, logr.Discard())
+	if err := a.Restore(); err != nil {
 		t.Fatal(err)
 	}
-	a.applied = applied
-	a.done = a.store.LoadDesired()
 	return a
 }
 
 func assignment(uid string) *wire.Assignment {
-	return &wire.Assignment{ClaimUID: typesUID(uid), MachineName: "m-" + uid, ProviderID: "edge://ns/h",
+	return &wire.Assignment{ClaimUID: types.UID(uid), MachineName: "m-" + uid, ProviderID: "edge://ns/h",
 		BootstrapFormat: "cloud-config", BootstrapData: []byte("#cloud-config\n")}
 }
 
@@ -39,10 +42,10 @@ func assignment(uid string) *wire.Assignment {
 func TestApplyIsOrderedAndIdempotent(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	rec := &Recorder{}
+	rec := &agenttest.Recorder{}
 	a := newTestAgent(t, dir, rec)
 
-	a.apply(ctx, &wire.DesiredState{Generation: 3, Assignment: assignment("u1")})
+	a.Apply(ctx, &wire.DesiredState{Generation: 3, Assignment: assignment("u1")})
 	if n := len(rec.Provisions()); n != 1 {
 		t.Fatalf("provisions %d", n)
 	}
@@ -50,12 +53,12 @@ func TestApplyIsOrderedAndIdempotent(t *testing.T) {
 		t.Fatalf("applied %+v", a.Applied())
 	}
 	// An older deprovision order arriving late is ignored.
-	a.apply(ctx, &wire.DesiredState{Generation: 2, Deprovision: true})
+	a.Apply(ctx, &wire.DesiredState{Generation: 2, Deprovision: true})
 	if len(rec.Resets()) != 0 || a.Applied().Workload == nil {
 		t.Fatalf("an older generation was applied: resets %v", rec.Resets())
 	}
 	// The same state again (a resync after reconnect) changes nothing.
-	a.apply(ctx, &wire.DesiredState{Generation: 3, Assignment: assignment("u1")})
+	a.Apply(ctx, &wire.DesiredState{Generation: 3, Assignment: assignment("u1")})
 	if n := len(rec.Provisions()); n != 1 {
 		t.Fatalf("bootstrap ran %d times", n)
 	}
@@ -65,16 +68,16 @@ func TestApplyIsOrderedAndIdempotent(t *testing.T) {
 	if b.Applied().Generation != 3 || b.Applied().Workload == nil || b.Applied().Workload.ClaimUID != "u1" {
 		t.Fatalf("state after restart %+v", b.Applied())
 	}
-	b.apply(ctx, &wire.DesiredState{Generation: 3, Assignment: assignment("u1")})
+	b.Apply(ctx, &wire.DesiredState{Generation: 3, Assignment: assignment("u1")})
 	if n := len(rec.Provisions()); n != 1 {
 		t.Fatalf("bootstrap ran again after restart: %d", n)
 	}
 	// A newer release resets; a newer claim for another machine provisions.
-	b.apply(ctx, &wire.DesiredState{Generation: 4, Deprovision: true})
+	b.Apply(ctx, &wire.DesiredState{Generation: 4, Deprovision: true})
 	if r := rec.Resets(); len(r) != 1 || r[0] != "u1" || b.Applied().Workload != nil {
 		t.Fatalf("resets %v applied %+v", r, b.Applied())
 	}
-	b.apply(ctx, &wire.DesiredState{Generation: 5, Assignment: assignment("u2")})
+	b.Apply(ctx, &wire.DesiredState{Generation: 5, Assignment: assignment("u2")})
 	if p := rec.Provisions(); len(p) != 2 || p[1].ClaimUID != "u2" {
 		t.Fatalf("provisions %+v", p)
 	}
@@ -87,7 +90,7 @@ func TestApplyIsOrderedAndIdempotent(t *testing.T) {
 func TestSameDesiredStateWritesNothing(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	rec := &Recorder{}
+	rec := &agenttest.Recorder{}
 	desired := func(endpoint string) *wire.DesiredState {
 		return &wire.DesiredState{Generation: 3, Assignment: assignment("u1"),
 			Reach: &wire.Reach{Endpoint: endpoint, Addresses: []string{"10.0.0.1"}, Tunnels: true}}
@@ -95,7 +98,7 @@ func TestSameDesiredStateWritesNothing(t *testing.T) {
 	files := func() []os.FileInfo {
 		t.Helper()
 		var out []os.FileInfo
-		for _, name := range []string{fileDesired, fileApplied} {
+		for _, name := range []string{state.FileDesired, state.FileApplied} {
 			fi, err := os.Stat(filepath.Join(dir, name))
 			if err != nil {
 				t.Fatal(err)
@@ -108,18 +111,18 @@ func TestSameDesiredStateWritesNothing(t *testing.T) {
 	same := func(a, b []os.FileInfo) bool { return os.SameFile(a[0], b[0]) && os.SameFile(a[1], b[1]) }
 
 	a := newTestAgent(t, dir, rec)
-	a.apply(ctx, desired("c1.example:6443"))
+	a.Apply(ctx, desired("c1.example:6443"))
 	first := files()
-	a.apply(ctx, desired("c1.example:6443"))
+	a.Apply(ctx, desired("c1.example:6443"))
 	if !same(first, files()) {
 		t.Fatal("the same desired state again rewrote the state files")
 	}
 	b := newTestAgent(t, dir, rec)
-	b.apply(ctx, desired("c1.example:6443"))
+	b.Apply(ctx, desired("c1.example:6443"))
 	if !same(first, files()) {
 		t.Fatal("after a restart, the same desired state rewrote the state files")
 	}
-	b.apply(ctx, desired("c2.example:6443"))
+	b.Apply(ctx, desired("c2.example:6443"))
 	if os.SameFile(first[0], files()[0]) {
 		t.Fatal("a desired state that changed at the same generation was not recorded")
 	}
@@ -131,22 +134,20 @@ func TestSameDesiredStateWritesNothing(t *testing.T) {
 // A failing provisioner is reported, not retried in a loop, and its message
 // reaches the status.
 func TestProvisionFailureIsReported(t *testing.T) {
-	a := New(Config{StateDir: t.TempDir(), RootDir: t.TempDir()}, Unavailable{}, logr.Discard())
-	a.apply(context.Background(), &wire.DesiredState{Generation: 2, Assignment: assignment("u1")})
+	a := agent.New(agent.Config{StateDir: t.TempDir(), RootDir: t.TempDir()}, agent.Unavailable{}, logr.Discard())
+	a.Apply(context.Background(), &wire.DesiredState{Generation: 2, Assignment: assignment("u1")})
 	w := a.Applied().Workload
-	if w == nil || w.State != infrav1.ProvisioningFailed || w.Message != ErrNoProvisioner.Error() {
+	if w == nil || w.State != infrav1.ProvisioningFailed || w.Message != agent.ErrNoProvisioner.Error() {
 		t.Fatalf("workload %+v", w)
 	}
-	a.status.mu.Lock()
-	st := a.status.current
-	a.status.mu.Unlock()
+	st := a.CurrentStatus()
 	if st == nil || st.Provisioning == nil || st.Provisioning.State != infrav1.ProvisioningFailed || st.ObservedGeneration != 2 {
 		t.Fatalf("status %+v", st)
 	}
 }
 
 func TestConfigValidation(t *testing.T) {
-	c := Config{Hub: "http://hub:80", CACertHash: "md5:abc"}
+	c := agent.Config{Hub: "http://hub:80", CACertHash: "md5:abc"}
 	if err := c.Complete(); err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +156,7 @@ func TestConfigValidation(t *testing.T) {
 		t.Fatal("accepted an http hub and a bad pin")
 	}
 	for _, want := range []string{"must be an https:// URL", "--ca-cert-hash is required"} {
-		if !contains(err.Error(), want) {
+		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q lacks %q", err, want)
 		}
 	}
@@ -165,13 +166,13 @@ func TestConfigValidation(t *testing.T) {
 // at the step it reached and does not run it again.
 func TestRestartMidBootstrapIsReportedNotRerun(t *testing.T) {
 	dir := t.TempDir()
-	store := Store{Dir: dir}
-	if err := store.SaveApplied(Applied{Generation: 2, Workload: &infrav1.HostProvisioningStatus{
+	store := state.Store{Dir: dir}
+	if err := store.SaveApplied(state.Applied{Generation: 2, Workload: &infrav1.HostProvisioningStatus{
 		ClaimUID: "u1", State: infrav1.ProvisioningRunning, Step: "runcmd 2/5"}}); err != nil {
 		t.Fatal(err)
 	}
-	rec := &Recorder{}
-	a := New(Config{StateDir: dir, RootDir: t.TempDir(), ResyncInterval: time.Hour, Hub: "https://127.0.0.1:1",
+	rec := &agenttest.Recorder{}
+	a := agent.New(agent.Config{StateDir: dir, RootDir: t.TempDir(), ResyncInterval: time.Hour, Hub: "https://127.0.0.1:1",
 		MaxBackoff: time.Hour, KeepAlive: time.Second}, rec, logr.Discard())
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan struct{})
@@ -179,10 +180,10 @@ func TestRestartMidBootstrapIsReportedNotRerun(t *testing.T) {
 	go func() { done <- a.Run(ctx, func() { close(ready) }) }()
 	<-ready
 	w := a.Applied().Workload
-	if w == nil || w.State != infrav1.ProvisioningFailed || !contains(w.Message, "at step runcmd 2/5") {
+	if w == nil || w.State != infrav1.ProvisioningFailed || !strings.Contains(w.Message, "at step runcmd 2/5") {
 		t.Fatalf("workload after restart %+v", w)
 	}
-	a.apply(ctx, &wire.DesiredState{Generation: 2, Assignment: assignment("u1")})
+	a.Apply(ctx, &wire.DesiredState{Generation: 2, Assignment: assignment("u1")})
 	if n := len(rec.Provisions()); n != 0 {
 		t.Fatalf("interrupted bootstrap ran again (%d)", n)
 	}
@@ -190,13 +191,15 @@ func TestRestartMidBootstrapIsReportedNotRerun(t *testing.T) {
 	<-done
 }
 
+var errResetBroken = errors.New("kubeadm reset: exit status 1")
+
 // flakyReset fails its first reset.
 type flakyReset struct {
-	Recorder
+	agenttest.Recorder
 	fails int
 }
 
-func (f *flakyReset) Reset(ctx context.Context, uid typesUIDT) error {
+func (f *flakyReset) Reset(ctx context.Context, uid types.UID) error {
 	if f.fails > 0 {
 		f.fails--
 		return errResetBroken
@@ -211,14 +214,14 @@ func (f *flakyReset) Reset(ctx context.Context, uid typesUIDT) error {
 func TestFailedResetIsReportedAndRetried(t *testing.T) {
 	ctx := context.Background()
 	p := &flakyReset{fails: 1}
-	a := New(Config{StateDir: t.TempDir(), RootDir: t.TempDir()}, p, logr.Discard())
-	a.apply(ctx, &wire.DesiredState{Generation: 2, Assignment: assignment("u1")})
-	a.apply(ctx, &wire.DesiredState{Generation: 3, Deprovision: true})
+	a := agent.New(agent.Config{StateDir: t.TempDir(), RootDir: t.TempDir()}, p, logr.Discard())
+	a.Apply(ctx, &wire.DesiredState{Generation: 2, Assignment: assignment("u1")})
+	a.Apply(ctx, &wire.DesiredState{Generation: 3, Deprovision: true})
 	w := a.Applied().Workload
 	if w == nil || w.State != infrav1.ProvisioningResetFailed || w.Message != errResetBroken.Error() || a.Applied().Generation != 2 {
 		t.Fatalf("after failed reset: %+v gen %d", w, a.Applied().Generation)
 	}
-	a.apply(ctx, &wire.DesiredState{Generation: 3, Deprovision: true})
+	a.Apply(ctx, &wire.DesiredState{Generation: 3, Deprovision: true})
 	if a.Applied().Workload != nil || a.Applied().Generation != 3 {
 		t.Fatalf("after retried reset: %+v", a.Applied())
 	}
@@ -226,15 +229,15 @@ func TestFailedResetIsReportedAndRetried(t *testing.T) {
 
 // blockingProvisioner runs until its context ends.
 type blockingProvisioner struct {
-	Recorder
+	agenttest.Recorder
 	started chan struct{}
 }
 
-func (b *blockingProvisioner) Provision(ctx context.Context, _ *wire.Assignment, progress func(string)) (Result, error) {
+func (b *blockingProvisioner) Provision(ctx context.Context, _ *wire.Assignment, progress func(string)) (agent.Result, error) {
 	progress("runcmd 1/1")
 	close(b.started)
 	<-ctx.Done()
-	return Result{}, ctx.Err()
+	return agent.Result{}, ctx.Err()
 }
 
 // A release arriving while a bootstrap runs interrupts it; the host is then
@@ -242,22 +245,22 @@ func (b *blockingProvisioner) Provision(ctx context.Context, _ *wire.Assignment,
 func TestReleaseInterruptsBootstrap(t *testing.T) {
 	ctx := context.Background()
 	p := &blockingProvisioner{started: make(chan struct{})}
-	a := New(Config{StateDir: t.TempDir(), RootDir: t.TempDir()}, p, logr.Discard())
-	a.applied.Generation = 1
+	a := agent.New(agent.Config{StateDir: t.TempDir(), RootDir: t.TempDir()}, p, logr.Discard())
+	a.SetAppliedGeneration(1)
 	done := make(chan struct{})
-	go func() { a.apply(ctx, &wire.DesiredState{Generation: 2, Assignment: assignment("u1")}); close(done) }()
+	go func() { a.Apply(ctx, &wire.DesiredState{Generation: 2, Assignment: assignment("u1")}); close(done) }()
 	<-p.started
-	a.interruptIfReleased(&wire.DesiredState{Generation: 3, Deprovision: true})
+	a.InterruptIfReleased(&wire.DesiredState{Generation: 3, Deprovision: true})
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the release did not interrupt the bootstrap")
 	}
 	w := a.Applied().Workload
-	if w == nil || w.State != infrav1.ProvisioningFailed || !contains(w.Message, "interrupted") {
+	if w == nil || w.State != infrav1.ProvisioningFailed || !strings.Contains(w.Message, "interrupted") {
 		t.Fatalf("workload %+v", w)
 	}
-	a.apply(ctx, &wire.DesiredState{Generation: 3, Deprovision: true})
+	a.Apply(ctx, &wire.DesiredState{Generation: 3, Deprovision: true})
 	if a.Applied().Workload != nil || len(p.Resets()) != 1 {
 		t.Fatalf("not reset after the interruption: %+v resets %v", a.Applied(), p.Resets())
 	}

@@ -1,165 +1,23 @@
 package agent
 
 import (
-	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
-	"net/http"
-	"strings"
-	"time"
 
 	"github.com/go-logr/logr"
 
-	"github.com/edgefleet/fleet/pkg/contract/wire"
-	"github.com/edgefleet/fleet/pkg/pki"
+	"github.com/edgefleet/fleet/pkg/agent/session"
+	"github.com/edgefleet/fleet/pkg/agent/state"
 )
 
 // ErrPinMismatch means the hub's CA is not the pinned one: the agent talks
 // to an impostor (or was given the wrong pin) and sends it nothing.
-var ErrPinMismatch = errors.New("hub CA does not match --ca-cert-hash; refusing to send the token")
+var ErrPinMismatch = session.ErrPinMismatch
 
-// EnrollError is the hub's refusal.
-type EnrollError struct {
-	Status  int
-	Code    string
-	Message string
-	// RetryAfter is the hub's Retry-After on a 503 or 429, else 0.
-	RetryAfter time.Duration
-}
-
-func (e *EnrollError) Error() string {
-	return fmt.Sprintf("hub refused enrollment (%d %s): %s", e.Status, e.Code, e.Message)
-}
-
-// fetchCA gets the hub's CA and checks it against the pin. The first
-// connection cannot verify the hub (it has no CA yet); it verifies instead
-// that the served certificate chains to the CA it returned, and that CA's
-// key hash against the pin, as kubeadm discovery does.
-func fetchCA(ctx context.Context, cfg Config, hub, pin string) ([]byte, *x509.CertPool, error) {
-	var served []*x509.Certificate
-	tr := &http.Transport{DialContext: cfg.dialContext, TLSClientConfig: &tls.Config{
-		MinVersion:         tls.VersionTLS12,
-		InsecureSkipVerify: true, //nolint:gosec // verified below against the pinned CA
-		VerifyConnection: func(cs tls.ConnectionState) error {
-			served = cs.PeerCertificates
-			return nil
-		},
-	}}
-	defer tr.CloseIdleConnections()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(hub, "/")+wire.PathCA, nil)
-	if err != nil {
-		return nil, nil, err
-	}
-	resp, err := (&http.Client{Transport: tr, Timeout: 30 * time.Second}).Do(req)
-	if err != nil {
-		return nil, nil, fmt.Errorf("fetching hub CA: %w", err)
-	}
-	defer resp.Body.Close()
-	caPEM, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if err != nil || resp.StatusCode != http.StatusOK {
-		return nil, nil, fmt.Errorf("fetching hub CA: %s %v", resp.Status, err)
-	}
-	ca, err := pki.ParseCertPEM(caPEM)
-	if err != nil {
-		return nil, nil, fmt.Errorf("hub CA: %w", err)
-	}
-	if pki.Pin(ca) != pin {
-		return nil, nil, fmt.Errorf("%w (hub CA is %s)", ErrPinMismatch, pki.Pin(ca))
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(ca)
-	if len(served) == 0 {
-		return nil, nil, errors.New("hub presented no certificate")
-	}
-	inter := x509.NewCertPool()
-	for _, c := range served[1:] {
-		inter.AddCert(c)
-	}
-	if _, err := served[0].Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter}); err != nil {
-		return nil, nil, fmt.Errorf("%w: the hub's serving certificate is not from the pinned CA: %v", ErrPinMismatch, err)
-	}
-	return caPEM, pool, nil
-}
-
-// enroll trades the token and a fresh CSR for an identity.
-func (a *Agent) enroll(ctx context.Context) error {
-	if a.cfg.Token == "" {
-		return errors.New("not enrolled and no enrollment token configured (--token or tokenFile)")
-	}
-	caPEM, pool, err := fetchCA(ctx, a.cfg, a.cfg.Hub, a.cfg.CACertHash)
-	if err != nil {
-		return err
-	}
-	facts := Facts(a.cfg.RootDir)
-	keyPEM, err := a.store.EnrollKey()
-	if err != nil {
-		return fmt.Errorf("host key for enrolling: %w", err)
-	}
-	csrPEM, err := pki.CSRForKey(keyPEM, facts.Hostname)
-	if err != nil {
-		// A damaged key file must not keep the host out for ever: the
-		// next attempt starts a new enrollment.
-		_ = a.store.ForgetEnrollKey()
-		return fmt.Errorf("host key for enrolling (made anew for the next attempt): %w", err)
-	}
-	body, _ := json.Marshal(wire.EnrollRequest{Token: a.cfg.Token, CSR: csrPEM, Facts: facts, Addresses: Addresses(facts.Hostname)})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(a.cfg.Hub, "/")+wire.PathEnroll, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	tr := &http.Transport{DialContext: a.cfg.dialContext, TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, ServerName: serverName(a.cfg.Hub)}}
-	defer tr.CloseIdleConnections()
-	resp, err := (&http.Client{Transport: tr, Timeout: 30 * time.Second}).Do(req)
-	if err != nil {
-		return fmt.Errorf("enrolling: %w", err)
-	}
-	defer resp.Body.Close()
-	rb, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if resp.StatusCode != http.StatusOK {
-		e := &EnrollError{Status: resp.StatusCode}
-		if resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusTooManyRequests {
-			e.RetryAfter = retryAfter(resp.Header)
-		}
-		var he struct{ Code, Message string }
-		if json.Unmarshal(rb, &he) == nil {
-			e.Code, e.Message = he.Code, he.Message
-		} else {
-			e.Message = strings.TrimSpace(string(rb))
-		}
-		return e
-	}
-	var er wire.EnrollResponse
-	if err := json.Unmarshal(rb, &er); err != nil {
-		return fmt.Errorf("enrollment response: %w", err)
-	}
-	id := Identity{Hub: a.cfg.Hub, Namespace: er.Namespace, Host: er.Host, UID: er.UID}
-	if err := a.store.SaveIdentity(id, caPEM, keyPEM, er.Certificate); err != nil {
-		return fmt.Errorf("saving identity: %w", err)
-	}
-	_ = a.store.ForgetEnrollKey() // part of the identity now
-	a.log.Info("Enrolled", "EdgeHost", er.Namespace+"/"+er.Host)
-	a.enrollments.Add(1)
-	return nil
-}
-
-func serverName(hub string) string {
-	h := strings.TrimPrefix(strings.TrimPrefix(hub, "https://"), "wss://")
-	h, _, _ = strings.Cut(h, "/")
-	if i := strings.LastIndex(h, ":"); i > 0 && !strings.HasSuffix(h, "]") {
-		h = h[:i]
-	}
-	return strings.Trim(h, "[]")
-}
+// EnrollError is the hub's refusal of an enrollment.
+type EnrollError = session.EnrollError
 
 // EnrollOnce enrolls the host described by cfg and stores its identity,
 // without starting a session (`fleet-agent enroll`, image bakers, tests).
 func EnrollOnce(ctx context.Context, cfg Config) error {
-	a := New(cfg, Unavailable{}, logr.Discard())
-	return a.enroll(ctx)
+	return session.New(sessionOptions(cfg), state.Store{Dir: cfg.StateDir}, logr.Discard()).Enroll(ctx)
 }

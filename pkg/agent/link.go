@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/edgefleet/fleet/pkg/agent/linkprobe"
+	"github.com/edgefleet/fleet/pkg/agent/session"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 )
 
@@ -25,8 +26,8 @@ func (a *Agent) UseLinkProbe(p LinkCounter, unavailable string) {
 
 // linkSource is the link-health source of the sync loop: each window it
 // turns the probe's running totals into counts for the window, adds a
-// ping to the hub, and hands the result to the status manager (which
-// sends it along with the rest of the status).
+// ping to the hub, and hands the result to the loop (which puts it in the
+// status).
 func (a *Agent) linkSource(ctx context.Context) {
 	var last linkprobe.Counters
 	probe := a.linkProbe
@@ -69,41 +70,18 @@ func (a *Agent) linkSource(ctx context.Context) {
 			// too slow to answer is not a healthy one. Not connected at all
 			// says nothing about the link (AgentConnected tells that).
 			const pingTimeout = 10 * time.Second
-			if rtt, err := a.pingHub(pingTimeout); !errors.Is(err, errNotConnected) {
+			if rtt, err := a.session.Ping(pingTimeout); !errors.Is(err, session.ErrNotConnected) {
 				if err != nil {
 					rtt = pingTimeout
 				}
 				ms := max(rtt.Milliseconds(), 0)
 				h.HubRTTMilliseconds = &ms
 			}
-			a.link.Store(h)
-			a.refreshStatus()
+			select {
+			case a.links <- h:
+			case <-ctx.Done():
+				return
+			}
 		}
-	}
-}
-
-var errNotConnected = errors.New("not connected")
-
-// pingHub measures a round trip over the session (a yamux ping: no API
-// work at the hub).
-func (a *Agent) pingHub(timeout time.Duration) (time.Duration, error) {
-	mux := a.mux.Load()
-	if mux == nil {
-		return 0, errNotConnected
-	}
-	type result struct {
-		rtt time.Duration
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		rtt, err := mux.Ping()
-		ch <- result{rtt, err}
-	}()
-	select {
-	case r := <-ch:
-		return r.rtt, r.err
-	case <-time.After(timeout):
-		return 0, errors.New("ping timed out")
 	}
 }

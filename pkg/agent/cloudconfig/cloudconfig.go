@@ -129,6 +129,7 @@ type NTP struct {
 // not run. It is reported, never skipped.
 type Unsupported struct{ What string }
 
+// Error says what fleet-agent does not run.
 func (u *Unsupported) Error() string {
 	return "cloud-config uses " + u.What + ", which fleet-agent does not run"
 }
@@ -170,23 +171,8 @@ func Parse(data []byte, md MetaData) (*Config, error) {
 	if err := yaml.Unmarshal([]byte(text), &raw); err != nil {
 		return nil, fmt.Errorf("parsing cloud-config: %w", err)
 	}
-	var keys []string
-	for k, v := range raw {
-		switch k {
-		case "write_files", "bootcmd", "runcmd", "users", "ntp":
-			continue
-		}
-		if what, ok := refusedKeys[k]; ok {
-			if isEmpty(v) {
-				continue // CABPK writes empty sections; nothing to refuse
-			}
-			return nil, &Unsupported{What: what}
-		}
-		keys = append(keys, k)
-	}
-	if len(keys) > 0 {
-		sort.Strings(keys)
-		return nil, &Unsupported{What: "the key(s) " + strings.Join(keys, ", ")}
+	if err := checkKeys(raw); err != nil {
+		return nil, err
 	}
 	// The sections fleet-agent runs, decoded strictly: a field it does not
 	// know inside them (write_files source, users uid, …) is a refusal, not
@@ -227,6 +213,30 @@ func Parse(data []byte, md MetaData) (*Config, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// checkKeys refuses a document with a top-level key fleet-agent does not
+// run (an empty section CABPK writes is no refusal).
+func checkKeys(raw map[string]json.RawMessage) error {
+	var keys []string
+	for k, v := range raw {
+		switch k {
+		case "write_files", "bootcmd", "runcmd", "users", "ntp":
+			continue
+		}
+		if what, ok := refusedKeys[k]; ok {
+			if isEmpty(v) {
+				continue // CABPK writes empty sections; nothing to refuse
+			}
+			return &Unsupported{What: what}
+		}
+		keys = append(keys, k)
+	}
+	if len(keys) > 0 {
+		sort.Strings(keys)
+		return &Unsupported{What: "the key(s) " + strings.Join(keys, ", ")}
+	}
+	return nil
 }
 
 func isEmpty(v json.RawMessage) bool {

@@ -95,6 +95,7 @@ type StepError struct {
 	Err     error
 }
 
+// Error names the step, the command if any, and what went wrong.
 func (e *StepError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s failed", e.Step)
@@ -108,6 +109,7 @@ func (e *StepError) Error() string {
 	return b.String()
 }
 
+// Unwrap returns the step's own error.
 func (e *StepError) Unwrap() error { return e.Err }
 
 // written is the record of what a bootstrap created, kept for the reset.
@@ -153,12 +155,8 @@ func (p *Provisioner) Provision(ctx context.Context, a *wire.Assignment, progres
 		return p.saveWritten(rec)
 	}
 
-	for i, c := range cfg.BootCmd {
-		step := fmt.Sprintf("bootcmd %d/%d", i+1, len(cfg.BootCmd))
-		progress(step)
-		if err := p.run(ctx, step, c); err != nil {
-			return agent.Result{}, err
-		}
+	if err := p.runCommands(ctx, "bootcmd", cfg.BootCmd, progress); err != nil {
+		return agent.Result{}, err
 	}
 	for i, f := range cfg.WriteFiles {
 		step := fmt.Sprintf("write_files %d/%d", i+1, len(cfg.WriteFiles))
@@ -176,25 +174,15 @@ func (p *Provisioner) Provision(ctx context.Context, a *wire.Assignment, progres
 	}
 	if n := cfg.NTP; n != nil && (n.Enabled == nil || *n.Enabled) && len(n.Servers) > 0 {
 		progress("ntp")
-		const conf = "/etc/systemd/timesyncd.conf.d/fleet-ntp.conf"
-		f := cloudconfig.File{Path: conf, Content: "# Written by fleet-agent from the bootstrap's ntp section.\n[Time]\nNTP=" +
-			strings.Join(n.Servers, " ") + "\n", Permissions: "0644"}
-		if err := p.write(root, f, record); err != nil {
-			return agent.Result{}, &StepError{Step: "ntp", Command: conf, Err: err}
-		}
-		if err := p.run(ctx, "ntp", p.opts.NTPRestart); err != nil {
+		if err := p.configureNTP(ctx, root, n.Servers, record); err != nil {
 			return agent.Result{}, err
 		}
 	}
 	if err := p.restartUnits(ctx, cfg.WriteFiles, progress); err != nil {
 		return agent.Result{}, err
 	}
-	for i, c := range cfg.RunCmd {
-		step := fmt.Sprintf("runcmd %d/%d", i+1, len(cfg.RunCmd))
-		progress(step)
-		if err := p.run(ctx, step, c); err != nil {
-			return agent.Result{}, err
-		}
+	if err := p.runCommands(ctx, "runcmd", cfg.RunCmd, progress); err != nil {
+		return agent.Result{}, err
 	}
 	progress("sentinel")
 	if _, err := root.Stat(rel(SentinelFile)); errors.Is(err, fs.ErrNotExist) {
@@ -207,6 +195,31 @@ func (p *Provisioner) Provision(ctx context.Context, a *wire.Assignment, progres
 		NodeName:           nodeName(root, hostname),
 		CertificatesExpiry: earliestExpiry(root, p.opts.PKIDirs),
 	}, nil
+}
+
+// runCommands runs one section's commands (bootcmd, runcmd) in order,
+// each its own step.
+func (p *Provisioner) runCommands(ctx context.Context, section string, cmds []cloudconfig.Command, progress func(string)) error {
+	for i, c := range cmds {
+		step := fmt.Sprintf("%s %d/%d", section, i+1, len(cmds))
+		progress(step)
+		if err := p.run(ctx, step, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// configureNTP points systemd-timesyncd at the bootstrap's NTP servers
+// and restarts it.
+func (p *Provisioner) configureNTP(ctx context.Context, root *os.Root, servers []string, record func(string) error) error {
+	const conf = "/etc/systemd/timesyncd.conf.d/fleet-ntp.conf"
+	f := cloudconfig.File{Path: conf, Content: "# Written by fleet-agent from the bootstrap's ntp section.\n[Time]\nNTP=" +
+		strings.Join(servers, " ") + "\n", Permissions: "0644"}
+	if err := p.write(root, f, record); err != nil {
+		return &StepError{Step: "ntp", Command: conf, Err: err}
+	}
+	return p.run(ctx, "ntp", p.opts.NTPRestart)
 }
 
 // restartUnits makes the files just written take effect before the

@@ -21,10 +21,11 @@ func (Notifier) Status(text string) { _, _ = daemon.SdNotify(false, "STATUS="+te
 func (Notifier) Stopping() { _, _ = daemon.SdNotify(false, daemon.SdNotifyStopping) }
 
 // Watchdog pings systemd's watchdog at half its interval, but only while
-// lastLoop (when the sync loop last went round) is more recent than one
-// interval: a stuck loop stops the pings, and systemd restarts the agent.
-// It returns at once when the unit has no WatchdogSec.
-func (Notifier) Watchdog(ctx context.Context, lastLoop func() time.Time) {
+// lastHealthy (when the sync loop last went round with its workers alive)
+// is more recent than one interval: a stuck loop or worker stops the pings,
+// and systemd restarts the agent. It returns at once when the unit has no
+// WatchdogSec.
+func (Notifier) Watchdog(ctx context.Context, lastHealthy func() time.Time) {
 	interval, err := daemon.SdWatchdogEnabled(false)
 	if err != nil || interval == 0 {
 		return
@@ -36,7 +37,7 @@ func (Notifier) Watchdog(ctx context.Context, lastLoop func() time.Time) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if time.Since(lastLoop()) < interval {
+			if time.Since(lastHealthy()) < interval {
 				_, _ = daemon.SdNotify(false, daemon.SdNotifyWatchdog)
 			}
 		}

@@ -30,6 +30,7 @@ import (
 	"github.com/edgefleet/fleet/internal/testenv"
 	"github.com/edgefleet/fleet/internal/testkit"
 	"github.com/edgefleet/fleet/pkg/agent"
+	"github.com/edgefleet/fleet/pkg/agent/agenttest"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
@@ -260,7 +261,7 @@ func newToken(t *testing.T, ns string, opts enrollment.Options) string {
 type edge struct {
 	t        *testing.T
 	cfg      agent.Config
-	rec      *agent.Recorder
+	rec      *agenttest.Recorder
 	agent    *agent.Agent
 	cancel   context.CancelFunc
 	done     chan error
@@ -284,7 +285,7 @@ func newEdge(t *testing.T, hostname, hubURL, pin, token string) *edge {
 		RootDir: root, ResyncInterval: 200 * time.Millisecond, MaxBackoff: 500 * time.Millisecond, KeepAlive: time.Second}
 	must(t, cfg.Complete())
 	must(t, cfg.Validate())
-	return &edge{t: t, cfg: cfg, rec: &agent.Recorder{}, hostname: hostname}
+	return &edge{t: t, cfg: cfg, rec: &agenttest.Recorder{}, hostname: hostname}
 }
 
 func must(t *testing.T, err error) {

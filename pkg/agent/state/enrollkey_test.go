@@ -1,4 +1,4 @@
-package agent
+package state
 
 import (
 	"bytes"
@@ -23,7 +23,7 @@ func TestEnrollKeyIsKeptUntilEnrolled(t *testing.T) {
 	if !bytes.Equal(k1, k2) {
 		t.Fatal("a second attempt got another key")
 	}
-	fi, err := os.Stat(filepath.Join(s.Dir, fileEnrollKey))
+	fi, err := os.Stat(filepath.Join(s.Dir, FileEnrollKey))
 	if err != nil {
 		t.Fatal(err)
 	}

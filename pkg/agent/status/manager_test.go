@@ -1,4 +1,4 @@
-package agent
+package status
 
 import (
 	"context"
@@ -14,10 +14,10 @@ import (
 // hub as few reports (each can be an API write there), the last one always
 // among them; a resend during the pause is not lost.
 func TestStatusReportsAreCoalesced(t *testing.T) {
-	m := newStatusManager()
+	m := New()
 	var mu sync.Mutex
 	var sent []string
-	m.attach(func(st *wire.Status) error {
+	m.Attach(func(st *wire.Status) error {
 		mu.Lock()
 		defer mu.Unlock()
 		sent = append(sent, st.Facts.Hostname)
@@ -25,9 +25,9 @@ func TestStatusReportsAreCoalesced(t *testing.T) {
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go m.run(ctx)
+	go m.Run(ctx)
 	for _, step := range []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "last"} {
-		m.set(&wire.Status{Facts: infrav1.HostFacts{Hostname: step}})
+		m.Set(&wire.Status{Facts: infrav1.HostFacts{Hostname: step}})
 		time.Sleep(10 * time.Millisecond) // steps a moment apart, well inside one pause
 	}
 	reports := func() []string {
@@ -47,7 +47,7 @@ func TestStatusReportsAreCoalesced(t *testing.T) {
 	}
 	// A resend (the resync timer) goes out even though nothing changed.
 	n := len(reports())
-	m.resend()
+	m.Resend()
 	for len(reports()) == n {
 		if time.Now().After(deadline) {
 			t.Fatal("a resend was swallowed")

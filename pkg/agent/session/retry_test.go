@@ -1,4 +1,4 @@
-package agent
+package session
 
 import (
 	"context"
@@ -14,12 +14,13 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/edgefleet/fleet/pkg/agent/state"
 	"github.com/edgefleet/fleet/pkg/pki"
 	"github.com/edgefleet/fleet/pkg/transport"
 )
 
 func TestRetryDelay(t *testing.T) {
-	a := &Agent{cfg: Config{MaxBackoff: time.Minute}}
+	a := &Source{opts: Options{MaxBackoff: time.Minute}}
 	for range 200 {
 		// Busy: honour Retry-After, spread over one more interval; the
 		// back-off does not grow.
@@ -62,7 +63,7 @@ func TestRetryDelay(t *testing.T) {
 // comes back within a few seconds, and the back-off still grows (a
 // refusal after it is backed off from where it stands).
 func TestRetryDelayAfterAConnectionClosedUnserved(t *testing.T) {
-	a := &Agent{cfg: Config{MaxBackoff: time.Minute}}
+	a := &Source{opts: Options{MaxBackoff: time.Minute}}
 	for _, cause := range []error{syscall.ECONNRESET, io.EOF} {
 		unserved := &unservedError{err: &net.OpError{Op: "read", Net: "tcp", Err: cause}}
 		attempt := 10
@@ -154,8 +155,8 @@ func TestConnectOnceTellsAnUnservedConnectionFromAnAbsentHub(t *testing.T) {
 		{"nothing listening", absent, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			a := New(Config{Hub: c.hub, StateDir: t.TempDir(), MaxBackoff: time.Minute}, Unavailable{}, logr.Discard())
-			if err := a.store.SaveIdentity(Identity{Hub: c.hub, Namespace: "stores", Host: "store-1", UID: "uid-1"}, ca.CertPEM, keyPEM, certPEM); err != nil {
+			a := New(Options{Hub: c.hub, MaxBackoff: time.Minute}, state.Store{Dir: t.TempDir()}, logr.Discard())
+			if err := a.store.SaveIdentity(state.Identity{Hub: c.hub, Namespace: "stores", Host: "store-1", UID: "uid-1"}, ca.CertPEM, keyPEM, certPEM); err != nil {
 				t.Fatal(err)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)

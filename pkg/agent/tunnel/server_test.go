@@ -1,11 +1,9 @@
-package agent
+package tunnel_test
 
 import (
 	"context"
 	"io"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,14 +11,28 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/edgefleet/fleet/pkg/agent/reach"
+	"github.com/edgefleet/fleet/pkg/agent/tunnel"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
 	"github.com/edgefleet/fleet/pkg/transport"
 	"github.com/edgefleet/fleet/pkg/transport/hubmux"
 )
 
+// edge is the part of an agent that edge reach takes: the reach owner and
+// the tunnel server it checks targets with.
+type edge struct {
+	reach   *reach.Owner
+	tunnels *tunnel.Server
+}
+
+func newEdge(t *testing.T) *edge {
+	o := reach.NewOwner(t.TempDir(), logr.Discard())
+	return &edge{reach: o, tunnels: &tunnel.Server{Targets: o.DialTargets, Log: logr.Discard()}}
+}
+
 // tunnelPair runs an agent's tunnel server on one end of an in-memory
 // session and returns the hub's end.
-func tunnelPair(t *testing.T, a *Agent) *hubmux.Session {
+func tunnelPair(t *testing.T, a *edge) *hubmux.Session {
 	t.Helper()
 	hubSide, agentSide := net.Pipe()
 	hub := hubmux.Server(hubSide, hubmux.Config{})
@@ -30,7 +42,7 @@ func tunnelPair(t *testing.T, a *Agent) *hubmux.Session {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	go a.tunnels.accept(ctx, agent)
+	go a.tunnels.Accept(ctx, agent)
 	t.Cleanup(func() { cancel(); hub.Close(); agent.Close() })
 	return hub
 }
@@ -83,10 +95,10 @@ func echoServer(t *testing.T) string {
 // The agent dials its cluster's endpoint — by the address the hub gave
 // for its name — and carries bytes both ways, half-close included.
 func TestTunnelCarriesBytesToTheEndpoint(t *testing.T) {
-	a := New(Config{StateDir: t.TempDir(), RootDir: t.TempDir()}, Unavailable{}, logr.Discard())
+	a := newEdge(t)
 	addr := echoServer(t)
 	_, port, _ := net.SplitHostPort(addr)
-	a.setReach(assigned(&wire.Reach{Endpoint: "edge.ns.fleet.internal:" + port, Addresses: []string{"127.0.0.1"}, Tunnels: true}))
+	a.reach.Set(assigned(&wire.Reach{Endpoint: "edge.ns.fleet.internal:" + port, Addresses: []string{"127.0.0.1"}, Tunnels: true}))
 	hub := tunnelPair(t, a)
 
 	st, msg := askTunnel(t, hub, "edge.ns.fleet.internal:"+port)
@@ -101,8 +113,8 @@ func TestTunnelCarriesBytesToTheEndpoint(t *testing.T) {
 	if err != nil || string(got) != "HELLO EDGE" {
 		t.Fatalf("read %q, %v", got, err)
 	}
-	if a.tunnels.served.Load() != 1 {
-		t.Errorf("served %d tunnels", a.tunnels.served.Load())
+	if a.tunnels.Served() != 1 {
+		t.Errorf("served %d tunnels", a.tunnels.Served())
 	}
 }
 
@@ -110,7 +122,7 @@ func TestTunnelCarriesBytesToTheEndpoint(t *testing.T) {
 // of the site, not another port, not anything before the host belongs to
 // a cluster.
 func TestTunnelRefusesOtherTargets(t *testing.T) {
-	a := New(Config{StateDir: t.TempDir(), RootDir: t.TempDir()}, Unavailable{}, logr.Discard())
+	a := newEdge(t)
 	addr := echoServer(t)
 	hub := tunnelPair(t, a)
 
@@ -118,7 +130,7 @@ func TestTunnelRefusesOtherTargets(t *testing.T) {
 	if e, ok := msg.(*wire.Error); !ok || e.Code != wire.ErrForbidden || !strings.Contains(e.Message, "belongs to no cluster") {
 		t.Fatalf("before any cluster: %#v", msg)
 	}
-	a.setReach(assigned(&wire.Reach{Endpoint: "edge.ns.fleet.internal:6443", Addresses: []string{"127.0.0.1"}, Tunnels: true}))
+	a.reach.Set(assigned(&wire.Reach{Endpoint: "edge.ns.fleet.internal:6443", Addresses: []string{"127.0.0.1"}, Tunnels: true}))
 	for _, target := range []string{addr, "edge.ns.fleet.internal:22", "10.0.0.1:6443"} {
 		_, msg := askTunnel(t, hub, target)
 		if e, ok := msg.(*wire.Error); !ok || e.Code != wire.ErrForbidden {
@@ -126,80 +138,25 @@ func TestTunnelRefusesOtherTargets(t *testing.T) {
 		}
 	}
 	// Edge reach disabled for the cluster: not even the endpoint.
-	a.setReach(assigned(&wire.Reach{Endpoint: addr, Addresses: []string{"127.0.0.1"}}))
+	a.reach.Set(assigned(&wire.Reach{Endpoint: addr, Addresses: []string{"127.0.0.1"}}))
 	if _, msg := askTunnel(t, hub, addr); msg.(*wire.Error).Code != wire.ErrForbidden {
 		t.Errorf("with tunnels disabled: %#v", msg)
 	}
-	if a.tunnels.refused.Load() != 5 || a.tunnels.served.Load() != 0 {
-		t.Errorf("refused %d, served %d", a.tunnels.refused.Load(), a.tunnels.served.Load())
+	if a.tunnels.Refused() != 5 || a.tunnels.Served() != 0 {
+		t.Errorf("refused %d, served %d", a.tunnels.Refused(), a.tunnels.Served())
 	}
 }
 
 // An endpoint nobody listens on: the hub hears DialFailed, not silence.
 func TestTunnelDialFailureIsReported(t *testing.T) {
-	a := New(Config{StateDir: t.TempDir(), RootDir: t.TempDir()}, Unavailable{}, logr.Discard())
+	a := newEdge(t)
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	ln.Close()
-	a.setReach(assigned(&wire.Reach{Endpoint: "edge.ns.fleet.internal:" + port, Addresses: []string{"127.0.0.1"}, Tunnels: true}))
+	a.reach.Set(assigned(&wire.Reach{Endpoint: "edge.ns.fleet.internal:" + port, Addresses: []string{"127.0.0.1"}, Tunnels: true}))
 	_, msg := askTunnel(t, tunnelPair(t, a), "edge.ns.fleet.internal:"+port)
 	if e, ok := msg.(*wire.Error); !ok || e.Code != wire.ErrDialFailed {
 		t.Fatalf("answer %#v, want DialFailed", msg)
-	}
-}
-
-// The endpoint's name resolves at the site through a block of /etc/hosts
-// the agent owns; the rest of the file is never touched.
-func TestHostsEntryFollowsReach(t *testing.T) {
-	root := t.TempDir()
-	hosts := filepath.Join(root, "etc", "hosts")
-	if err := os.MkdirAll(filepath.Dir(hosts), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	orig := "127.0.0.1 localhost\n10.1.2.3 printer # the shop's"
-	if err := os.WriteFile(hosts, []byte(orig), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	a := New(Config{StateDir: t.TempDir(), RootDir: root}, Unavailable{}, logr.Discard())
-	read := func() string {
-		b, err := os.ReadFile(hosts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(b)
-	}
-
-	a.setReach(assigned(&wire.Reach{Endpoint: "edge.ns.fleet.internal:6443", Addresses: []string{"10.0.0.5", "10.0.0.6"}}))
-	want := orig + "\n" + hostsBegin + "10.0.0.5 edge.ns.fleet.internal\n10.0.0.6 edge.ns.fleet.internal\n" + hostsEnd
-	if got := read(); got != want {
-		t.Fatalf("hosts:\n%s\nwant:\n%s", got, want)
-	}
-	// The control plane moved: the entry follows, still once.
-	a.setReach(assigned(&wire.Reach{Endpoint: "edge.ns.fleet.internal:6443", Addresses: []string{"10.0.0.7"}}))
-	want = orig + "\n" + hostsBegin + "10.0.0.7 edge.ns.fleet.internal\n" + hostsEnd
-	if got := read(); got != want {
-		t.Fatalf("after a move:\n%s\nwant:\n%s", got, want)
-	}
-	// Released: the block goes, the rest stays.
-	a.setReach(assigned(nil))
-	if got := read(); got != orig+"\n" {
-		t.Fatalf("after release:\n%q\nwant:\n%q", got, orig+"\n")
-	}
-	// An address, or a name outside fleet's zone (a load balancer's, in
-	// the site's DNS), gets no entry.
-	for _, ep := range []string{"192.0.2.10:6443", "api.store-17.example.com:6443"} {
-		a.setReach(assigned(&wire.Reach{Endpoint: ep, Addresses: []string{"10.0.0.7"}}))
-		if got := read(); strings.Contains(got, hostsBegin) {
-			t.Fatalf("entry for %s:\n%s", ep, got)
-		}
-	}
-	// Someone deleted our END line: nothing of theirs is lost.
-	if err := os.WriteFile(hosts, []byte("127.0.0.1 localhost\n"+hostsBegin+"10.0.0.7 edge.ns.fleet.internal\n10.1.2.3 printer\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	a.setReach(assigned(&wire.Reach{Endpoint: "edge.ns.fleet.internal:6443", Addresses: []string{"10.0.0.8"}}))
-	if got := read(); !strings.Contains(got, "10.1.2.3 printer\n") || !strings.HasSuffix(got, hostsBegin+"10.0.0.8 edge.ns.fleet.internal\n"+hostsEnd) {
-		t.Fatalf("after a damaged block:\n%s", got)
 	}
 }
 
@@ -218,21 +175,21 @@ func assigned(r *wire.Reach) *wire.DesiredState {
 // still go to the endpoint given with the assignment, and only a new
 // assignment changes it. Addresses may change (control-plane hosts move).
 func TestReachIsHeldToTheAssignment(t *testing.T) {
-	a := New(Config{StateDir: t.TempDir(), RootDir: t.TempDir()}, Unavailable{}, logr.Discard())
+	a := newEdge(t)
 	addr := echoServer(t)
 	_, port, _ := net.SplitHostPort(addr)
 	ep := "edge.ns.fleet.internal:" + port
 	claim := &wire.Assignment{ClaimUID: "claim-1", MachineName: "m", BootstrapData: []byte("#cloud-config\n")}
-	a.setReach(&wire.DesiredState{Assignment: claim, Reach: &wire.Reach{Endpoint: ep, Addresses: []string{"127.0.0.1"}, Tunnels: true}})
+	a.reach.Set(&wire.DesiredState{Assignment: claim, Reach: &wire.Reach{Endpoint: ep, Addresses: []string{"127.0.0.1"}, Tunnels: true}})
 	hub := tunnelPair(t, a)
 
 	// Re-aimed at two other ports within a second, same assignment.
 	for _, other := range []string{"edge.ns.fleet.internal:22", "edge.ns.fleet.internal:2379"} {
-		a.setReach(&wire.DesiredState{Assignment: claim, Reach: &wire.Reach{Endpoint: other, Addresses: []string{"127.0.0.1"}, Tunnels: true}})
+		a.reach.Set(&wire.DesiredState{Assignment: claim, Reach: &wire.Reach{Endpoint: other, Addresses: []string{"127.0.0.1"}, Tunnels: true}})
 		if _, msg := askTunnel(t, hub, other); msg.(*wire.Error).Code != wire.ErrForbidden {
 			t.Errorf("re-aimed at %s: %#v, want Forbidden", other, msg)
 		}
-		if got := a.reach.Load(); got == nil || got.Endpoint != ep {
+		if got := a.reach.Current(); got == nil || got.Endpoint != ep {
 			t.Fatalf("reach after re-aiming at %s: %+v, want endpoint %s", other, got, ep)
 		}
 	}
@@ -243,8 +200,8 @@ func TestReachIsHeldToTheAssignment(t *testing.T) {
 	}
 	// A new assignment brings its own endpoint.
 	next := &wire.Assignment{ClaimUID: "claim-2", MachineName: "m2", BootstrapData: []byte("#cloud-config\n")}
-	a.setReach(&wire.DesiredState{Assignment: next, Reach: &wire.Reach{Endpoint: "other.ns.fleet.internal:6443", Tunnels: true}})
-	if got := a.reach.Load(); got == nil || got.Endpoint != "other.ns.fleet.internal:6443" {
+	a.reach.Set(&wire.DesiredState{Assignment: next, Reach: &wire.Reach{Endpoint: "other.ns.fleet.internal:6443", Tunnels: true}})
+	if got := a.reach.Current(); got == nil || got.Endpoint != "other.ns.fleet.internal:6443" {
 		t.Fatalf("reach after a new assignment: %+v", got)
 	}
 }

@@ -1,6 +1,7 @@
-package agent
+package state
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -40,6 +41,17 @@ type Applied struct {
 	CertificatesExpiryDate *metav1.Time `json:"certificatesExpiryDate,omitempty"`
 }
 
+// DeepCopy returns a copy that shares nothing with a.
+func (a Applied) DeepCopy() Applied {
+	out := a
+	if a.Workload != nil {
+		w := *a.Workload
+		out.Workload = &w
+	}
+	out.CertificatesExpiryDate = a.CertificatesExpiryDate.DeepCopy()
+	return out
+}
+
 // Store keeps the agent's files. Every write is atomic (write to a
 // temporary file, fsync, rename, fsync the directory), so a power cut leaves
 // the old or the new file, never half of one.
@@ -47,17 +59,21 @@ type Store struct{ Dir string }
 
 // File names in the state directory.
 const (
-	fileIdentity = "identity.json"
-	fileCA       = "ca.crt"
-	// fileCredentials holds the client key and certificate together, so a
+	// FileIdentity is the EdgeHost this host is (namespace, name, UID).
+	FileIdentity = "identity.json"
+	// FileCA is the pinned hub CA.
+	FileCA = "ca.crt"
+	// FileCredentials holds the client key and certificate together, so a
 	// rotation replaces both in one atomic rename.
-	fileCredentials = "client.pem"
-	fileDesired     = "desired.json"
-	// fileEnrollKey is the key of an enrollment not yet answered: a retry
+	FileCredentials = "client.pem"
+	// FileDesired is the last desired state received.
+	FileDesired = "desired.json"
+	// FileEnrollKey is the key of an enrollment not yet answered: a retry
 	// asks for the same key, so the hub can hand back the host it already
 	// made instead of making a second one.
-	fileEnrollKey = "enroll-key.pem"
-	fileApplied   = "applied.json"
+	FileEnrollKey = "enroll-key.pem"
+	// FileApplied is what the agent has done (Applied).
+	FileApplied = "applied.json"
 )
 
 func (s Store) path(name string) string { return filepath.Join(s.Dir, name) }
@@ -95,42 +111,68 @@ func (s Store) readJSON(name string, v any) (bool, error) {
 
 // SaveIdentity stores everything enrollment produced.
 func (s Store) SaveIdentity(id Identity, caPEM, keyPEM, certPEM []byte) error {
-	if err := s.write(fileCA, caPEM, 0o644); err != nil {
+	if err := s.write(FileCA, caPEM, 0o644); err != nil {
 		return err
 	}
 	if err := s.SaveCredentials(keyPEM, certPEM); err != nil {
 		return err
 	}
-	return s.writeJSON(fileIdentity, id)
+	return s.writeJSON(FileIdentity, id)
 }
 
 // SaveCredentials replaces the key and certificate (after a rotation) in
 // one atomic write: a crash leaves the old pair or the new, never a mix.
 func (s Store) SaveCredentials(keyPEM, certPEM []byte) error {
-	return s.write(fileCredentials, append(append([]byte{}, keyPEM...), certPEM...), 0o600)
+	return s.write(FileCredentials, append(append([]byte{}, keyPEM...), certPEM...), 0o600)
 }
 
-// LoadIdentity returns the stored identity, or ok=false when not enrolled.
-func (s Store) LoadIdentity() (id Identity, caPEM, keyPEM, certPEM []byte, ok bool, err error) {
-	found, err := s.readJSON(fileIdentity, &id)
-	if err != nil || !found {
-		return id, nil, nil, nil, false, err
-	}
-	if caPEM, err = s.read(fileCA); err != nil {
-		return id, nil, nil, nil, false, err
-	}
-	creds, err := s.read(fileCredentials)
+// ErrNotEnrolled is what LoadIdentity returns before enrollment (or after
+// the identity was forgotten).
+var ErrNotEnrolled = errors.New("this host is not enrolled")
+
+// Credentials is everything enrollment produced: who the host is, the hub
+// CA it trusts, and its client key and certificate.
+type Credentials struct {
+	Identity Identity
+	// CAPEM is the pinned hub CA.
+	CAPEM []byte
+	// ClientPEM holds the client key and certificate together, as stored.
+	ClientPEM []byte
+}
+
+// TLSCertificate is the client key pair for the session's TLS handshake.
+func (c Credentials) TLSCertificate() (tls.Certificate, error) {
+	// The one PEM holds both; each parser picks its own blocks.
+	pair, err := tls.X509KeyPair(c.ClientPEM, c.ClientPEM)
 	if err != nil {
-		return id, nil, nil, nil, false, err
+		return pair, fmt.Errorf("stored key and certificate do not match: %w", err)
 	}
-	// The one file holds both; each parser picks its own PEM blocks.
-	return id, caPEM, creds, creds, true, nil
+	return pair, nil
+}
+
+// LoadIdentity returns the stored credentials, or ErrNotEnrolled.
+func (s Store) LoadIdentity() (Credentials, error) {
+	var c Credentials
+	found, err := s.readJSON(FileIdentity, &c.Identity)
+	if err != nil {
+		return c, err
+	}
+	if !found {
+		return c, ErrNotEnrolled
+	}
+	if c.CAPEM, err = s.read(FileCA); err != nil {
+		return c, fmt.Errorf("reading the hub CA: %w", err)
+	}
+	if c.ClientPEM, err = s.read(FileCredentials); err != nil {
+		return c, fmt.Errorf("reading the client credentials: %w", err)
+	}
+	return c, nil
 }
 
 // EnrollKey returns the key for enrolling, made and kept on first use
 // until ForgetEnrollKey.
 func (s Store) EnrollKey() ([]byte, error) {
-	if b, err := s.read(fileEnrollKey); err == nil {
+	if b, err := s.read(FileEnrollKey); err == nil {
 		return b, nil
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return nil, err
@@ -139,7 +181,7 @@ func (s Store) EnrollKey() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := s.write(fileEnrollKey, keyPEM, 0o600); err != nil {
+	if err := s.write(FileEnrollKey, keyPEM, 0o600); err != nil {
 		return nil, err
 	}
 	return keyPEM, nil
@@ -148,7 +190,7 @@ func (s Store) EnrollKey() ([]byte, error) {
 // ForgetEnrollKey removes the enrollment key once it is part of an
 // identity (or the identity is gone, and the next enrollment is a new one).
 func (s Store) ForgetEnrollKey() error {
-	if err := os.Remove(s.path(fileEnrollKey)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := os.Remove(s.path(FileEnrollKey)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	return nil
@@ -156,7 +198,7 @@ func (s Store) ForgetEnrollKey() error {
 
 // ForgetIdentity removes the identity after the hub revoked it.
 func (s Store) ForgetIdentity() error {
-	for _, f := range []string{fileIdentity, fileCredentials, fileEnrollKey} {
+	for _, f := range []string{FileIdentity, FileCredentials, FileEnrollKey} {
 		if err := os.Remove(s.path(f)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
@@ -165,25 +207,25 @@ func (s Store) ForgetIdentity() error {
 }
 
 // SaveDesired records the last desired state received.
-func (s Store) SaveDesired(d *wire.DesiredState) error { return s.writeJSON(fileDesired, d) }
+func (s Store) SaveDesired(d *wire.DesiredState) error { return s.writeJSON(FileDesired, d) }
 
 // LoadDesired returns the last desired state received before a restart
 // (nil if none, or if the file cannot be read: it is a record, and only
 // spares work when it matches what the hub sends).
 func (s Store) LoadDesired() *wire.DesiredState {
 	d := &wire.DesiredState{}
-	if ok, err := s.readJSON(fileDesired, d); !ok || err != nil {
+	if ok, err := s.readJSON(FileDesired, d); !ok || err != nil {
 		return nil
 	}
 	return d
 }
 
 // SaveApplied records what the agent has done.
-func (s Store) SaveApplied(a Applied) error { return s.writeJSON(fileApplied, a) }
+func (s Store) SaveApplied(a Applied) error { return s.writeJSON(FileApplied, a) }
 
 // LoadApplied returns what the agent had done before a restart.
 func (s Store) LoadApplied() (Applied, error) {
 	var a Applied
-	_, err := s.readJSON(fileApplied, &a)
+	_, err := s.readJSON(FileApplied, &a)
 	return a, err
 }

@@ -1,4 +1,4 @@
-package agent
+package facts
 
 import (
 	"bufio"
@@ -14,9 +14,9 @@ import (
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 )
 
-// Facts reads what the hub should know about the host under root. Files
+// Read gathers what the hub should know about the host under root. Files
 // come from the root directory so a sandboxed agent reports its sandbox.
-func Facts(root string) infrav1.HostFacts {
+func Read(root string) infrav1.HostFacts {
 	f := infrav1.HostFacts{
 		Arch:         runtime.GOARCH,
 		CPUs:         int32(runtime.NumCPU()),

@@ -1,4 +1,4 @@
-package agent
+package reach
 
 import (
 	"bytes"
@@ -20,71 +20,6 @@ const (
 	hostsBegin = "# BEGIN fleet-agent: cluster API endpoint (managed, do not edit)\n"
 	hostsEnd   = "# END fleet-agent\n"
 )
-
-// setReach takes the hub's word on the cluster endpoint from a desired
-// state: it is the only target tunnels may dial, and a name in fleet's own
-// zone must resolve at the site to the cluster's API server (kubeadm and the
-// kubelet dial it too), so the managed hosts entry is brought up to date
-// before the bootstrap that needs it runs. A write that failed is tried
-// again with the next desired state.
-//
-// The endpoint is held to the one given with the assignment: Cluster API
-// never moves a cluster's controlPlaneEndpoint once set, so a hub that
-// re-aims it without a new assignment is not to be followed (only the
-// addresses the name resolves to may change, as control-plane hosts come
-// and go).
-func (a *Agent) setReach(d *wire.DesiredState) {
-	a.reachMu.Lock()
-	defer a.reachMu.Unlock()
-	r := a.pinReach(d)
-	if !wire.SameReach(a.reach.Load(), r) {
-		a.reach.Store(r)
-		if r == nil {
-			a.log.Info("Cluster endpoint forgotten: the host belongs to no cluster")
-		} else {
-			a.log.Info("Cluster endpoint", "endpoint", r.Endpoint, "addresses", r.Addresses, "tunnels", r.Tunnels)
-		}
-	}
-	block := hostsBlock(r)
-	if a.hostsWritten && bytes.Equal(block, a.hostsBlock) {
-		return
-	}
-	if err := writeHostsEntry(filepath.Join(a.cfg.RootDir, "etc", "hosts"), block); err != nil {
-		a.hostsWritten = false
-		a.log.Error(err, "Updating the cluster endpoint's hosts entry; trying again with the next desired state")
-		return
-	}
-	a.hostsBlock, a.hostsWritten = block, true
-}
-
-// pinReach returns the reach to apply for d, under reachMu: none without an
-// assignment; for an assignment, the endpoint first given with it, and a
-// reach that names another endpoint is refused (the last one stays).
-func (a *Agent) pinReach(d *wire.DesiredState) *wire.Reach {
-	if d == nil || d.Assignment == nil {
-		a.pinnedClaim, a.pinnedEndpoint = "", ""
-		return nil
-	}
-	r := d.Reach
-	if d.Assignment.ClaimUID != a.pinnedClaim {
-		a.pinnedClaim, a.pinnedEndpoint = d.Assignment.ClaimUID, ""
-	}
-	switch {
-	case r == nil:
-		return nil
-	case a.pinnedEndpoint == "":
-		a.pinnedEndpoint = r.Endpoint
-		return r
-	case r.Endpoint != a.pinnedEndpoint:
-		a.log.Info("Refusing a cluster endpoint the hub changed without a new assignment; keeping the one given with it",
-			"kept", a.pinnedEndpoint, "refused", r.Endpoint, "machine", d.Assignment.MachineName)
-		if cur := a.reach.Load(); cur != nil && cur.Endpoint == a.pinnedEndpoint {
-			return cur
-		}
-		return nil
-	}
-	return r
-}
 
 // hostsBlock renders the managed entry: the endpoint's name at each of its
 // addresses, best first (resolvers return them all, in order). Only names

@@ -1,0 +1,109 @@
+package agent
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/edgefleet/fleet/pkg/agent/session"
+)
+
+// syncLoop is the one loop every source feeds: it hands each desired state
+// to the reach owner, to the interrupt of a released bootstrap and to the
+// worker; link reports to the status; the resync timer re-sends the full
+// status; housekeeping judges whether the agent is alive.
+func (a *Agent) syncLoop(ctx context.Context) {
+	resync := time.NewTicker(a.cfg.ResyncInterval)
+	defer resync.Stop()
+	housekeeping := time.NewTicker(a.housekeeping)
+	defer housekeeping.Stop()
+	a.checkHealth(time.Now())
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case u := <-a.updates:
+			a.handleUpdate(u)
+		case h := <-a.links:
+			a.link.Store(h)
+			a.refreshStatus()
+		case <-resync.C:
+			// Facts may have changed; the full status is re-sent either way.
+			a.refreshStatus()
+			a.status.Resend()
+		case now := <-housekeeping.C:
+			a.checkHealth(now)
+		}
+	}
+}
+
+// handleUpdate dispatches what the session source sent.
+func (a *Agent) handleUpdate(u session.Update) {
+	switch u.Op {
+	case session.OpConnected:
+		a.status.Attach(u.Report)
+	case session.OpDisconnected:
+		a.status.Attach(nil)
+	case session.OpDesired:
+		d := u.Desired
+		if a.OnDesired != nil {
+			a.OnDesired(d)
+		}
+		// The hosts entry first: the bootstrap the worker may start
+		// resolves the endpoint through it.
+		a.reach.Set(d)
+		a.interruptIfReleased(d)
+		a.handToWorker(d)
+	}
+}
+
+// stallLimits bounds how long each worker may go without progress before
+// the agent counts as stuck.
+type stallLimits struct {
+	// worker: one step of a bootstrap or a reset runs one command, and the
+	// provisioner's runners time a command out after 30 minutes at most.
+	worker time.Duration
+	// status: one report is bounded by the session's write timeout.
+	status time.Duration
+}
+
+var defaultStallLimits = stallLimits{worker: time.Hour, status: time.Minute}
+
+// checkHealth records now as the last healthy moment if no worker is stuck:
+// the loop got here, so it goes round.
+func (a *Agent) checkHealth(now time.Time) {
+	stuck := ""
+	if since := a.workerBusy.since(); !since.IsZero() && now.Sub(since) > a.stallLimits.worker {
+		stuck = "the provisioning worker made no progress since " + since.Format(time.RFC3339)
+	} else if since := a.status.SendingSince(); !since.IsZero() && now.Sub(since) > a.stallLimits.status {
+		stuck = "the status manager has been sending since " + since.Format(time.RFC3339)
+	}
+	if stuck != "" {
+		if !a.stuck {
+			a.log.Info("A worker is stuck; the watchdog is no longer pinged", "reason", stuck)
+		}
+		a.stuck = true
+		return
+	}
+	a.stuck = false
+	a.lastHealthy.Store(now.UnixNano())
+}
+
+// LastHealthy is when the sync loop last went round with every worker idle
+// or making progress: the systemd watchdog pings only while it is recent.
+func (a *Agent) LastHealthy() time.Time { return time.Unix(0, a.lastHealthy.Load()) }
+
+// busySince tracks a worker: zero while it is idle, else when it last
+// started or made progress on its work.
+type busySince struct{ t atomic.Int64 }
+
+func (b *busySince) progress() { b.t.Store(time.Now().UnixNano()) }
+
+func (b *busySince) idle() { b.t.Store(0) }
+
+func (b *busySince) since() time.Time {
+	if t := b.t.Load(); t != 0 {
+		return time.Unix(0, t)
+	}
+	return time.Time{}
+}

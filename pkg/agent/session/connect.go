@@ -1,0 +1,230 @@
+package session
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/hashicorp/yamux"
+
+	"github.com/edgefleet/fleet/internal/version"
+	"github.com/edgefleet/fleet/pkg/agent/state"
+	"github.com/edgefleet/fleet/pkg/contract/wire"
+	"github.com/edgefleet/fleet/pkg/transport"
+)
+
+// errRevoked: the hub refused this host's identity (403, or ErrRevoked on
+// the session).
+var errRevoked = errors.New("the hub revoked this host's identity")
+
+// credentials is what a session is opened with.
+type credentials struct {
+	id   state.Identity
+	pair tls.Certificate
+	leaf *x509.Certificate
+	pool *x509.CertPool
+}
+
+// connectOnce enrolls if the host has no identity, then runs one session
+// until it ends.
+func (s *Source) connectOnce(ctx context.Context) error {
+	creds, err := s.credentials(ctx)
+	if err != nil {
+		return err
+	}
+	mux, err := s.dial(ctx, creds)
+	if err != nil {
+		return err
+	}
+	defer mux.Close()
+	s.mux.Store(mux)
+	defer s.mux.Store(nil)
+	ctrl, err := s.hello(mux, creds.id)
+	if err != nil {
+		return err
+	}
+	s.sessions.Add(1)
+	s.connected.Store(true)
+	s.log.Info("Connected to hub", "hub", s.opts.Hub, "EdgeHost", creds.id.Namespace+"/"+creds.id.Host)
+	s.announce("connected to " + s.opts.Hub + " as " + creds.id.Namespace + "/" + creds.id.Host)
+
+	sessCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { <-sessCtx.Done(); _ = mux.Close() }()
+	if !s.send(ctx, Update{Op: OpConnected, Report: func(st *wire.Status) error { return ctrl.send(st) }}) {
+		return ctx.Err()
+	}
+	rot := newRotator(s, ctrl, creds.leaf)
+	go rot.run(sessCtx)
+	if s.opts.Streams != nil {
+		go s.opts.Streams(sessCtx, mux)
+	}
+	return s.read(ctx, ctrl, rot)
+}
+
+// credentials loads the host's identity, enrolling first if it has none.
+func (s *Source) credentials(ctx context.Context) (*credentials, error) {
+	stored, err := s.store.LoadIdentity()
+	if errors.Is(err, state.ErrNotEnrolled) {
+		if err := s.Enroll(ctx); err != nil {
+			return nil, err
+		}
+		if stored, err = s.store.LoadIdentity(); err != nil {
+			return nil, fmt.Errorf("reading identity after enrollment: %w", err)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading identity: %w", err)
+	}
+	pair, err := stored.TLSCertificate()
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(stored.CAPEM) {
+		return nil, errors.New("stored hub CA is unreadable")
+	}
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return nil, fmt.Errorf("stored client certificate: %w", err)
+	}
+	return &credentials{id: stored.Identity, pair: pair, leaf: leaf, pool: pool}, nil
+}
+
+// dial opens the websocket to the hub and the yamux session over it.
+func (s *Source) dial(ctx context.Context, creds *credentials) (*yamux.Session, error) {
+	// reached: the hub accepted the TCP connection (what follows, if it
+	// fails, failed at a hub that is up).
+	var reached atomic.Bool
+	dialer := websocket.Dialer{
+		NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := s.opts.Dial(ctx, network, addr)
+			reached.Store(err == nil)
+			return c, err
+		},
+		HandshakeTimeout: 15 * time.Second,
+		TLSClientConfig: &tls.Config{
+			MinVersion:   tls.VersionTLS12,
+			RootCAs:      creds.pool,
+			ServerName:   serverName(s.opts.Hub),
+			Certificates: []tls.Certificate{creds.pair},
+		},
+		ReadBufferSize:  4 << 10,
+		WriteBufferSize: 4 << 10,
+	}
+	url := "wss://" + strings.TrimPrefix(strings.TrimSuffix(s.opts.Hub, "/"), "https://") + wire.PathConnect
+	ws, resp, err := dialer.DialContext(ctx, url, http.Header{"User-Agent": {"fleet-agent/" + version.Version}})
+	if err != nil {
+		return nil, dialError(err, resp, reached.Load())
+	}
+	mux, err := transport.Client(transport.NewConn(ws), s.opts.KeepAlive)
+	if err != nil {
+		_ = ws.Close()
+		return nil, fmt.Errorf("starting the session: %w", err)
+	}
+	return mux, nil
+}
+
+// dialError tells why a dial failed: revoked, busy, a hub that accepted
+// the connection and did not serve it, or anything else.
+func dialError(err error, resp *http.Response, reached bool) error {
+	if resp != nil && resp.StatusCode == http.StatusForbidden {
+		return errRevoked
+	}
+	if resp != nil && resp.StatusCode == http.StatusServiceUnavailable {
+		return &busyError{after: retryAfter(resp.Header)}
+	}
+	if resp != nil {
+		return fmt.Errorf("connecting to hub: %s", resp.Status)
+	}
+	if reached && (transport.ClosedUnserved(err) || errors.Is(err, context.DeadlineExceeded)) {
+		return &unservedError{err: err}
+	}
+	return fmt.Errorf("connecting to hub: %w", err)
+}
+
+// hello opens the control stream and says Hello on it.
+func (s *Source) hello(mux *yamux.Session, id state.Identity) (*control, error) {
+	stream, err := mux.OpenStream()
+	if err != nil {
+		return nil, fmt.Errorf("opening control stream: %w", err)
+	}
+	generation := int64(0)
+	if s.opts.Generation != nil {
+		if generation, err = s.opts.Generation(id.UID); err != nil {
+			return nil, err
+		}
+	}
+	ctrl := &control{conn: stream}
+	if err := ctrl.send(&wire.Hello{AgentVersion: version.Version, Host: id.Host, ObservedGeneration: generation,
+		Capabilities: []string{wire.CapabilityTunnel}}); err != nil {
+		return nil, fmt.Errorf("sending Hello: %w", err)
+	}
+	return ctrl, nil
+}
+
+// read hands what the hub sends on the control stream to the sync loop
+// (desired states) and the rotator (certificates) until the session ends.
+func (s *Source) read(ctx context.Context, ctrl *control, rot *rotator) error {
+	for {
+		frame, err := wire.ReadFrame(ctrl.conn, wire.MaxFrameSize)
+		if err != nil {
+			return fmt.Errorf("session: %w", err)
+		}
+		msg, err := wire.Decode(frame)
+		if err != nil {
+			var we *wire.Error
+			if errors.As(err, &we) {
+				_ = ctrl.send(we)
+			}
+			return fmt.Errorf("hub sent a bad frame: %w", err)
+		}
+		switch m := msg.(type) {
+		case *wire.DesiredState:
+			if !s.send(ctx, Update{Op: OpDesired, Desired: m}) {
+				return ctx.Err()
+			}
+		case *wire.Certificate:
+			rot.received(m)
+		case *wire.Error:
+			if m.Code == wire.ErrRevoked {
+				return errRevoked
+			}
+			if m.Code == wire.ErrRejected {
+				s.log.Info("Hub rejected a request", "message", m.Message)
+				continue
+			}
+			return fmt.Errorf("hub closed the session: %w", m)
+		default:
+			_ = ctrl.send(&wire.Error{Code: wire.ErrUnexpected, Message: "agents do not accept this message"})
+			return fmt.Errorf("hub sent an unexpected %T", msg)
+		}
+	}
+}
+
+// control is the session's control stream; sends come from the status
+// manager, the rotator and the reader, one at a time.
+type control struct {
+	mu   sync.Mutex
+	conn net.Conn
+}
+
+func (c *control) send(msg any) error {
+	frame, err := wire.Encode(msg)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_ = c.conn.SetWriteDeadline(time.Now().Add(transport.WriteTimeout))
+	return wire.WriteFrame(c.conn, frame)
+}

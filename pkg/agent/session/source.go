@@ -1,0 +1,210 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/hashicorp/yamux"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/edgefleet/fleet/pkg/agent/state"
+	"github.com/edgefleet/fleet/pkg/contract/wire"
+)
+
+// Options is what the session source needs to know and whom it hands to.
+type Options struct {
+	// Hub is the hub gateway's base URL.
+	Hub string
+	// Token is the enrollment token ("" once enrolled, or never).
+	Token string
+	// CACertHash pins the hub CA for enrollment.
+	CACertHash string
+	// RootDir is the root of the host, whose facts go with the enrollment.
+	RootDir string
+	// MaxBackoff caps the delay between reconnection attempts.
+	MaxBackoff time.Duration
+	// KeepAlive is the session ping interval.
+	KeepAlive time.Duration
+	// Dial makes the TCP connections to the hub.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+
+	// Generation returns the desired-state generation to report in Hello
+	// for the EdgeHost with this UID (generations count per EdgeHost).
+	Generation func(hostUID types.UID) (int64, error)
+	// Streams serves the streams the hub opens on a session until it ends.
+	Streams func(ctx context.Context, mux *yamux.Session)
+	// Announce hears a one-line status on every connection change.
+	Announce func(string)
+}
+
+// Op says what an Update is.
+type Op int
+
+// The kinds of Update.
+const (
+	// OpDesired carries a desired state the hub sent.
+	OpDesired Op = iota + 1
+	// OpConnected says a session is open; Report sends status on it.
+	OpConnected
+	// OpDisconnected says the session ended.
+	OpDisconnected
+)
+
+// Update is what the session source tells the sync loop.
+type Update struct {
+	Op Op
+	// Desired is the hub's desired state (OpDesired).
+	Desired *wire.DesiredState
+	// Report sends a status on the new session (OpConnected).
+	Report func(*wire.Status) error
+}
+
+// Source keeps the agent's session to the hub.
+type Source struct {
+	opts    Options
+	store   state.Store
+	log     logr.Logger
+	updates chan<- Update
+
+	// mux is the current session, for pings.
+	mux atomic.Pointer[yamux.Session]
+
+	enrollments atomic.Int64
+	sessions    atomic.Int64
+	connected   atomic.Bool
+	rotations   atomic.Int64
+}
+
+// New makes a session source for the host whose state is in store.
+func New(opts Options, store state.Store, log logr.Logger) *Source {
+	if opts.Dial == nil {
+		opts.Dial = (&net.Dialer{Timeout: 15 * time.Second}).DialContext
+	}
+	return &Source{opts: opts, store: store, log: log}
+}
+
+// Enrollments counts the enrollments this process made.
+func (s *Source) Enrollments() int64 { return s.enrollments.Load() }
+
+// Sessions counts the sessions this process opened.
+func (s *Source) Sessions() int64 { return s.sessions.Load() }
+
+// Connected reports whether a session is open now.
+func (s *Source) Connected() bool { return s.connected.Load() }
+
+// Rotations counts certificate rotations.
+func (s *Source) Rotations() int64 { return s.rotations.Load() }
+
+func (s *Source) announce(text string) {
+	if s.opts.Announce != nil {
+		s.opts.Announce(text)
+	}
+}
+
+// send hands u to the sync loop; false once ctx ended.
+func (s *Source) send(ctx context.Context, u Update) bool {
+	select {
+	case s.updates <- u:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// Run keeps one session to the hub open until ctx ends: it enrolls if
+// needed, connects, and after any failure waits a jittered, growing delay
+// and tries again. It never gives up.
+func (s *Source) Run(ctx context.Context, updates chan<- Update) {
+	s.updates = updates
+	attempt := 0
+	var lastSession time.Time
+	for ctx.Err() == nil {
+		started := time.Now()
+		sessions := s.sessions.Load()
+		err := s.connectOnce(ctx)
+		if s.sessions.Load() > sessions {
+			lastSession = time.Now()
+			s.connected.Store(false)
+			s.send(ctx, Update{Op: OpDisconnected})
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, errRevoked) {
+			s.revoked()
+		}
+		if time.Since(started) > time.Minute {
+			attempt = 0 // the last session was healthy: start backing off afresh
+		}
+		delay := s.retryDelay(err, &attempt, lastSession)
+		s.log.Info("Disconnected from hub, retrying", "reason", errString(err), "retryIn", delay.Round(time.Millisecond).String())
+		s.announce(fmt.Sprintf("disconnected (%s), retrying in %s", shorten(errString(err), 120), delay.Round(time.Second)))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+	}
+}
+
+// revoked decides what to do after the hub revoked this host's identity.
+// A host that runs a workload keeps its identity and keeps trying:
+// enrolling afresh would make it a new, empty host that resets what runs
+// here without anyone having ordered it (the hub may be restored, or the
+// deletion a mistake).
+func (s *Source) revoked() {
+	held := s.holdsWorkload()
+	reenroll := s.opts.Token != "" && !held
+	s.log.Info("Hub revoked this host's identity", "reenroll", reenroll, "holdsWorkload", held)
+	if reenroll {
+		if err := s.store.ForgetIdentity(); err != nil {
+			s.log.Error(err, "Forgetting revoked identity")
+		}
+	}
+}
+
+// holdsWorkload tells whether the agent has a workload on record (a
+// bootstrap that ran, or a reset not yet done).
+func (s *Source) holdsWorkload() bool {
+	applied, err := s.store.LoadApplied()
+	return err != nil || applied.Workload != nil
+}
+
+// ErrNotConnected is Ping's answer while there is no session.
+var ErrNotConnected = errors.New("not connected")
+
+// Ping measures a round trip over the session (a yamux ping: no API work
+// at the hub), giving up after timeout.
+func (s *Source) Ping(timeout time.Duration) (time.Duration, error) {
+	mux := s.mux.Load()
+	if mux == nil {
+		return 0, ErrNotConnected
+	}
+	type result struct {
+		rtt time.Duration
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		rtt, err := mux.Ping()
+		ch <- result{rtt, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.rtt, r.err
+	case <-time.After(timeout):
+		return 0, errors.New("ping timed out")
+	}
+}
+
+func shorten(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}

@@ -1,0 +1,140 @@
+package status
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+
+	"github.com/edgefleet/fleet/pkg/contract/wire"
+)
+
+// MinInterval is the least time between two status reports.
+const MinInterval = 500 * time.Millisecond
+
+// Manager holds the latest full status and sends it whenever it changes
+// (at most every MinInterval), and again on every new session.
+type Manager struct {
+	mu      sync.Mutex
+	current *wire.Status
+	sent    *wire.Status
+	send    func(*wire.Status) error
+	// epoch counts attachments, so a send that finishes on a session that
+	// has since been replaced is not mistaken for one on the new session.
+	epoch uint64
+	kick  chan struct{}
+	// sendingSince is when the send in progress started (UnixNano, 0 when
+	// none), for the watchdog.
+	sendingSince atomic.Int64
+}
+
+// New makes a manager with nothing to send and no session.
+func New() *Manager {
+	return &Manager{kick: make(chan struct{}, 1)}
+}
+
+// Set makes st the latest status; it goes out if it differs from the last.
+func (m *Manager) Set(st *wire.Status) {
+	m.mu.Lock()
+	changed := m.current == nil || !equality.Semantic.DeepEqual(m.current, st)
+	m.current = st
+	m.mu.Unlock()
+	if changed {
+		m.poke()
+	}
+}
+
+// Current returns the latest status (nil before the first Set).
+func (m *Manager) Current() *wire.Status {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.current
+}
+
+// Resend sends the latest status again even if the hub has it.
+func (m *Manager) Resend() {
+	m.mu.Lock()
+	m.sent = nil
+	m.mu.Unlock()
+	m.poke()
+}
+
+func (m *Manager) poke() {
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Attach routes status to a new session (nil detaches) and sends the full
+// status on it.
+func (m *Manager) Attach(send func(*wire.Status) error) {
+	m.mu.Lock()
+	m.send, m.sent = send, nil
+	m.epoch++
+	m.mu.Unlock()
+	m.poke()
+}
+
+// SendingSince is when the report being sent started; zero when the
+// manager is idle. A send is bounded by the session's write timeout, so
+// one that lasts far longer means the manager is stuck.
+func (m *Manager) SendingSince() time.Time {
+	if t := m.sendingSince.Load(); t != 0 {
+		return time.Unix(0, t)
+	}
+	return time.Time{}
+}
+
+// Run sends pending status until ctx ends.
+func (m *Manager) Run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.kick:
+		}
+		changed, ok := m.sendPending()
+		if !ok {
+			continue
+		}
+		// Changes that come quicker than this (the steps of a short
+		// bootstrap) go out together in the next report: each report is
+		// an API write at the hub. What arrived meanwhile (a change, a
+		// resend, a new session) has poked the loop and goes out next.
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(MinInterval):
+		}
+		if changed {
+			m.poke()
+		}
+	}
+}
+
+// sendPending sends the latest status if the session lacks it. ok tells
+// whether a report went out; changed, whether a newer status was set
+// while it did.
+func (m *Manager) sendPending() (changed, ok bool) {
+	m.mu.Lock()
+	send, cur, sent, epoch := m.send, m.current, m.sent, m.epoch
+	m.mu.Unlock()
+	if send == nil || cur == nil || (sent != nil && equality.Semantic.DeepEqual(sent, cur)) {
+		return false, false
+	}
+	m.sendingSince.Store(time.Now().UnixNano())
+	err := send(cur)
+	m.sendingSince.Store(0)
+	if err != nil {
+		return false, false // the session source reattaches on reconnect
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.epoch == epoch {
+		m.sent = cur
+	}
+	return m.current != cur, true
+}

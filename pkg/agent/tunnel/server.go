@@ -1,0 +1,142 @@
+package tunnel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/hashicorp/yamux"
+
+	"github.com/edgefleet/fleet/pkg/contract/wire"
+	"github.com/edgefleet/fleet/pkg/transport"
+)
+
+// Tunnel limits. A tunnel carries one connection of the hub's (Cluster
+// API's, or an operator's kubectl) to this host's cluster API endpoint.
+const (
+	// MaxOpen bounds the tunnels one agent carries at once; the hub
+	// spreads beyond that over the cluster's other agents.
+	MaxOpen = 32
+	// DialTimeout bounds the dial of the endpoint.
+	DialTimeout = 10 * time.Second
+	// IdleTimeout closes a tunnel that carried nothing either way for this
+	// long. Kubernetes clients keep their connections alive with HTTP/2
+	// pings well within it.
+	IdleTimeout = 5 * time.Minute
+	// HalfCloseTimeout closes a tunnel this long after one direction
+	// ended, if the other has not; yamux resets a half-closed stream after
+	// the same time.
+	HalfCloseTimeout = transport.WriteTimeout
+)
+
+// Server serves the streams the hub opens on a session: each asks for a
+// connection to the cluster's API endpoint, the one target allowed.
+type Server struct {
+	// Targets checks a requested target and returns the addresses to
+	// dial for it (reach.Owner.DialTargets).
+	Targets func(target string) ([]string, error)
+	// Log hears refusals and failed dials.
+	Log logr.Logger
+
+	open   atomic.Int32
+	served atomic.Int64
+	// refused counts tunnel requests turned down (wrong target, limit).
+	refused atomic.Int64
+}
+
+// Served counts the tunnels carried so far.
+func (t *Server) Served() int64 { return t.served.Load() }
+
+// Refused counts the tunnel requests turned down (wrong target, limit).
+func (t *Server) Refused() int64 { return t.refused.Load() }
+
+// Accept serves the streams the hub opens on mux until the session ends.
+func (t *Server) Accept(ctx context.Context, mux *yamux.Session) {
+	for {
+		st, err := mux.AcceptStreamWithContext(ctx)
+		if err != nil {
+			return
+		}
+		go t.serve(st)
+	}
+}
+
+func (t *Server) serve(st *yamux.Stream) {
+	defer st.Close()
+	_ = st.SetDeadline(time.Now().Add(DialTimeout))
+	frame, err := wire.ReadFrame(st, wire.MaxTunnelFrameSize)
+	if err != nil {
+		t.refuse(st, wire.ErrBadFrame, "reading the tunnel request: "+err.Error())
+		return
+	}
+	msg, err := wire.Decode(frame)
+	if err != nil {
+		var we *wire.Error
+		if errors.As(err, &we) {
+			t.refuse(st, we.Code, we.Message)
+		}
+		return
+	}
+	req, ok := msg.(*wire.Tunnel)
+	if !ok {
+		t.refuse(st, wire.ErrUnexpected, "a stream opened by the hub must start with Tunnel")
+		return
+	}
+	addrs, err := t.Targets(req.Target)
+	if err != nil {
+		t.refuse(st, wire.ErrForbidden, err.Error())
+		return
+	}
+	if n := t.open.Add(1); n > MaxOpen {
+		t.open.Add(-1)
+		t.refuse(st, wire.ErrRejected, fmt.Sprintf("this agent already carries %d tunnels", MaxOpen))
+		return
+	}
+	defer t.open.Add(-1)
+
+	conn, err := dialFirst(addrs)
+	if err != nil {
+		t.Log.Info("Tunnel dial failed", "target", req.Target, "error", err.Error())
+		_ = writeMsg(st, &wire.Error{Code: wire.ErrDialFailed, Message: err.Error()})
+		return
+	}
+	defer conn.Close()
+	if err := writeMsg(st, &wire.TunnelReady{Address: conn.RemoteAddr().String()}); err != nil {
+		return
+	}
+	_ = st.SetDeadline(time.Time{})
+	t.served.Add(1)
+	transport.Pipe(st, conn, IdleTimeout, HalfCloseTimeout)
+}
+
+func (t *Server) refuse(st net.Conn, code wire.ErrorCode, msg string) {
+	t.refused.Add(1)
+	t.Log.Info("Refused a tunnel", "code", string(code), "reason", msg)
+	_ = writeMsg(st, &wire.Error{Code: code, Message: msg})
+}
+
+func writeMsg(c net.Conn, msg any) error {
+	frame, err := wire.Encode(msg)
+	if err != nil {
+		return err
+	}
+	_ = c.SetWriteDeadline(time.Now().Add(transport.WriteTimeout))
+	return wire.WriteFrame(c, frame)
+}
+
+func dialFirst(addrs []string) (net.Conn, error) {
+	d := net.Dialer{Timeout: DialTimeout / time.Duration(max(1, len(addrs)))}
+	var errs []error
+	for _, addr := range addrs {
+		c, err := d.Dial("tcp", addr)
+		if err == nil {
+			return c, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(errs...)
+}

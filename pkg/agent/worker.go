@@ -1,0 +1,219 @@
+package agent
+
+import (
+	"context"
+	"reflect"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/edgefleet/fleet/pkg/agent/facts"
+	"github.com/edgefleet/fleet/pkg/agent/state"
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/contract/wire"
+)
+
+// worker applies desired states one at a time, in generation order. It
+// tells the watchdog when it is busy and each time it makes progress.
+func (a *Agent) worker(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case d := <-a.desired:
+			a.workerBusy.progress()
+			a.apply(ctx, d)
+			a.workerBusy.idle()
+		}
+	}
+}
+
+// handToWorker gives the worker the newest desired state. Latest wins: a
+// desired state the worker has not picked up yet is replaced.
+func (a *Agent) handToWorker(d *wire.DesiredState) {
+	select {
+	case <-a.desired:
+	default:
+	}
+	a.desired <- d
+}
+
+func (a *Agent) apply(ctx context.Context, d *wire.DesiredState) {
+	cur := a.Applied()
+	if d.Generation < cur.Generation {
+		a.log.Info("Ignoring an older desired state", "generation", d.Generation, "applied", cur.Generation)
+		return
+	}
+	if d.Generation == cur.Generation && reflect.DeepEqual(d, a.done) {
+		// What the hub sends on every new session, already done: after an
+		// outage a fleet reconnects at once, and each agent would write
+		// its state files (with fsyncs) and gather its facts again for
+		// nothing.
+		return
+	}
+	a.done = nil
+	_ = a.store.SaveDesired(d)
+	switch {
+	case d.Assignment != nil:
+		w := cur.Workload
+		if w != nil && w.ClaimUID == d.Assignment.ClaimUID && w.State != infrav1.ProvisioningRunning {
+			// Already done (or failed) for this Machine: a bootstrap never
+			// runs twice. Just record that this generation is seen.
+			break
+		}
+		if w != nil && w.ClaimUID != d.Assignment.ClaimUID {
+			if !a.reset(ctx, w.ClaimUID) {
+				return
+			}
+		}
+		a.provision(ctx, d.Assignment)
+	case cur.Workload != nil:
+		// Released (explicitly, or by an empty desired state): reset.
+		if !a.reset(ctx, cur.Workload.ClaimUID) {
+			return
+		}
+	}
+	if a.update(func(ap *state.Applied) { ap.Generation = d.Generation }) == nil {
+		a.done = d
+	}
+}
+
+func (a *Agent) provision(ctx context.Context, as *wire.Assignment) {
+	a.log.Info("Provisioning", "machine", as.MachineName, "claim", as.ClaimUID)
+	if err := a.update(func(ap *state.Applied) {
+		ap.Workload = &infrav1.HostProvisioningStatus{ClaimUID: as.ClaimUID, State: infrav1.ProvisioningRunning}
+	}); err != nil {
+		// Without the "running" mark on disk a crash could run the
+		// bootstrap twice: do not start it.
+		_ = a.update(func(ap *state.Applied) {
+			ap.Workload.State = infrav1.ProvisioningFailed
+			ap.Workload.Message = "cannot record the bootstrap's start in the state directory: " + err.Error()
+		})
+		return
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	a.provMu.Lock()
+	a.provCancel, a.provClaim = cancel, as.ClaimUID
+	a.provMu.Unlock()
+	defer func() {
+		a.provMu.Lock()
+		a.provCancel, a.provClaim = nil, ""
+		a.provMu.Unlock()
+		cancel()
+	}()
+	res, err := a.prov.Provision(pctx, as, func(step string) {
+		a.workerBusy.progress()
+		a.announce("provisioning " + as.MachineName + ": " + step)
+		_ = a.update(func(ap *state.Applied) {
+			if ap.Workload != nil {
+				ap.Workload.Step = step
+			}
+		})
+	})
+	_ = a.update(func(ap *state.Applied) {
+		if err != nil {
+			ap.Workload.State = infrav1.ProvisioningFailed
+			ap.Workload.Message = truncate(err.Error(), 4000)
+			if pctx.Err() != nil && ctx.Err() == nil {
+				ap.Workload.Message = truncate("bootstrap interrupted: the host was released; "+err.Error(), 4000)
+			}
+			return
+		}
+		ap.Workload.State = infrav1.ProvisioningSucceeded
+		ap.Workload.Message = ""
+		ap.ProviderID, ap.NodeName = res.ProviderID, res.NodeName
+		ap.CertificatesExpiryDate = certExpiry(res.CertificatesExpiry)
+	})
+	if err != nil {
+		a.log.Error(err, "Provisioning failed", "machine", as.MachineName)
+	}
+}
+
+func (a *Agent) reset(ctx context.Context, claim types.UID) bool {
+	a.log.Info("Resetting host", "claim", claim)
+	a.workerBusy.progress()
+	_ = a.update(func(ap *state.Applied) {
+		if ap.Workload != nil {
+			ap.Workload.State = infrav1.ProvisioningResetting
+		}
+	})
+	if err := a.prov.Reset(ctx, claim); err != nil {
+		a.log.Error(err, "Reset failed", "claim", claim)
+		_ = a.update(func(ap *state.Applied) {
+			if ap.Workload != nil {
+				ap.Workload.State = infrav1.ProvisioningResetFailed
+				ap.Workload.Message = truncate(err.Error(), 4000)
+			}
+		})
+		return false
+	}
+	return a.update(func(ap *state.Applied) {
+		ap.Workload, ap.ProviderID, ap.NodeName, ap.CertificatesExpiryDate = nil, "", "", nil
+	}) == nil
+}
+
+// interruptIfReleased cancels the bootstrap in progress when a newer
+// desired state no longer assigns its claim: a deleted Machine must not
+// keep its host busy for up to a command timeout.
+func (a *Agent) interruptIfReleased(d *wire.DesiredState) {
+	a.provMu.Lock()
+	defer a.provMu.Unlock()
+	if a.provCancel == nil || d.Generation <= a.Applied().Generation {
+		return
+	}
+	if d.Assignment == nil || d.Assignment.ClaimUID != a.provClaim {
+		a.log.Info("Interrupting the bootstrap: its claim was released", "claim", a.provClaim)
+		a.provCancel()
+	}
+}
+
+// update changes the applied state, persists it, and lets the status
+// manager send the new full status.
+func (a *Agent) update(fn func(*state.Applied)) error {
+	a.mu.Lock()
+	fn(&a.applied)
+	snapshot := a.applied.DeepCopy()
+	a.mu.Unlock()
+	err := a.store.SaveApplied(snapshot)
+	if err != nil {
+		a.log.Error(err, "Saving state")
+	}
+	a.refreshStatus()
+	return err
+}
+
+func (a *Agent) refreshStatus() {
+	// Several sources refresh (the worker, the link source, the resync
+	// timer): one at a time, so an older snapshot is never set last.
+	a.refreshMu.Lock()
+	defer a.refreshMu.Unlock()
+	cur := a.Applied()
+	hostFacts := facts.Read(a.cfg.RootDir)
+	st := &wire.Status{
+		ObservedGeneration:     cur.Generation,
+		Facts:                  hostFacts,
+		Addresses:              facts.Addresses(hostFacts.Hostname),
+		Provisioning:           cur.Workload,
+		ProviderID:             cur.ProviderID,
+		NodeName:               cur.NodeName,
+		CertificatesExpiryDate: cur.CertificatesExpiryDate,
+		Link:                   a.link.Load(),
+	}
+	a.status.Set(st)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+func certExpiry(t *time.Time) *metav1.Time {
+	if t == nil {
+		return nil
+	}
+	mt := metav1.NewTime(*t)
+	return &mt
+}
