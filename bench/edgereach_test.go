@@ -34,10 +34,10 @@ import (
 
 	"github.com/edgefleet/fleet/pkg/agent"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
-	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
 	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
 	"github.com/edgefleet/fleet/pkg/hub/reach"
+	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
 	"github.com/edgefleet/fleet/pkg/pki"
 )
 

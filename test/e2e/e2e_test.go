@@ -28,9 +28,9 @@ import (
 	"github.com/edgefleet/fleet/internal/testenv"
 	"github.com/edgefleet/fleet/internal/testkit"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
-	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
 	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
+	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
 )
 
 const (

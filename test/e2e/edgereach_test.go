@@ -38,10 +38,10 @@ import (
 	"github.com/edgefleet/fleet/internal/testenv"
 	"github.com/edgefleet/fleet/pkg/cli/create"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
-	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
 	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
 	"github.com/edgefleet/fleet/pkg/hub/reach"
+	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
 	"github.com/edgefleet/fleet/pkg/pki"
 )
 

@@ -25,9 +25,9 @@ import (
 	"github.com/edgefleet/fleet/internal/localkube"
 	"github.com/edgefleet/fleet/internal/version"
 	fleetcrd "github.com/edgefleet/fleet/manifests/crd"
-	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
 	"github.com/edgefleet/fleet/pkg/hub/linkhealth"
+	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
 )
 
 // Options configure the embedded hub.

@@ -13,8 +13,8 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
-	"github.com/edgefleet/fleet/pkg/hub/reconcilers"
 	"github.com/edgefleet/fleet/pkg/hub/inventory"
+	"github.com/edgefleet/fleet/pkg/hub/reconcilers"
 )
 
 // Claims made at the same moment from many goroutines, each with its own
