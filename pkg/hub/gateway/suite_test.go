@@ -31,10 +31,10 @@ import (
 	"github.com/edgefleet/fleet/internal/testkit"
 	"github.com/edgefleet/fleet/pkg/agent"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
-	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
 	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
 	"github.com/edgefleet/fleet/pkg/hub/linkhealth"
+	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
 )
 
 var env *testenv.Env
