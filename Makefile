@@ -12,6 +12,12 @@ K8S_BIN       := $(BIN)/k8s
 K8S_VERSION   := v1.36.3
 CONTROLLER_GEN_VERSION := v0.21.0
 CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
+# golangci-lint is pinned in hack/tools/golangci-lint/go.mod; its binary is
+# kept in bin/ under that version, so a new pin builds a new one.
+GOLANGCI_LINT_VERSION := $(shell awk '$$1 == "require" && $$2 == "github.com/golangci/golangci-lint/v2" { print $$3 }' hack/tools/golangci-lint/go.mod)
+GOLANGCI_LINT := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
+# Every module whose go.mod `make verify` keeps tidy.
+GO_MODULES    := . $(patsubst %/go.mod,%,$(wildcard hack/tools/*/go.mod))
 VERSION       ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS       := -X github.com/edgefleet/fleet/internal/version.Version=$(VERSION)
 TEST_FLAGS    ?=
@@ -44,13 +50,25 @@ fmt: ## Format the Go code.
 GENERATED := pkg/contract/v1alpha1/zz_generated.deepcopy.go manifests/crd manifests/rbac/role.yaml internal/clusterapi/crds.yaml.gz
 
 .PHONY: verify
-verify: $(CONTROLLER_GEN) ## Fail if generated files are stale, code is not gofmt'ed or go vet complains.
+verify: $(CONTROLLER_GEN) $(GOLANGCI_LINT) ## Fail if generated files are stale, code is not gofmt'ed, go vet or golangci-lint complain, or a go.mod is not tidy.
 	@rm -rf $(BIN)/.verify && mkdir -p $(BIN)/.verify && cp -r --parents $(GENERATED) $(BIN)/.verify/
 	@$(MAKE) --no-print-directory generate >/dev/null
 	@for f in $(GENERATED); do diff -r $(BIN)/.verify/$$f $$f >/dev/null || { echo "generated files are stale ($$f): run 'make generate' and commit the result"; exit 1; }; done
 	@out=$$(gofmt -s -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "not gofmt'ed (run 'make fmt'):"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	cd hack/tools/k8s && $(GO) vet ./...
+	$(GOLANGCI_LINT) run ./...
+	@$(MAKE) --no-print-directory verify-tidy
+
+.PHONY: lint
+lint: $(GOLANGCI_LINT) ## Run golangci-lint with .golangci.yml over fleet's module.
+	$(GOLANGCI_LINT) run ./...
+
+.PHONY: verify-tidy
+verify-tidy: ## Fail if `go mod tidy` would change go.mod or go.sum of fleet or of a hack/tools module.
+	@for m in $(GO_MODULES); do \
+	  (cd $$m && $(GO) mod tidy -diff) || { echo "$$m/go.mod is not tidy: run 'cd $$m && go mod tidy' and commit the result"; exit 1; }; \
+	done
 
 ##@ Build
 
@@ -74,6 +92,11 @@ $(CONTROLLER_GEN):
 	@mkdir -p $(BIN)
 	GOBIN=$(BIN) $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
 	mv $(BIN)/controller-gen $(CONTROLLER_GEN)
+
+$(GOLANGCI_LINT):
+	@mkdir -p $(BIN)
+	@echo ">> building golangci-lint $(GOLANGCI_LINT_VERSION) from its Go module into $(BIN) (several minutes on 2 cores the first time)"
+	cd hack/tools/golangci-lint && $(GO) build -o $(GOLANGCI_LINT) github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 
 KREW_VERSION   ?= v0.1.0
 KREW_DIST      ?= $(CURDIR)/dist/krew

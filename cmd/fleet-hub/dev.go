@@ -1,12 +1,12 @@
 package main
 
 import (
-	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -15,17 +15,27 @@ import (
 	"github.com/edgefleet/fleet/pkg/hub/lazylog"
 )
 
-// dev runs `fleet-hub dev`: a whole management cluster in this process.
-func dev(args []string) error {
+// newDevCommand is `fleet-hub dev`: a whole management cluster in this
+// process.
+func newDevCommand() *cobra.Command {
 	o := embedded.Options{Progress: os.Stdout}
-	fs := flag.NewFlagSet("fleet-hub dev", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "fleet-hub dev runs a local management cluster in one process: etcd and kube-apiserver\n"+
-			"(from --bin-dir, built by `make k8s`), the Cluster API core and kubeadm bootstrap reconcilers,\n"+
-			"and the fleet hub with its agent gateway. The fleet is kept in --data-dir between runs;\n"+
-			"Ctrl-C stops everything.\n\nUsage:\n  fleet-hub dev [flags]\n\nFlags:\n")
-		fs.PrintDefaults()
+	var zopts zap.Options
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run a local management cluster in this process (try-out and demo)",
+		Long: "fleet-hub dev runs a local management cluster in one process: etcd and kube-apiserver\n" +
+			"(from --bin-dir, built by `make k8s`), the Cluster API core and kubeadm bootstrap reconcilers,\n" +
+			"and the fleet hub with its agent gateway. The fleet is kept in --data-dir between runs;\n" +
+			"Ctrl-C stops everything.",
+		Args: noArgs,
+		RunE: func(*cobra.Command, []string) error { return runDev(o, zopts) },
 	}
+	addDevFlags(cmd.Flags(), &o)
+	addZapFlags(cmd.Flags(), &zopts)
+	return cmd
+}
+
+func addDevFlags(fs *pflag.FlagSet, o *embedded.Options) {
 	fs.StringVar(&o.DataDir, "data-dir", ".fleet", "Where the fleet is kept (etcd data, kubeconfig, hub.log).")
 	fs.BoolVar(&o.Reset, "reset", false, "Start from an empty fleet (deletes the data in --data-dir).")
 	fs.StringVar(&o.BinDir, "bin-dir", defaultBinDir(), "Directory with kube-apiserver and etcd.")
@@ -33,17 +43,11 @@ func dev(args []string) error {
 	fs.StringVar(&o.AdvertiseURL, "gateway-advertise-url", "", "URL agents are told to dial (default https://<gateway-bind-address>).")
 	fs.StringVar(&o.HubNamespace, "hub-namespace", "fleet-system", "Namespace of the hub CA and enrollment tokens.")
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", "0", "Address of the hub's Prometheus metrics (plain HTTP); \"0\" turns them off.")
-	zopts := zap.Options{}
-	zopts.BindFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("dev takes no arguments, got %q", fs.Args())
-	}
+}
+
+// runDev logs to hub.log in the data directory, so that the terminal
+// shows only the progress lines, and runs the embedded hub until a signal.
+func runDev(o embedded.Options, zopts zap.Options) error {
 	logFile, err := embedded.LogFile(o.DataDir)
 	if err != nil {
 		return fmt.Errorf("opening the log: %w", err)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/pflag"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,6 +23,14 @@ import (
 )
 
 func freeAddr(t *testing.T) string { return testkit.FreeAddr(t) }
+
+// newFlagSet is the default command's flags bound to o, for tests that
+// call run directly.
+func newFlagSet(o *options) *pflag.FlagSet {
+	fs := pflag.NewFlagSet("fleet-hub", pflag.ContinueOnError)
+	o.addFlags(fs)
+	return fs
+}
 
 // The fleet-hub command serves health, readiness and metrics, takes the
 // leader Lease, runs the reconcilers, and stops cleanly.
@@ -60,7 +69,7 @@ func TestHubServesAndReconciles(t *testing.T) {
 		t.Error(err)
 	}
 	waitFor(t, "leader Lease", func() error {
-		return env.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: o.leaderElectionID}, &coordinationv1.Lease{})
+		return env.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: o.manager.leaderElectionID}, &coordinationv1.Lease{})
 	})
 
 	// The reconcilers run: a new host is protected and reported Available.
@@ -138,7 +147,7 @@ func waitFor(t *testing.T, what string, cond func() error) {
 // The informers keep no managedFields: the hub never reads them, and with
 // every EdgeHost of a fleet cached they are memory per agent.
 func TestCacheKeepsNoManagedFields(t *testing.T) {
-	o := options{watchNamespace: "stores"}
+	o := managerOptions{watchNamespace: "stores"}
 	opts := o.cacheOptions()
 	if _, ok := opts.DefaultNamespaces["stores"]; !ok || len(opts.DefaultNamespaces) != 1 {
 		t.Errorf("--watch-namespace stores: the cache watches %v", opts.DefaultNamespaces)

@@ -206,7 +206,6 @@ func (e *Env) start(ctx context.Context, managers []ctrl.Manager) {
 	}
 }
 
-// Stop shuts the managers down, then the API server and etcd.
 // EtcdURL is where etcd serves clients (and its /metrics).
 func (e *Env) EtcdURL() string {
 	if e.env.ControlPlane.Etcd == nil || e.env.ControlPlane.Etcd.URL == nil {
@@ -215,6 +214,7 @@ func (e *Env) EtcdURL() string {
 	return e.env.ControlPlane.Etcd.URL.String()
 }
 
+// Stop shuts the managers down, then the API server and etcd.
 func (e *Env) Stop() error {
 	e.cancel()
 	var errs []error

@@ -185,10 +185,10 @@ type EdgeHostStatus struct {
 type LinkProbeState string
 
 const (
-	// LinkProbeRunning: retransmissions and drops are counted.
+	// LinkProbeRunning means retransmissions and drops are counted.
 	LinkProbeRunning LinkProbeState = "Running"
-	// LinkProbeUnavailable: the kernel or sandbox does not allow the probe;
-	// only the round-trip time to the hub is measured.
+	// LinkProbeUnavailable means the kernel or sandbox does not allow the
+	// probe; only the round-trip time to the hub is measured.
 	LinkProbeUnavailable LinkProbeState = "Unavailable"
 )
 

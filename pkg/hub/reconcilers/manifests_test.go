@@ -46,7 +46,7 @@ func TestDeployManifestsApply(t *testing.T) {
 		case "Namespace":
 			// Namespaced objects can only be dry-run into a namespace that
 			// exists, so this one is created for real.
-			if err := env.Client.Patch(w.ctx, u, client.Apply, client.FieldOwner("manifests-test"), client.ForceOwnership); err != nil {
+			if err := env.Client.Apply(w.ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("manifests-test"), client.ForceOwnership); err != nil {
 				t.Fatalf("Namespace %s rejected: %v", u.GetName(), err)
 			}
 			continue
@@ -56,7 +56,7 @@ func TestDeployManifestsApply(t *testing.T) {
 		objs = append(objs, u)
 	}
 	for _, u := range objs {
-		if err := env.Client.Patch(w.ctx, u, client.Apply, client.DryRunAll,
+		if err := env.Client.Apply(w.ctx, client.ApplyConfigurationFromUnstructured(u), client.DryRunAll,
 			client.FieldOwner("manifests-test"), client.ForceOwnership); err != nil {
 			t.Errorf("%s %s rejected by the API server: %v", u.GetKind(), u.GetName(), err)
 		}

@@ -1,0 +1,181 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/edgefleet/fleet/internal/version"
+	"github.com/edgefleet/fleet/pkg/hub/gateway"
+	"github.com/edgefleet/fleet/pkg/hub/reach"
+	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
+)
+
+// run serves until ctx ends.
+func run(ctx context.Context, cfg *rest.Config, o options) error {
+	cfg = rest.CopyConfig(cfg)
+	cfg.UserAgent = "fleet-hub/" + version.Version
+	mgr, err := newManager(cfg, o.manager)
+	if err != nil {
+		return err
+	}
+	rOpts := o.reconcilers
+	// Twice the refresh interval (what the gateway itself takes for fresh),
+	// plus slack for a write that waited its turn.
+	rOpts.ContactTimeout = 2*o.gateway.LastSeenInterval + time.Minute
+	if err := hubreconcilers.Setup(ctx, mgr, rOpts); err != nil {
+		return err
+	}
+	if !o.disableGateway {
+		if err := setupGatewayAndReach(ctx, mgr, o); err != nil {
+			return err
+		}
+	}
+	if err := addHealthChecks(mgr); err != nil {
+		return err
+	}
+	ctrl.Log.WithName("setup").Info("Starting fleet-hub", "version", version.Version)
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("running manager: %w", err)
+	}
+	return nil
+}
+
+func newManager(cfg *rest.Config, o managerOptions) (ctrl.Manager, error) {
+	metricsOpts := metricsserver.Options{BindAddress: o.metricsAddr, SecureServing: o.secureMetrics}
+	if o.secureMetrics {
+		metricsOpts.FilterProvider = authnzFilter
+	}
+	if !o.enableHTTP2 {
+		metricsOpts.TLSOpts = append(metricsOpts.TLSOpts, disableHTTP2)
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  hubreconcilers.NewScheme(),
+		Metrics:                 metricsOpts,
+		HealthProbeBindAddress:  o.probeAddr,
+		PprofBindAddress:        o.pprofAddr,
+		LeaderElection:          o.leaderElect,
+		LeaderElectionID:        o.leaderElectionID,
+		LeaderElectionNamespace: o.leaderElectionNamespace,
+		LeaseDuration:           &o.leaseDuration,
+		RenewDeadline:           &o.renewDeadline,
+		RetryPeriod:             &o.retryPeriod,
+		Cache:                   o.cacheOptions(),
+		GracefulShutdownTimeout: &o.gracefulShutdownTimeout,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating manager: %w", err)
+	}
+	return mgr, nil
+}
+
+// cacheOptions: what the manager's informers hold. They hold every
+// EdgeHost of the fleet; their managedFields, which the hub never reads,
+// are kept out (memory per idle agent, and every deep copy). A patch or an
+// update sent without them leaves the API server's as they are.
+func (o managerOptions) cacheOptions() cache.Options {
+	opts := cache.Options{SyncPeriod: &o.syncPeriod, DefaultTransform: cache.TransformStripManagedFields()}
+	if o.watchNamespace != "" {
+		opts.DefaultNamespaces = map[string]cache.Config{o.watchNamespace: {}}
+	}
+	return opts
+}
+
+// setupGatewayAndReach adds the agent gateway and edge reach, which
+// carries its tunnels, to mgr.
+func setupGatewayAndReach(ctx context.Context, mgr ctrl.Manager, o options) error {
+	hostname, _ := os.Hostname()
+	gOpts := o.gateway
+	gOpts.DNSNames = trimList(gOpts.DNSNames)
+	gOpts.DisconnectGrace = zeroMeansNone(gOpts.DisconnectGrace)
+	gOpts.WaveStatusDelay = zeroMeansNone(gOpts.WaveStatusDelay)
+	gOpts.ReplicaName = hostname
+	gw, err := gateway.Setup(ctx, mgr, gOpts)
+	if err != nil {
+		return err
+	}
+	if err := setupReach(ctx, mgr, gw, o.reach, hostname, o.reconcilers.Concurrency); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("gateway", func(*http.Request) error {
+		select {
+		case <-gw.Ready():
+			return nil
+		default:
+			return fmt.Errorf("agent gateway is not listening yet")
+		}
+	}); err != nil {
+		return fmt.Errorf("adding gateway readiness check: %w", err)
+	}
+	return nil
+}
+
+// setupReach adds the edge-reach proxy and its kubeconfig reconciler, or,
+// with --proxy-bind-address=0, the reconciler that removes the proxy-url
+// it wrote.
+func setupReach(ctx context.Context, mgr ctrl.Manager, gw *gateway.Server, o reachOptions, replica string, concurrency int) error {
+	ctrlOpts := controller.Options{MaxConcurrentReconciles: max(concurrency, 1)}
+	if o.Addr == "0" {
+		return reach.SetupDisabled(mgr, ctrlOpts)
+	}
+	sOpts := o.SetupOptions
+	sOpts.ReplicaName = replica
+	sOpts.Controller = ctrlOpts
+	if o.peerDomain != "" {
+		_, port, err := net.SplitHostPort(o.Addr)
+		if err != nil {
+			return fmt.Errorf("--proxy-bind-address %q: %w", o.Addr, err)
+		}
+		sOpts.PeerAddr = func(replica string) string {
+			return net.JoinHostPort(replica+"."+o.peerDomain, port)
+		}
+	}
+	_, err := reach.Setup(ctx, mgr, gw, sOpts)
+	return err
+}
+
+func addHealthChecks(mgr ctrl.Manager) error {
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return fmt.Errorf("adding health check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("informers", func(req *http.Request) error {
+		if !mgr.GetCache().WaitForCacheSync(req.Context()) {
+			return fmt.Errorf("informer caches not synced")
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("adding readiness check: %w", err)
+	}
+	return nil
+}
+
+// zeroMeansNone maps a duration flag, where 0 means "at once", to
+// gateway.Options, where 0 means the default.
+func zeroMeansNone(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
+}
+
+// trimList drops the blanks around and the empty items between commas,
+// as in "a, b,".
+func trimList(items []string) []string {
+	items = slices.Clone(items)
+	for i := range items {
+		items[i] = strings.TrimSpace(items[i])
+	}
+	return slices.DeleteFunc(items, func(s string) bool { return s == "" })
+}
