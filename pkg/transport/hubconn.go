@@ -316,7 +316,10 @@ func (c *HubConn) unmask(b []byte) {
 	}
 }
 
+// SetDeadline sets the read and write deadlines.
 func (c *HubConn) SetDeadline(t time.Time) error {
 	return errors.Join(c.SetReadDeadline(t), c.SetWriteDeadline(t))
 }
+
+// SetReadDeadline sets the deadline of reads from the agent.
 func (c *HubConn) SetReadDeadline(t time.Time) error { return c.tls.SetReadDeadline(t) }

@@ -49,8 +49,8 @@ func hostsBlock(r *wire.Reach) []byte {
 // untouched. A symlinked hosts file is written where it points, and the
 // file keeps its mode.
 func writeHostsEntry(path string, block []byte) error {
-	if real, err := filepath.EvalSymlinks(path); err == nil {
-		path = real
+	if target, err := filepath.EvalSymlinks(path); err == nil {
+		path = target
 	}
 	mode := os.FileMode(0o644)
 	if fi, err := os.Stat(path); err == nil {

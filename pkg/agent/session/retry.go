@@ -91,10 +91,7 @@ func errString(err error) string {
 // backoff returns the delay before reconnect attempt n (from 0): full
 // jitter over an exponential ceiling, so a fleet whose hub restarted does
 // not come back in one wave.
-func backoff(n int, max time.Duration) time.Duration {
-	ceiling := time.Second << min(n, 10)
-	if ceiling > max {
-		ceiling = max
-	}
+func backoff(n int, limit time.Duration) time.Duration {
+	ceiling := min(time.Second<<min(n, 10), limit)
 	return time.Duration(rand.Int64N(int64(ceiling)) + int64(100*time.Millisecond))
 }

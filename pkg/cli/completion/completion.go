@@ -14,9 +14,10 @@ import (
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 )
 
-type completer func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective)
+// Completer is a cobra ValidArgsFunction.
+type Completer func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective)
 
-func names(flags *genericclioptions.ConfigFlags, list client.ObjectList, each func(client.ObjectList) []string) completer {
+func names(flags *genericclioptions.ConfigFlags, list client.ObjectList, each func(client.ObjectList) []string) Completer {
 	return func(_ *cobra.Command, args []string, prefix string) ([]string, cobra.ShellCompDirective) {
 		conn, err := kube.Connect(flags)
 		if err != nil {
@@ -42,7 +43,7 @@ func names(flags *genericclioptions.ConfigFlags, list client.ObjectList, each fu
 }
 
 // Hosts completes EdgeHost names.
-func Hosts(flags *genericclioptions.ConfigFlags) completer {
+func Hosts(flags *genericclioptions.ConfigFlags) Completer {
 	return names(flags, &infrav1.EdgeHostList{}, func(l client.ObjectList) []string {
 		var out []string
 		for _, h := range l.(*infrav1.EdgeHostList).Items {
@@ -53,7 +54,7 @@ func Hosts(flags *genericclioptions.ConfigFlags) completer {
 }
 
 // Clusters completes Cluster names (one argument).
-func Clusters(flags *genericclioptions.ConfigFlags) completer {
+func Clusters(flags *genericclioptions.ConfigFlags) Completer {
 	inner := names(flags, &clusterv1.ClusterList{}, func(l client.ObjectList) []string {
 		var out []string
 		for _, c := range l.(*clusterv1.ClusterList).Items {

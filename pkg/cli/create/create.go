@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/cli-runtime/pkg/printers"
@@ -160,7 +162,7 @@ func (o *Options) Run(ctx context.Context) error {
 	}
 	o.warnAboutHosts(ctx)
 	for _, obj := range objs {
-		if err := o.conn.Client.Patch(ctx, obj, client.Apply, client.FieldOwner("kubectl-fleet"), client.ForceOwnership); err != nil {
+		if err := apply(ctx, o.conn.Client, obj); err != nil {
 			return o.conn.Explain(fmt.Errorf("applying %s %s: %w", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName(), err))
 		}
 		fmt.Fprintf(o.Out, "%s/%s applied\n", strings.ToLower(obj.GetObjectKind().GroupVersionKind().Kind), obj.GetName())
@@ -169,4 +171,15 @@ func (o *Options) Run(ctx context.Context) error {
 		return nil
 	}
 	return WaitForMachines(ctx, o.conn.Client, o.Out, o.spec.Namespace, o.spec.Name, int(o.spec.ControlPlaneMachines+o.spec.WorkerMachines), o.Timeout)
+}
+
+// apply applies obj with server-side apply as kubectl-fleet, taking over
+// the fields it sets.
+func apply(ctx context.Context, c client.Client, obj client.Object) error {
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return err
+	}
+	ac := client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: u})
+	return c.Apply(ctx, ac, client.FieldOwner("kubectl-fleet"), client.ForceOwnership)
 }

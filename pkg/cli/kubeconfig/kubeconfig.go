@@ -99,7 +99,7 @@ func (o *Options) Run(ctx context.Context) error {
 	}
 	cfg, err := clientcmd.Load(s.Data[secret.KubeconfigDataName])
 	if err != nil {
-		return fmt.Errorf("Secret %s holds no valid kubeconfig: %w", name, err)
+		return fmt.Errorf("the Secret %s holds no valid kubeconfig: %w", name, err)
 	}
 	proxied := 0
 	for entry, c := range cfg.Clusters {

@@ -222,16 +222,16 @@ type Shrinker interface {
 }
 
 // ReadFrame reads one length-prefixed frame, refusing, before allocating,
-// any frame longer than max. When r is a Shrinker, it is shrunk once the
+// any frame longer than limit. When r is a Shrinker, it is shrunk once the
 // frame is read: a no-op if more data is waiting.
-func ReadFrame(r io.Reader, max int) ([]byte, error) {
+func ReadFrame(r io.Reader, limit int) ([]byte, error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return nil, err
 	}
 	n := binary.BigEndian.Uint32(hdr[:])
-	if uint64(n) > uint64(max) {
-		return nil, fmt.Errorf("frame announces %d bytes, limit %d: %w", n, max, ErrTooLarge)
+	if uint64(n) > uint64(limit) {
+		return nil, fmt.Errorf("frame announces %d bytes, limit %d: %w", n, limit, ErrTooLarge)
 	}
 	// What the header announces is allocated as the data arrives: a peer
 	// that announces 1 MiB and sends nothing holds a small buffer.

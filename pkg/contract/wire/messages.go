@@ -55,7 +55,7 @@ type Hello struct {
 	Capabilities []string `json:"capabilities,omitempty"`
 }
 
-// CapabilityTunnel: the agent serves Tunnel streams (edge reach). An agent
+// CapabilityTunnel says the agent serves Tunnel streams (edge reach). An agent
 // without it never accepts a stream; asking would stall until the session
 // is torn down.
 const CapabilityTunnel = "tunnel"

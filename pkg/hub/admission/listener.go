@@ -91,6 +91,7 @@ func (l *Listener) Close() error {
 	return err
 }
 
+// Addr is the address the listener accepts on.
 func (l *Listener) Addr() net.Addr { return l.raw.Addr() }
 
 func (l *Listener) stop(err error) {

@@ -16,7 +16,7 @@ const crowdCheckInterval = 250 * time.Millisecond
 // it lasts, and each end costs a full collection. A variable for tests.
 var crowdCalm = 5 * time.Second
 
-// waves tells whether a wave of connections is on: connections queue for
+// Waves tells whether a wave of connections is on: connections queue for
 // a TLS handshake place (a fleet reconnecting after an outage, enrolling).
 // The zero value is not usable; see NewWaves.
 type Waves struct {
@@ -26,6 +26,7 @@ type Waves struct {
 	over chan struct{}
 }
 
+// NewWaves returns Waves with no wave on.
 func NewWaves() *Waves {
 	over := make(chan struct{})
 	close(over)
@@ -61,7 +62,7 @@ func (w *Waves) current() <-chan struct{} {
 	return w.over
 }
 
-// on tells whether a wave is on now.
+// On tells whether a wave is on now.
 func (w *Waves) On() bool {
 	select {
 	case <-w.current():
@@ -71,16 +72,16 @@ func (w *Waves) On() bool {
 	}
 }
 
-// outlast waits until no wave is on, at most max, or until ctx ends; it
+// Outlast waits until no wave is on, at most limit, or until ctx ends; it
 // tells whether it had to wait at all.
-func (w *Waves) Outlast(ctx context.Context, max time.Duration) bool {
+func (w *Waves) Outlast(ctx context.Context, limit time.Duration) bool {
 	over := w.current()
 	select {
 	case <-over:
 		return false
 	default:
 	}
-	t := time.NewTimer(max)
+	t := time.NewTimer(limit)
 	defer t.Stop()
 	select {
 	case <-over:

@@ -55,7 +55,7 @@ func TestEnrollOnAContendedTokenIsBusyNotAnError(t *testing.T) {
 		t.Fatal(err)
 	}
 	updates := 0
-	contended := interceptor.NewClient(base.(client.WithWatch), interceptor.Funcs{
+	contended := interceptor.NewClient(base, interceptor.Funcs{
 		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
 			updates++
 			return apierrors.NewConflict(schema.GroupResource{Resource: "secrets"}, obj.GetName(), nil)

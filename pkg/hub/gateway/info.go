@@ -4,8 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/internal/version"
@@ -32,12 +31,8 @@ func (s *Server) publishInfo(ctx context.Context) error {
 	if s.opts.AdvertiseURL != "" {
 		data[InfoKeyURL] = s.opts.AdvertiseURL
 	}
-	cm := &corev1.ConfigMap{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
-		ObjectMeta: metav1.ObjectMeta{Namespace: s.opts.HubNamespace, Name: InfoConfigMap},
-		Data:       data,
-	}
-	if err := s.client.Patch(ctx, cm, client.Apply, client.FieldOwner("fleet-hub-gateway"), client.ForceOwnership); err != nil {
+	cm := corev1ac.ConfigMap(InfoConfigMap, s.opts.HubNamespace).WithData(data)
+	if err := s.client.Apply(ctx, cm, client.FieldOwner("fleet-hub-gateway"), client.ForceOwnership); err != nil {
 		return fmt.Errorf("publishing %s/%s: %w", s.opts.HubNamespace, InfoConfigMap, err)
 	}
 	return nil
