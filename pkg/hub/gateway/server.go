@@ -387,8 +387,7 @@ func (s *Server) Start(ctx context.Context) error {
 	close(s.ready)
 	s.log.Info("Serving agents", "addr", ln.Addr().String(), "caPin", s.ca.Pin())
 
-	sessionsDone := make(chan struct{})
-	go func() { s.sessions.Run(ctx); close(sessionsDone) }()
+	sessionsDone := s.sessions.Start(ctx)
 	defer func() { <-sessionsDone }()
 	sweep := time.AfterFunc(s.opts.ReturnGrace, func() { s.status.SweepUnreturned(ctx) })
 	defer sweep.Stop()

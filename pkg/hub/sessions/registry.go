@@ -58,12 +58,12 @@ type Registry struct {
 
 	mu       sync.Mutex
 	sessions map[string]*Session // by "namespace/name"
-	// ctx lives as long as Run: sessions run under it.
+	// ctx lives as long as the registry runs (Start): sessions run under it.
 	ctx context.Context
 }
 
 // New returns an empty Registry. SetStatusWriter and SetAuthority must be
-// called before Run.
+// called before Start.
 func New(c client.Client, apiReader client.Reader, log logr.Logger, reach ReachResolver, opts Options) *Registry {
 	return &Registry{opts: opts, client: c, apiReader: apiReader, log: log, reach: reach,
 		sessions: map[string]*Session{}, pushes: workqueue.NewTyped[*Session](), ctx: context.Background()}
@@ -77,8 +77,10 @@ func (r *Registry) SetStatusWriter(w *hoststatus.Writer) { r.status = w }
 // is loaded only once the gateway starts).
 func (r *Registry) SetAuthority(a *identity.Authority) { r.authority = a }
 
-// Run pushes desired states until ctx ends, then closes every session.
-func (r *Registry) Run(ctx context.Context) {
+// Start pushes desired states until ctx ends, then closes every session;
+// the channel it returns is closed once that is done. Sessions served from
+// now on run under ctx.
+func (r *Registry) Start(ctx context.Context) <-chan struct{} {
 	r.mu.Lock()
 	r.ctx = ctx
 	r.mu.Unlock()
@@ -86,18 +88,23 @@ func (r *Registry) Run(ctx context.Context) {
 	for range max(r.opts.PushWorkers, 1) {
 		workers.Go(r.pushWorker)
 	}
-	<-ctx.Done()
-	r.pushes.ShutDown()
-	workers.Wait()
-	r.mu.Lock()
-	all := make([]*Session, 0, len(r.sessions))
-	for _, ss := range r.sessions {
-		all = append(all, ss)
-	}
-	r.mu.Unlock()
-	for _, ss := range all {
-		ss.Close()
-	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		<-ctx.Done()
+		r.pushes.ShutDown()
+		workers.Wait()
+		r.mu.Lock()
+		all := make([]*Session, 0, len(r.sessions))
+		for _, ss := range r.sessions {
+			all = append(all, ss)
+		}
+		r.mu.Unlock()
+		for _, ss := range all {
+			ss.Close()
+		}
+	}()
+	return done
 }
 
 // Lookup is the session this replica holds for the host, or nil.
@@ -136,7 +143,7 @@ func (r *Registry) Serve(ss *Session) {
 	// thousands of others after a restart.
 	ss.kickPush(time.Now())
 	if ctx.Err() != nil {
-		// The hub is stopping: Run closed the sessions it knew of before
+		// The hub is stopping: the sessions it knew of were closed before
 		// this one registered.
 		r.unregister(ss)
 		return
