@@ -60,7 +60,7 @@ type Agent struct {
 
 	// Liveness, for the watchdog: when the loop last found itself and its
 	// workers alive (UnixNano), and how the worker is doing.
-	lastHealthy  atomic.Int64
+	lastHealthy  atomic.Pointer[time.Time]
 	workerBusy   busySince
 	housekeeping time.Duration
 	stallLimits  stallLimits

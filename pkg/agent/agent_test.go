@@ -199,12 +199,12 @@ type flakyReset struct {
 	fails int
 }
 
-func (f *flakyReset) Reset(ctx context.Context, uid types.UID) error {
+func (f *flakyReset) Reset(ctx context.Context, uid types.UID, progress func(string)) error {
 	if f.fails > 0 {
 		f.fails--
 		return errResetBroken
 	}
-	return f.Recorder.Reset(ctx, uid)
+	return f.Recorder.Reset(ctx, uid, progress)
 }
 
 // A failed reset leaves the host reporting ResetFailed (the hub shows

@@ -31,8 +31,8 @@ func (a *Agent) syncLoop(ctx context.Context) {
 			// Facts may have changed; the full status is re-sent either way.
 			a.refreshStatus()
 			a.status.Resend()
-		case now := <-housekeeping.C:
-			a.checkHealth(now)
+		case <-housekeeping.C:
+			a.checkHealth(time.Now())
 		}
 	}
 }
@@ -86,24 +86,34 @@ func (a *Agent) checkHealth(now time.Time) {
 		return
 	}
 	a.stuck = false
-	a.lastHealthy.Store(now.UnixNano())
+	a.lastHealthy.Store(&now)
 }
 
 // LastHealthy is when the sync loop last went round with every worker idle
 // or making progress: the systemd watchdog pings only while it is recent.
-func (a *Agent) LastHealthy() time.Time { return time.Unix(0, a.lastHealthy.Load()) }
+func (a *Agent) LastHealthy() time.Time {
+	if t := a.lastHealthy.Load(); t != nil {
+		return *t
+	}
+	return time.Time{}
+}
 
 // busySince tracks a worker: zero while it is idle, else when it last
-// started or made progress on its work.
-type busySince struct{ t atomic.Int64 }
+// started or made progress on its work. Times keep their monotonic reading:
+// an edge box's clock is often stepped by NTP during its bootstrap, and a
+// wall-clock jump must not make a working worker look stuck.
+type busySince struct{ t atomic.Pointer[time.Time] }
 
-func (b *busySince) progress() { b.t.Store(time.Now().UnixNano()) }
+func (b *busySince) progress() {
+	now := time.Now()
+	b.t.Store(&now)
+}
 
-func (b *busySince) idle() { b.t.Store(0) }
+func (b *busySince) idle() { b.t.Store(nil) }
 
 func (b *busySince) since() time.Time {
-	if t := b.t.Load(); t != 0 {
-		return time.Unix(0, t)
+	if t := b.t.Load(); t != nil {
+		return *t
 	}
 	return time.Time{}
 }

@@ -23,8 +23,9 @@ type Provisioner interface {
 	// Provision runs an assignment's bootstrap data. progress reports the
 	// step it is at ("runcmd 3/7").
 	Provision(ctx context.Context, a *wire.Assignment, progress func(step string)) (Result, error)
-	// Reset returns the host to clean after the claim ends.
-	Reset(ctx context.Context, claimUID types.UID) error
+	// Reset returns the host to clean after the claim ends. progress
+	// reports the step it is at ("reset 1/2").
+	Reset(ctx context.Context, claimUID types.UID, progress func(step string)) error
 }
 
 // ErrNoProvisioner is what an agent without a provisioner reports.
@@ -40,4 +41,4 @@ func (Unavailable) Provision(context.Context, *wire.Assignment, func(string)) (R
 }
 
 // Reset has nothing to undo.
-func (Unavailable) Reset(context.Context, types.UID) error { return nil }
+func (Unavailable) Reset(context.Context, types.UID, func(string)) error { return nil }

@@ -138,7 +138,7 @@ func (a *Agent) reset(ctx context.Context, claim types.UID) bool {
 			ap.Workload.State = infrav1.ProvisioningResetting
 		}
 	})
-	if err := a.prov.Reset(ctx, claim); err != nil {
+	if err := a.prov.Reset(ctx, claim, func(string) { a.workerBusy.progress() }); err != nil {
 		a.log.Error(err, "Reset failed", "claim", claim)
 		_ = a.update(func(ap *state.Applied) {
 			if ap.Workload != nil {

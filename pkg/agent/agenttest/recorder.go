@@ -38,7 +38,7 @@ func (r *Recorder) Provision(_ context.Context, a *wire.Assignment, progress fun
 }
 
 // Reset records the reset.
-func (r *Recorder) Reset(_ context.Context, uid types.UID) error {
+func (r *Recorder) Reset(_ context.Context, uid types.UID, _ func(string)) error {
 	r.mu.Lock()
 	r.resets = append(r.resets, uid)
 	r.mu.Unlock()

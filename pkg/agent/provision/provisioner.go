@@ -281,9 +281,11 @@ func (p *Provisioner) run(ctx context.Context, step string, c cloudconfig.Comman
 
 // Reset undoes a bootstrap: the reset commands, then every file it wrote.
 // It is safe to repeat.
-func (p *Provisioner) Reset(ctx context.Context, claim types.UID) error {
+func (p *Provisioner) Reset(ctx context.Context, claim types.UID, progress func(string)) error {
 	for i, c := range p.opts.ResetCommands {
-		if err := p.run(ctx, fmt.Sprintf("reset %d/%d", i+1, len(p.opts.ResetCommands)), c); err != nil {
+		step := fmt.Sprintf("reset %d/%d", i+1, len(p.opts.ResetCommands))
+		progress(step)
+		if err := p.run(ctx, step, c); err != nil {
 			return err
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -138,7 +139,7 @@ func TestProvisionCABPKInitControlPlane(t *testing.T) {
 
 	// Reset: kubeadm reset, and every file the bootstrap made is gone; a
 	// file it only appended to stays.
-	if err := p.Reset(context.Background(), "u1"); err != nil {
+	if err := p.Reset(context.Background(), "u1", func(string) {}); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(strings.Join(run.ran, "\n"), "kubeadm reset -f") {
@@ -154,7 +155,7 @@ func TestProvisionCABPKInitControlPlane(t *testing.T) {
 		t.Error("the reset removed a file the bootstrap only appended to")
 	}
 	// Again: a reset is safe to repeat.
-	if err := p.Reset(context.Background(), "u1"); err != nil {
+	if err := p.Reset(context.Background(), "u1", func(string) {}); err != nil {
 		t.Fatalf("second reset: %v", err)
 	}
 }
@@ -289,7 +290,7 @@ func TestResetRemovesOnlyWhatTheBootstrapCreated(t *testing.T) {
 		t.Fatal("expected the runcmd to fail")
 	}
 	run.failOn = ""
-	if err := New(Options{Root: root, StateDir: state, Runner: run}).Reset(context.Background(), "u1"); err != nil {
+	if err := New(Options{Root: root, StateDir: state, Runner: run}).Reset(context.Background(), "u1", func(string) {}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(root, "etc/new.conf")); !errors.Is(err, os.ErrNotExist) {
@@ -440,11 +441,28 @@ func TestResetRefusesUntrustedSymlinks(t *testing.T) {
 	must(os.WriteFile(filepath.Join(root, "etc/conf"), []byte("the operator's\n"), 0o644))
 	must(os.Symlink("/etc", filepath.Join(root, "home/ops/app")))
 	must(os.Lchown(filepath.Join(root, "home/ops/app"), 1001, 1001))
-	err := New(Options{Root: root, StateDir: state, Runner: &fakeRunner{}}).Reset(context.Background(), "u1")
+	err := New(Options{Root: root, StateDir: state, Runner: &fakeRunner{}}).Reset(context.Background(), "u1", func(string) {})
 	if err == nil || !strings.Contains(err.Error(), "symlink not owned by root") {
 		t.Fatalf("reset through a planted symlink: %v", err)
 	}
 	if read(t, root, "etc/conf") != "the operator's\n" {
 		t.Fatal("the reset deleted a file through the planted symlink")
+	}
+}
+
+// A reset reports each of its commands as a step, before running it: the
+// agent's watchdog counts a long reset as making progress.
+func TestResetReportsEachCommand(t *testing.T) {
+	run := &fakeRunner{}
+	p := New(Options{Root: sandbox(t), StateDir: t.TempDir(), Runner: run, ResetCommands: []cloudconfig.Command{
+		{Argv: []string{"kubeadm", "reset", "-f"}}, {Argv: []string{"rm", "-rf", "/var/lib/etcd"}}}})
+	var steps []string
+	if err := p.Reset(context.Background(), "u1", func(s string) {
+		steps = append(steps, fmt.Sprintf("%s after %d run", s, len(run.ran)))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"reset 1/2 after 0 run", "reset 2/2 after 1 run"}; !slices.Equal(steps, want) {
+		t.Errorf("steps %q, want %q", steps, want)
 	}
 }

@@ -25,9 +25,9 @@ type Manager struct {
 	// has since been replaced is not mistaken for one on the new session.
 	epoch uint64
 	kick  chan struct{}
-	// sendingSince is when the send in progress started (UnixNano, 0 when
-	// none), for the watchdog.
-	sendingSince atomic.Int64
+	// sendingSince is when the send in progress started (nil when none),
+	// for the watchdog; it keeps its monotonic reading.
+	sendingSince atomic.Pointer[time.Time]
 }
 
 // New makes a manager with nothing to send and no session.
@@ -82,8 +82,8 @@ func (m *Manager) Attach(send func(*wire.Status) error) {
 // manager is idle. A send is bounded by the session's write timeout, so
 // one that lasts far longer means the manager is stuck.
 func (m *Manager) SendingSince() time.Time {
-	if t := m.sendingSince.Load(); t != 0 {
-		return time.Unix(0, t)
+	if t := m.sendingSince.Load(); t != nil {
+		return *t
 	}
 	return time.Time{}
 }
@@ -125,9 +125,10 @@ func (m *Manager) sendPending() (changed, ok bool) {
 	if send == nil || cur == nil || (sent != nil && equality.Semantic.DeepEqual(sent, cur)) {
 		return false, false
 	}
-	m.sendingSince.Store(time.Now().UnixNano())
+	started := time.Now()
+	m.sendingSince.Store(&started)
 	err := send(cur)
-	m.sendingSince.Store(0)
+	m.sendingSince.Store(nil)
 	if err != nil {
 		return false, false // the session source reattaches on reconnect
 	}
