@@ -38,7 +38,7 @@ func TestPrinterColumns(t *testing.T) {
 	w.host("table-host", nil)
 	for plural, want := range map[string][]string{
 		"edgemachines": {"Name", "Cluster", "Phase", "Host", "ProviderID", "Node", "Age"},
-		"edgehosts":    {"Name", "Phase", "Claimed-By", "Connected", "Last-Seen", "Age"},
+		"edgehosts":    {"Name", "Phase", "Claimed-By", "Connected", "Last-Seen", "Agent", "Age"},
 	} {
 		got, err := tableColumns(w.ctx, w.ns, plural)
 		if err != nil {
