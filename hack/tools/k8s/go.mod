@@ -1,11 +1,14 @@
 // Module k8s builds the real kube-apiserver and etcd that the test suites run
-// (envtest). It is separate from the product module so that k8s.io/kubernetes
-// and its replace directives never leak into what fleet itself depends on.
+// (envtest), the kubelet, kubeadm and control-plane binaries of the real-node
+// test hosts, and nodeimage, which packs those into images for containerd. It
+// is separate from the product module so that k8s.io/kubernetes and its
+// replace directives never leak into what fleet itself depends on.
 module github.com/edgefleet/fleet/hack/tools/k8s
 
 go 1.26.0
 
 require (
+	github.com/google/go-containerregistry v0.22.1
 	go.etcd.io/etcd/server/v3 v3.6.16
 	k8s.io/client-go v0.36.3
 	k8s.io/component-base v0.36.3
@@ -79,6 +82,7 @@ require (
 	github.com/jonboulle/clockwork v0.5.0 // indirect
 	github.com/josharian/intern v1.0.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
+	github.com/klauspost/compress v1.19.2 // indirect
 	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/liggitt/tabwriter v0.0.0-20181228230101-89fcab3d43de // indirect
 	github.com/lithammer/dedent v1.1.0 // indirect

@@ -1,0 +1,18 @@
+// Command nodeimage builds container images from local binaries, as
+// docker-archive tarballs that `ctr -n k8s.io images import` loads, so the
+// real-node test hosts can run kubeadm's control plane with no registry.
+//
+// `nodeimage build` makes one single-layer linux/amd64 image: each binary at
+// /usr/local/bin/<name> with a symlink /<name> to it (the pause image is run
+// as /pause), the dynamic loader and every shared library the binaries link,
+// found from their ELF PT_INTERP and DT_NEEDED entries in the host's library
+// directories, /etc/passwd and /etc/group with root and nobody, and /tmp.
+// Every entry has a fixed mtime and owner, so the same inputs give the same
+// image digest.
+//
+// `nodeimage kubeadm` asks a kubeadm binary which images its version wants
+// and builds those it has a binary for (kube-apiserver,
+// kube-controller-manager, kube-scheduler, etcd, pause) into <image>.tar,
+// skipping archives already newer than their binaries. coredns and
+// kube-proxy are not built: the hosts skip those kubeadm addons.
+package main

@@ -1,0 +1,425 @@
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// The x86-64 psABI's loader path, and where Debian and Ubuntu keep libc.
+const (
+	loaderPath = "lib64/ld-linux-x86-64.so.2"
+	libcPath   = "lib/x86_64-linux-gnu/libc.so.6"
+)
+
+// layerEntry is what the test reads back of one layer entry.
+type layerEntry struct {
+	hdr  *tar.Header
+	data []byte
+}
+
+// readArchive returns the RepoTags and the layer entries of a
+// single-image, single-layer archive.
+func readArchive(t *testing.T, file string) ([]string, map[string]layerEntry) {
+	t.Helper()
+	opener := func() (io.ReadCloser, error) { return os.Open(file) }
+	manifest, err := tarball.LoadManifest(opener)
+	if err != nil {
+		t.Fatalf("reading the manifest of %s: %v", file, err)
+	}
+	if len(manifest) != 1 || len(manifest[0].Layers) != 1 {
+		t.Fatalf("want one image with one layer, got %+v", manifest)
+	}
+	img, err := tarball.Image(opener, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := layers[0].Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	entries := map[string]layerEntry{}
+	tr := tar.NewReader(rc)
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries[hdr.Name] = layerEntry{hdr: hdr, data: data}
+	}
+	return manifest[0].RepoTags, entries
+}
+
+func fileDigest(t *testing.T, file string) [32]byte {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sha256.Sum256(b)
+}
+
+// An image of a cgo-linked binary carries its loader at PT_INTERP's path and
+// libc where the loader looks, the real files and not host symlinks, and the
+// name it was given; a second build is the same archive byte for byte.
+func TestBuildDynamicBinary(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "true.tar")
+	var stdout bytes.Buffer
+	args := []string{"build", "--name", "registry.example/tools/true:v1", "--binary", "/bin/true", "--out", out}
+	if err := run(args, &stdout, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stdout.String(), "registry.example/tools/true:v1, image ID sha256:") {
+		t.Errorf("build printed %q", stdout.String())
+	}
+	tags, entries := readArchive(t, out)
+	if !slices.Equal(tags, []string{"registry.example/tools/true:v1"}) {
+		t.Errorf("RepoTags = %q", tags)
+	}
+
+	hostLoader, err := filepath.EvalSymlinks("/" + loaderPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []struct{ path, host string }{
+		{"usr/local/bin/true", "/bin/true"},
+		{loaderPath, hostLoader},
+		{libcPath, "/" + libcPath},
+	} {
+		e, ok := entries[want.path]
+		if !ok {
+			t.Errorf("the layer has no %s", want.path)
+			continue
+		}
+		hostData, err := os.ReadFile(want.host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.hdr.Typeflag != tar.TypeReg || !bytes.Equal(e.data, hostData) {
+			t.Errorf("%s is not a regular file with the contents of %s (type %c, %d bytes)", want.path, want.host, e.hdr.Typeflag, len(e.data))
+		}
+		if e.hdr.Mode&0o111 == 0 {
+			t.Errorf("%s is not executable: %o", want.path, e.hdr.Mode)
+		}
+	}
+	// libc names the loader as a DT_NEEDED too: one copy, one symlink.
+	if e := entries["lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"]; e.hdr == nil || e.hdr.Typeflag != tar.TypeSymlink || e.hdr.Linkname != "/"+loaderPath {
+		t.Errorf("the loader's second path is not a symlink to /%s: %+v", loaderPath, e.hdr)
+	}
+	if e := entries["true"]; e.hdr == nil || e.hdr.Typeflag != tar.TypeSymlink || e.hdr.Linkname != "/usr/local/bin/true" {
+		t.Errorf("/true is not a symlink to /usr/local/bin/true: %+v", e.hdr)
+	}
+	if e := entries["tmp/"]; e.hdr == nil || e.hdr.Typeflag != tar.TypeDir || e.hdr.Mode != 0o1777 {
+		t.Errorf("/tmp is not a 1777 directory: %+v", e.hdr)
+	}
+	for file, want := range map[string][]string{"etc/passwd": {"root:x:0:0:", "nobody:x:65534:65534:"}, "etc/group": {"root:x:0:", "nobody:x:65534:"}} {
+		for _, line := range want {
+			if !strings.Contains(string(entries[file].data), line) {
+				t.Errorf("%s has no %q line: %q", file, line, entries[file].data)
+			}
+		}
+	}
+	for name, e := range entries {
+		if !e.hdr.ModTime.Equal(time.Unix(0, 0)) || e.hdr.Uid != 0 || e.hdr.Gid != 0 {
+			t.Errorf("%s has mtime %v and owner %d:%d, want the fixed ones", name, e.hdr.ModTime, e.hdr.Uid, e.hdr.Gid)
+		}
+	}
+
+	img, err := tarball.ImageFromPath(out, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.OS != "linux" || cfg.Architecture != "amd64" {
+		t.Errorf("platform %s/%s, want linux/amd64", cfg.OS, cfg.Architecture)
+	}
+	if !slices.Equal(cfg.Config.Entrypoint, []string{"/usr/local/bin/true"}) {
+		t.Errorf("entrypoint %q", cfg.Config.Entrypoint)
+	}
+	if !slices.ContainsFunc(cfg.Config.Env, func(e string) bool { return strings.HasPrefix(e, "PATH=/usr/local/bin:") }) {
+		t.Errorf("env %q has no PATH starting with /usr/local/bin", cfg.Config.Env)
+	}
+
+	again := filepath.Join(dir, "again.tar")
+	if err := run([]string{"build", "--name", "registry.example/tools/true:v1", "--binary", "/bin/true", "--out", again}, io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if fileDigest(t, out) != fileDigest(t, again) {
+		t.Error("two builds of the same image differ")
+	}
+}
+
+// buildPause builds the pause command, static, into dir.
+func buildPause(t *testing.T, dir string) string {
+	t.Helper()
+	out := filepath.Join(dir, "pause")
+	cmd := exec.Command("go", "build", "-o", out, "../pause")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building pause: %v\n%s", err, b)
+	}
+	return out
+}
+
+// fakeKubeadm writes a kubeadm that prints the version and image list of
+// kubeadm v1.36.3, with extra images appended to the list.
+func fakeKubeadm(t *testing.T, dir string, extra ...string) string {
+	t.Helper()
+	images := append([]string{
+		"registry.k8s.io/kube-apiserver:v1.36.3",
+		"registry.k8s.io/kube-controller-manager:v1.36.3",
+		"registry.k8s.io/kube-scheduler:v1.36.3",
+		"registry.k8s.io/kube-proxy:v1.36.3",
+		"registry.k8s.io/coredns/coredns:v1.14.2",
+		"registry.k8s.io/pause:3.10.2",
+		"registry.k8s.io/etcd:3.6.8-0",
+	}, extra...)
+	script := `#!/bin/sh
+case "$*" in
+"version -o short") echo v1.36.3 ;;
+"config images list --kubernetes-version v1.36.3") printf '%s\n' ` + strings.Join(images, " ") + ` ;;
+*) echo "unexpected arguments: $*" >&2; exit 1 ;;
+esac
+`
+	file := filepath.Join(dir, "kubeadm")
+	if err := os.WriteFile(file, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+// kubeadm mode builds every image kubeadm lists that has a binary, says
+// which ones it skips, and does nothing on a second run until a binary is
+// newer than its archive.
+func TestKubeadmImages(t *testing.T) {
+	binDir, outDir := t.TempDir(), filepath.Join(t.TempDir(), "images")
+	buildPause(t, binDir)
+	trueData, err := os.ReadFile("/bin/true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour)
+	for _, name := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd", "pause"} {
+		file := filepath.Join(binDir, name)
+		if name != "pause" {
+			if err := os.WriteFile(file, trueData, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.Chtimes(file, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kubeadm := fakeKubeadm(t, binDir)
+	if err := os.Chtimes(kubeadm, old, old); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"kubeadm", "--kubeadm", kubeadm, "--bin-dir", binDir, "--out-dir", outDir}
+
+	var stdout bytes.Buffer
+	if err := run(args, &stdout, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	if len(lines) != 7 {
+		t.Fatalf("want a line per image, got:\n%s", stdout.String())
+	}
+	for _, skipped := range []string{"registry.k8s.io/kube-proxy:v1.36.3", "registry.k8s.io/coredns/coredns:v1.14.2"} {
+		if !slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, skipped) && strings.Contains(l, "skipped") }) {
+			t.Errorf("no line says %s is skipped:\n%s", skipped, stdout.String())
+		}
+	}
+	want := map[string]string{
+		"kube-apiserver.tar":          "registry.k8s.io/kube-apiserver:v1.36.3",
+		"kube-controller-manager.tar": "registry.k8s.io/kube-controller-manager:v1.36.3",
+		"kube-scheduler.tar":          "registry.k8s.io/kube-scheduler:v1.36.3",
+		"etcd.tar":                    "registry.k8s.io/etcd:3.6.8-0",
+		"pause.tar":                   "registry.k8s.io/pause:3.10.2",
+	}
+	got, err := filepath.Glob(filepath.Join(outDir, "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Errorf("out dir holds %q, want only %d archives", got, len(want))
+	}
+	for file, image := range want {
+		tags, entries := readArchive(t, filepath.Join(outDir, file))
+		if !slices.Equal(tags, []string{image}) {
+			t.Errorf("%s is tagged %q, want %s", file, tags, image)
+		}
+		if file == "pause.tar" {
+			if entries["pause"].hdr == nil || entries["pause"].hdr.Linkname != "/usr/local/bin/pause" {
+				t.Errorf("pause.tar has no /pause")
+			}
+			// pause is static: no loader, no library.
+			if _, ok := entries[loaderPath]; ok {
+				t.Errorf("pause.tar has a loader, but pause is static")
+			}
+			img, err := tarball.ImageFromPath(filepath.Join(outDir, file), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := img.ConfigFile()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(cfg.Config.Entrypoint, []string{"/pause"}) {
+				t.Errorf("pause's entrypoint is %q, want /pause", cfg.Config.Entrypoint)
+			}
+		}
+	}
+
+	apiserver := filepath.Join(outDir, "kube-apiserver.tar")
+	before, err := os.Stat(apiserver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout.Reset()
+	if err := run(args, &stdout, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(stdout.String(), "up to date"); n != 5 {
+		t.Errorf("second run: %d images up to date, want 5:\n%s", n, stdout.String())
+	}
+	if after, _ := os.Stat(apiserver); !after.ModTime().Equal(before.ModTime()) {
+		t.Error("second run rewrote kube-apiserver.tar")
+	}
+
+	// A binary newer than its archive rebuilds that image only.
+	future := time.Now().Add(time.Hour)
+	if err := os.Chtimes(filepath.Join(binDir, "etcd"), future, future); err != nil {
+		t.Fatal(err)
+	}
+	stdout.Reset()
+	if err := run(args, &stdout, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(stdout.String(), "built:"); n != 1 || !strings.Contains(stdout.String(), "etcd.tar") {
+		t.Errorf("after etcd changed, want only etcd rebuilt:\n%s", stdout.String())
+	}
+}
+
+// An image kubeadm lists that nodeimage has no rule for fails the run before
+// anything is built, and so does a missing binary, naming what is missing.
+func TestKubeadmImagesErrors(t *testing.T) {
+	binDir, outDir := t.TempDir(), filepath.Join(t.TempDir(), "images")
+	kubeadm := fakeKubeadm(t, binDir, "registry.k8s.io/kube-newthing:v1.36.3")
+	err := run([]string{"kubeadm", "--kubeadm", kubeadm, "--bin-dir", binDir, "--out-dir", outDir}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "registry.k8s.io/kube-newthing:v1.36.3") {
+		t.Errorf("an unknown image gave %v, want an error naming it", err)
+	}
+	if _, err := os.Stat(outDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the out dir was made before the image list was checked: %v", err)
+	}
+
+	kubeadm = fakeKubeadm(t, binDir)
+	err = run([]string{"kubeadm", "--kubeadm", kubeadm, "--bin-dir", binDir, "--out-dir", outDir}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), filepath.Join(binDir, "kube-apiserver")) {
+		t.Errorf("a missing binary gave %v, want an error naming it", err)
+	}
+
+	err = run([]string{"build", "--name", "x:y", "--binary", "/bin/true"}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--out") {
+		t.Errorf("build without --out gave %v", err)
+	}
+}
+
+// The archive imports into a real containerd under its name, and the
+// binary in it runs there with the loader and libc it carries.
+func TestImportAndRun(t *testing.T) {
+	var missing []string
+	for _, tool := range []string{"containerd", "ctr", "runc"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			missing = append(missing, tool)
+		}
+	}
+	if os.Geteuid() != 0 || len(missing) > 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("importing needs root and containerd, ctr and runc (missing: %q)", missing)
+		}
+		t.Skipf("importing needs root and containerd, ctr and runc (missing: %q)", missing)
+	}
+	dir := t.TempDir()
+	archive := filepath.Join(dir, "echo.tar")
+	if err := run([]string{"build", "--name", "registry.example/echo:v1", "--binary", "/bin/echo", "--out", archive}, io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+
+	// A containerd of its own, without CRI, so nothing on the machine is used.
+	socket := filepath.Join(dir, "containerd.sock")
+	config := "version = 2\n" +
+		"root = \"" + filepath.Join(dir, "root") + "\"\n" +
+		"state = \"" + filepath.Join(dir, "state") + "\"\n" +
+		"disabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n" +
+		"[grpc]\n  address = \"" + socket + "\"\n"
+	if err := os.WriteFile(filepath.Join(dir, "config.toml"), []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	containerd := exec.Command("containerd", "--config", filepath.Join(dir, "config.toml"))
+	containerd.Stdout, containerd.Stderr = &log, &log
+	if err := containerd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = containerd.Process.Kill()
+		_ = containerd.Wait()
+		if t.Failed() {
+			t.Logf("containerd's log:\n%s", log.String())
+		}
+	})
+	ctr := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command("ctr", append([]string{"--address", socket, "-n", "k8s.io"}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("ctr %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if err := exec.Command("ctr", "--address", socket, "version").Run(); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("containerd did not answer within 20s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	ctr("images", "import", archive)
+	if names := ctr("images", "ls", "-q"); !strings.Contains(names, "registry.example/echo:v1") {
+		t.Fatalf("after import, the images are %q", names)
+	}
+	if out := ctr("run", "--rm", "registry.example/echo:v1", "nodeimage-test", "/echo", "hello from the image"); strings.TrimSpace(out) != "hello from the image" {
+		t.Errorf("running /echo printed %q", out)
+	}
+}
