@@ -10,6 +10,10 @@ GO            ?= go
 BIN           := $(CURDIR)/bin
 K8S_BIN       := $(BIN)/k8s
 K8S_VERSION   := v1.36.3
+# The upstream commands built from hack/tools/k8s into bin/k8s.
+K8S_CMDS      := etcd kube-apiserver kubectl kubelet kubeadm kube-controller-manager kube-scheduler
+K8S_CMD_BINS  := $(addprefix $(K8S_BIN)/,$(K8S_CMDS))
+NODEIMAGE     := $(BIN)/nodeimage
 CONTROLLER_GEN_VERSION := v0.21.0
 CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
 # golangci-lint is pinned in hack/tools/golangci-lint/go.mod; its binary is
@@ -77,16 +81,30 @@ build: ## Build fleet-hub, fleet-agent and kubectl-fleet into bin/.
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/fleet-hub ./cmd/fleet-agent ./cmd/kubectl-fleet
 
 .PHONY: k8s
-k8s: $(K8S_BIN)/kube-apiserver $(K8S_BIN)/etcd $(K8S_BIN)/kubectl ## Build kube-apiserver, etcd and kubectl for the tests into bin/k8s (minutes the first time).
+k8s: $(K8S_CMD_BINS) node-images ## Build kube-apiserver, etcd, kubectl, kubelet, kubeadm, controller manager and scheduler into bin/k8s, and their images (minutes the first time).
 
-$(K8S_BIN)/kube-apiserver $(K8S_BIN)/etcd $(K8S_BIN)/kubectl: hack/tools/k8s/go.mod hack/tools/k8s/go.sum
+$(K8S_CMD_BINS): hack/tools/k8s/go.mod hack/tools/k8s/go.sum
 	@mkdir -p $(K8S_BIN)
-	@echo ">> building kube-apiserver $(K8S_VERSION), etcd and kubectl from Go modules into $(K8S_BIN) (about 5-10 minutes on 2 cores the first time; ~2,400 packages)"
+	@echo ">> building kube-apiserver $(K8S_VERSION), etcd, kubectl, kubelet, kubeadm, kube-controller-manager and kube-scheduler from Go modules into $(K8S_BIN) (about 10-15 minutes on 2 cores the first time; ~2,900 packages)"
 	@# -v names each package as it is compiled: count them, so a long first build shows progress; other lines are errors.
-	@cd hack/tools/k8s && $(GO) build -v -ldflags "$(K8S_LDFLAGS)" -o $(K8S_BIN)/ ./cmd/etcd ./cmd/kube-apiserver ./cmd/kubectl 2>&1 | \
+	@cd hack/tools/k8s && $(GO) build -v -ldflags "$(K8S_LDFLAGS)" -o $(K8S_BIN)/ $(addprefix ./cmd/,$(K8S_CMDS)) 2>&1 | \
 	  awk '/^go: downloading/ { if (d++ % 25 == 0) print "   downloading modules (" d ")…"; fflush(); next } \
 	       / / { print; fflush(); next } { if (++n % 200 == 0) print "   " n " packages compiled…"; fflush() }'
-	@touch $(K8S_BIN)/kube-apiserver $(K8S_BIN)/etcd $(K8S_BIN)/kubectl
+	@touch $(K8S_CMD_BINS)
+
+.PHONY: node-images
+node-images: $(K8S_CMD_BINS) $(K8S_BIN)/pause $(NODEIMAGE) ## Build the images kubeadm's control plane runs (apiserver, controller manager, scheduler, etcd, pause) into bin/k8s/images, for `ctr images import`.
+	@echo ">> building the control-plane images kubeadm $(K8S_VERSION) lists into $(K8S_BIN)/images"
+	@$(NODEIMAGE) kubeadm --kubeadm $(K8S_BIN)/kubeadm --bin-dir $(K8S_BIN) --out-dir $(K8S_BIN)/images
+
+# pause is static so that its image needs no libc.
+$(K8S_BIN)/pause: hack/tools/k8s/cmd/pause/main.go
+	@mkdir -p $(K8S_BIN)
+	cd hack/tools/k8s && CGO_ENABLED=0 $(GO) build -o $@ ./cmd/pause
+
+$(NODEIMAGE): $(filter-out %_test.go,$(wildcard hack/tools/k8s/cmd/nodeimage/*.go)) hack/tools/k8s/go.mod hack/tools/k8s/go.sum
+	@mkdir -p $(BIN)
+	cd hack/tools/k8s && $(GO) build -o $@ ./cmd/nodeimage
 
 $(CONTROLLER_GEN):
 	@mkdir -p $(BIN)
@@ -152,6 +170,7 @@ demo: k8s ## Run fleet locally: the embedded hub, 3 edge agents and a cluster on
 .PHONY: test
 test: k8s ## Run every test against a real kube-apiserver, etcd and the real Cluster API reconcilers.
 	$(GO) test -timeout 20m $(TEST_FLAGS) ./...
+	cd hack/tools/k8s && $(GO) test -timeout 5m ./cmd/nodeimage/... ./cmd/pause/...
 
 .PHONY: test-race
 test-race: k8s ## Run every test with the race detector.
