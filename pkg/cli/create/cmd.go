@@ -25,7 +25,8 @@ func newClusterCmd(flags *genericclioptions.ConfigFlags, streams genericiooption
 		Long: "Writes the Cluster, EdgeCluster, control plane (KubeadmControlPlane, or plain Machines with\n" +
 			"--control-plane=machines), EdgeMachineTemplates, MachineDeployment and KubeadmConfigTemplate, with the\n" +
 			"kubelet's provider-id wired to what fleet's agent reports. Server-side apply: re-running is harmless.\n" +
-			"The host selectors take kubectl's -l syntax; given more than once, all must match.",
+			"The host selectors take kubectl's -l syntax; given more than once, all must match. The cluster's failure\n" +
+			"domains are the zones of the hosts its control plane may use.",
 		Example: `  kubectl fleet create cluster store-17 --kubernetes-version v1.36.3 \
     --control-plane-machines 1 --worker-machines 2 --host-selector site=store-17
 

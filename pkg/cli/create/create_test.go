@@ -5,7 +5,12 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/edgefleet/fleet/pkg/cli/command"
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 )
 
 var _ command.Options = &Options{}
@@ -64,5 +69,71 @@ func TestValidateParsesSelectors(t *testing.T) {
 	}
 	if len(w.MatchExpressions) != 2 || w.MatchExpressions[1].Operator != "DoesNotExist" {
 		t.Errorf("worker selector %v", w)
+	}
+}
+
+// validOptions are the flags' defaults for a cluster with one worker,
+// printed rather than applied.
+func validOptions() *Options {
+	return &Options{flags: genericclioptions.NewConfigFlags(false), KubernetesVersion: "v1.36.3", ControlPlane: "kubeadm",
+		ControlPlaneMachines: 1, WorkerMachines: 1, PodCIDR: "192.168.0.0/16", DryRun: "client", Output: "yaml"}
+}
+
+// objects runs o as the command does, up to the objects it would print.
+func objects(t *testing.T, o *Options) []client.Object {
+	t.Helper()
+	if err := o.Complete([]string{"store"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return Objects(o.spec)
+}
+
+// find returns the first object of type T among objs.
+func find[T client.Object](t *testing.T, objs []client.Object) T {
+	t.Helper()
+	for _, o := range objs {
+		if v, ok := o.(T); ok {
+			return v
+		}
+	}
+	var zero T
+	t.Fatalf("no %T among the objects", zero)
+	return zero
+}
+
+// The EdgeCluster offers the zones of the control-plane hosts, whatever the
+// workers' selector: KCP places by failure domain, the MachineDeployment
+// does not.
+func TestEdgeClusterScopedToControlPlaneHosts(t *testing.T) {
+	for _, tc := range []struct {
+		name               string
+		common, cp, worker []string
+		want               string // FormatLabelSelector, "" for nil
+	}{
+		{"no selector: every host", nil, nil, nil, ""},
+		{"common selector", []string{"site=store-17"}, nil, nil, "site=store-17"},
+		{"roles differ: the control plane's", []string{"site=store-17"}, []string{"role=cp"}, []string{"role=worker"}, "role=cp,site=store-17"},
+		{"only workers narrowed", []string{"site=store-17"}, nil, []string{"rack in (r1)"}, "site=store-17"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := validOptions()
+			o.HostSelector, o.ControlPlaneSelector, o.WorkerSelector = tc.common, tc.cp, tc.worker
+			ec := find[*infrav1.EdgeCluster](t, objects(t, o))
+			if tc.want == "" {
+				if ec.Spec.HostSelector != nil {
+					t.Fatalf("hostSelector %v, want none", ec.Spec.HostSelector)
+				}
+				return
+			}
+			if got := metav1.FormatLabelSelector(ec.Spec.HostSelector); got != tc.want {
+				t.Fatalf("hostSelector %q, want %q", got, tc.want)
+			}
+			if ec.Spec.HostSelector == o.spec.ControlPlaneSelector {
+				t.Error("EdgeCluster shares the selector with the Spec")
+			}
+		})
 	}
 }

@@ -42,7 +42,11 @@ func Objects(s Spec) []client.Object {
 	objs := []client.Object{s.cluster(), &infrav1.EdgeCluster{
 		TypeMeta:   metav1.TypeMeta{APIVersion: infrav1.GroupVersion.String(), Kind: "EdgeCluster"},
 		ObjectMeta: s.meta(s.Name),
-		Spec:       infrav1.EdgeClusterSpec{ControlPlaneEndpoint: s.Endpoint},
+		// The failure domains are the zones of the control-plane hosts:
+		// only KCP places machines by failure domain (the MachineDeployment
+		// names none), and a zone without a control-plane host would hold
+		// a Machine waiting for ever.
+		Spec: infrav1.EdgeClusterSpec{ControlPlaneEndpoint: s.Endpoint, HostSelector: s.ControlPlaneSelector.DeepCopy()},
 	}}
 	objs = append(objs, s.controlPlane()...)
 	return append(objs, s.workers()...)
