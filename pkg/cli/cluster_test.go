@@ -3,6 +3,8 @@ package cli_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -171,5 +173,49 @@ func TestCreateScaleDeleteCluster(t *testing.T) {
 	}
 	if l, _ := machines(ns, "shop"); len(l.Items) != 0 {
 		t.Errorf("%d machines left", len(l.Items))
+	}
+}
+
+// --kubeadm-config: the dry run shows the file merged into the objects; a
+// file with an unknown field, or one the CRDs refuse, writes nothing.
+func TestCreateClusterKubeadmConfig(t *testing.T) {
+	ctx := context.Background()
+	out, _, err := fleet(t, "create", "cluster", "lab", "--kubernetes-version", "v1.36.3", "--worker-machines", "1",
+		"--host-selector", "site=lab", "--control-plane-host-selector", "role=cp",
+		"--kubeadm-config", "../../docs/templates/kubeadm-cgroupv1-test-hosts.yaml", "--ignore-preflight-errors", "NumCPU",
+		"--dry-run=client", "-o", "yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s, n := range map[string]int{"imagePullPolicy: Never": 3, "- SystemVerification\n": 3, "- NumCPU\n": 3,
+		"failCgroupV1: false": 2, "- addon/kube-proxy": 1, "value: '{{ ds.meta_data.provider_id }}'": 3,
+		"directory: /etc/kubernetes/patches": 3, "hostSelector:\n    matchLabels:\n      role: cp\n      site: lab\n": 1} {
+		if got := strings.Count(out, s); got != n {
+			t.Errorf("dry run has %q %d times, want %d", s, got, n)
+		}
+	}
+
+	ns := "kubeadm-" + fmt.Sprint(time.Now().UnixNano()%100000)
+	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for name, tc := range map[string]struct{ file, want string }{
+		"typo":    {"joinConfiguration:\n  nodeRegistration:\n    ignorePreflightError: [Swap]\n", `unknown field "joinConfiguration.nodeRegistration.ignorePreflightError"`},
+		"no-path": {"files:\n- content: hello\n", "nothing was written"},
+	} {
+		path := filepath.Join(dir, name+".yaml")
+		if err := os.WriteFile(path, []byte(tc.file), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := fleet(t, "create", "cluster", name, "-n", ns, "--kubernetes-version", "v1.36.3", "--kubeadm-config", path); err == nil ||
+			!strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", name, err, tc.want)
+		}
+		for _, obj := range []client.Object{&clusterv1.Cluster{}, &infrav1.EdgeCluster{}} {
+			if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj); !apierrors.IsNotFound(err) {
+				t.Errorf("%s: a refused file left a %T: %v", name, obj, err)
+			}
+		}
 	}
 }

@@ -24,8 +24,17 @@ func newClusterCmd(flags *genericclioptions.ConfigFlags, streams genericiooption
 		Short: "Create a Cluster API cluster whose machines are edge hosts",
 		Long: "Writes the Cluster, EdgeCluster, control plane (KubeadmControlPlane, or plain Machines with\n" +
 			"--control-plane=machines), EdgeMachineTemplates, MachineDeployment and KubeadmConfigTemplate, with the\n" +
-			"kubelet's provider-id wired to what fleet's agent reports. Server-side apply: re-running is harmless.\n" +
-			"The host selectors take kubectl's -l syntax; given more than once, all must match.",
+			"kubelet's provider-id wired to what fleet's agent reports. Server-side apply: re-running is harmless;\n" +
+			"the API server checks every object (server-side dry run) before any is written.\n" +
+			"The host selectors take kubectl's -l syntax; given more than once, all must match. The cluster's failure\n" +
+			"domains are the zones of the hosts its control plane may use.\n\n" +
+			"--kubeadm-config takes a partial KubeadmConfigSpec (bootstrap.cluster.x-k8s.io/v1beta2 field names, YAML or\n" +
+			"JSON, unknown fields refused) that every machine's bootstrap config starts from: the control plane gets all\n" +
+			"of it, workers all but initConfiguration, clusterConfiguration and joinConfiguration.controlPlane. create\n" +
+			"adds the node name and provider-id to both nodeRegistrations, keeping the file's other settings there (a\n" +
+			"file that sets either differently is refused); the file's lists are taken as they are. The flags below\n" +
+			"add to the file's lists (--ignore-preflight-errors, --skip-init-phases) or replace its value\n" +
+			"(--image-pull-policy). docs/templates holds examples; docs/PROVISIONING.md says which settings a host needs.",
 		Example: `  kubectl fleet create cluster store-17 --kubernetes-version v1.36.3 \
     --control-plane-machines 1 --worker-machines 2 --host-selector site=store-17
 
@@ -34,7 +43,11 @@ func newClusterCmd(flags *genericclioptions.ConfigFlags, streams genericiooption
     --host-selector site=store-17 --worker-host-selector 'rack in (r1,r2),!fleet.edgefleet.io/interruptible'
 
   # See what would be written
-  kubectl fleet create cluster store-17 --kubernetes-version v1.36.3 --dry-run=client -o yaml`,
+  kubectl fleet create cluster store-17 --kubernetes-version v1.36.3 --dry-run=client -o yaml
+
+  # Kubeadm settings from a file, and a preflight check to ignore on top
+  kubectl fleet create cluster lab --kubernetes-version v1.36.3 --worker-machines 1 \
+    --kubeadm-config docs/templates/kubeadm-cgroupv1-test-hosts.yaml --ignore-preflight-errors NumCPU`,
 		Args: cobra.ExactArgs(1),
 		RunE: command.RunE(o),
 	}
@@ -49,6 +62,10 @@ func newClusterCmd(flags *genericclioptions.ConfigFlags, streams genericiooption
 	f.StringVar(&o.Endpoint, "control-plane-endpoint", "", "host:port of the API server (default <name>.<namespace>.fleet.internal:6443, a name agents resolve).")
 	f.StringVar(&o.PodCIDR, "pod-cidr", "192.168.0.0/16", "Pod network.")
 	f.StringVar(&o.ServiceCIDR, "service-cidr", "", "Service network (default: kubeadm's).")
+	f.StringVar(&o.KubeadmConfig, "kubeadm-config", "", `File holding a partial KubeadmConfigSpec every machine's bootstrap config starts from ("-": stdin).`)
+	f.StringSliceVar(&o.IgnorePreflightErrors, "ignore-preflight-errors", nil, "kubeadm preflight checks to ignore on init and join, e.g. SystemVerification (added to the file's).")
+	f.StringVar(&o.ImagePullPolicy, "image-pull-policy", "", "kubeadm's image pull policy on init and join: Always, IfNotPresent or Never (replaces the file's).")
+	f.StringSliceVar(&o.SkipInitPhases, "skip-init-phases", nil, "kubeadm init phases to skip, e.g. addon/kube-proxy (added to the file's initConfiguration.skipPhases).")
 	f.StringVar(&o.DryRun, "dry-run", "none", `"client" prints the objects without writing them.`)
 	f.StringVarP(&o.Output, "output", "o", "", "With --dry-run=client: yaml or json.")
 	f.BoolVar(&o.Wait, "wait", false, "Wait until every machine is Running, showing progress.")

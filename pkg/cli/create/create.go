@@ -35,10 +35,16 @@ type Options struct {
 	WorkerSelector       []string
 	Endpoint             string
 	PodCIDR, ServiceCIDR string
-	DryRun               string
-	Output               string
-	Wait                 bool
-	Timeout              time.Duration
+	// KubeadmConfig is a file (or "-" for stdin) holding a partial
+	// KubeadmConfigSpec every machine's bootstrap config starts from.
+	KubeadmConfig         string
+	IgnorePreflightErrors []string
+	ImagePullPolicy       string
+	SkipInitPhases        []string
+	DryRun                string
+	Output                string
+	Wait                  bool
+	Timeout               time.Duration
 
 	spec Spec
 	conn *kube.Connection
@@ -80,6 +86,9 @@ func (o *Options) Validate() error {
 		errs = append(errs, err)
 	}
 	if err := o.completeEndpoint(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := o.completeKubeadm(); err != nil {
 		errs = append(errs, err)
 	}
 	for flag, cidr := range map[string]string{"--pod-cidr": o.PodCIDR, "--service-cidr": o.ServiceCIDR} {
@@ -161,6 +170,14 @@ func (o *Options) Run(ctx context.Context) error {
 		return nil
 	}
 	o.warnAboutHosts(ctx)
+	// The API server checks every object first (server-side dry run), so a
+	// value its schemas refuse, from --kubeadm-config say, leaves nothing
+	// half made.
+	for _, obj := range objs {
+		if err := apply(ctx, o.conn.Client, obj, client.DryRunAll); err != nil {
+			return o.conn.Explain(fmt.Errorf("checking %s %s (nothing was written): %w", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName(), err))
+		}
+	}
 	for _, obj := range objs {
 		if err := apply(ctx, o.conn.Client, obj); err != nil {
 			return o.conn.Explain(fmt.Errorf("applying %s %s: %w", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName(), err))
@@ -175,11 +192,11 @@ func (o *Options) Run(ctx context.Context) error {
 
 // apply applies obj with server-side apply as kubectl-fleet, taking over
 // the fields it sets.
-func apply(ctx context.Context, c client.Client, obj client.Object) error {
+func apply(ctx context.Context, c client.Client, obj client.Object, opts ...client.ApplyOption) error {
 	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
 	if err != nil {
 		return err
 	}
 	ac := client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: u})
-	return c.Apply(ctx, ac, client.FieldOwner("kubectl-fleet"), client.ForceOwnership)
+	return c.Apply(ctx, ac, append([]client.ApplyOption{client.FieldOwner("kubectl-fleet"), client.ForceOwnership}, opts...)...)
 }

@@ -1,11 +1,24 @@
 package create
 
 import (
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/utils/ptr"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/edgefleet/fleet/pkg/cli/command"
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 )
 
 var _ command.Options = &Options{}
@@ -64,5 +77,344 @@ func TestValidateParsesSelectors(t *testing.T) {
 	}
 	if len(w.MatchExpressions) != 2 || w.MatchExpressions[1].Operator != "DoesNotExist" {
 		t.Errorf("worker selector %v", w)
+	}
+}
+
+// validOptions are the flags' defaults for a cluster with one worker,
+// printed rather than applied.
+func validOptions() *Options {
+	return &Options{flags: genericclioptions.NewConfigFlags(false), KubernetesVersion: "v1.36.3", ControlPlane: "kubeadm",
+		ControlPlaneMachines: 1, WorkerMachines: 1, PodCIDR: "192.168.0.0/16", DryRun: "client", Output: "yaml"}
+}
+
+// objects runs o as the command does, up to the objects it would print.
+func objects(t *testing.T, o *Options) []client.Object {
+	t.Helper()
+	if err := o.Complete([]string{"store"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return Objects(o.spec)
+}
+
+// find returns the first object of type T among objs.
+func find[T client.Object](t *testing.T, objs []client.Object) T {
+	t.Helper()
+	for _, o := range objs {
+		if v, ok := o.(T); ok {
+			return v
+		}
+	}
+	var zero T
+	t.Fatalf("no %T among the objects", zero)
+	return zero
+}
+
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "kubeadm.yaml")
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// wired checks create's node wiring is in nr, with the settings want kept.
+func wired(t *testing.T, what string, nr bootstrapv1.NodeRegistrationOptions) {
+	t.Helper()
+	if nr.Name != nodeNameTemplate {
+		t.Errorf("%s: node name %q", what, nr.Name)
+	}
+	n := 0
+	for _, a := range nr.KubeletExtraArgs {
+		if a.Name == providerIDArg {
+			n++
+			if ptr.Deref(a.Value, "") != providerIDTemplate {
+				t.Errorf("%s: provider-id %q", what, ptr.Deref(a.Value, ""))
+			}
+		}
+	}
+	if n != 1 {
+		t.Errorf("%s: %d provider-id args in %v", what, n, nr.KubeletExtraArgs)
+	}
+}
+
+// The EdgeCluster offers the zones of the control-plane hosts, whatever the
+// workers' selector: KCP places by failure domain, the MachineDeployment
+// does not.
+func TestEdgeClusterScopedToControlPlaneHosts(t *testing.T) {
+	for _, tc := range []struct {
+		name               string
+		common, cp, worker []string
+		want               string // FormatLabelSelector, "" for nil
+	}{
+		{"no selector: every host", nil, nil, nil, ""},
+		{"common selector", []string{"site=store-17"}, nil, nil, "site=store-17"},
+		{"roles differ: the control plane's", []string{"site=store-17"}, []string{"role=cp"}, []string{"role=worker"}, "role=cp,site=store-17"},
+		{"only workers narrowed", []string{"site=store-17"}, nil, []string{"rack in (r1)"}, "site=store-17"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := validOptions()
+			o.HostSelector, o.ControlPlaneSelector, o.WorkerSelector = tc.common, tc.cp, tc.worker
+			ec := find[*infrav1.EdgeCluster](t, objects(t, o))
+			if tc.want == "" {
+				if ec.Spec.HostSelector != nil {
+					t.Fatalf("hostSelector %v, want none", ec.Spec.HostSelector)
+				}
+				return
+			}
+			if got := metav1.FormatLabelSelector(ec.Spec.HostSelector); got != tc.want {
+				t.Fatalf("hostSelector %q, want %q", got, tc.want)
+			}
+			if ec.Spec.HostSelector == o.spec.ControlPlaneSelector {
+				t.Error("EdgeCluster shares the selector with the Spec")
+			}
+		})
+	}
+}
+
+// Without kubeadm settings create writes what it always did: the node
+// wiring and nothing else.
+func TestNoKubeadmSettingsOnlyWiring(t *testing.T) {
+	o := validOptions()
+	objs := objects(t, o)
+	nr := bootstrapv1.NodeRegistrationOptions{Name: nodeNameTemplate,
+		KubeletExtraArgs: []bootstrapv1.Arg{{Name: providerIDArg, Value: ptr.To(providerIDTemplate)}}}
+	want := bootstrapv1.KubeadmConfigSpec{InitConfiguration: bootstrapv1.InitConfiguration{NodeRegistration: nr},
+		JoinConfiguration: bootstrapv1.JoinConfiguration{NodeRegistration: nr}}
+	if got := find[*controlplanev1.KubeadmControlPlane](t, objs).Spec.KubeadmConfigSpec; !equality.Semantic.DeepEqual(got, want) {
+		t.Errorf("KCP kubeadmConfigSpec %+v", got)
+	}
+	want = bootstrapv1.KubeadmConfigSpec{JoinConfiguration: bootstrapv1.JoinConfiguration{NodeRegistration: nr}}
+	if got := find[*bootstrapv1.KubeadmConfigTemplate](t, objs).Spec.Template.Spec; !equality.Semantic.DeepEqual(got, want) {
+		t.Errorf("KubeadmConfigTemplate spec %+v", got)
+	}
+}
+
+const userKubeadm = `
+clusterConfiguration:
+  apiServer:
+    certSANs: [api.store-17.example]
+initConfiguration:
+  nodeRegistration:
+    criSocket: unix:///run/containerd/containerd.sock
+    kubeletExtraArgs:
+    - {name: node-ip, value: 10.0.0.5}
+    taints: []
+  localAPIEndpoint: {advertiseAddress: 10.0.0.5}
+joinConfiguration:
+  nodeRegistration:
+    name: '{{ ds.meta_data.local_hostname }}'
+    kubeletExtraArgs:
+    - {name: provider-id, value: '{{ ds.meta_data.provider_id }}'}
+    - {name: max-pods, value: "50"}
+  controlPlane:
+    localAPIEndpoint: {bindPort: 6443}
+preKubeadmCommands: [echo one, echo two]
+files:
+- {path: /etc/motd, content: hello}
+`
+
+// The file's settings reach every machine's bootstrap config, its other
+// nodeRegistration fields kept beside create's wiring; workers get only
+// what a join uses.
+func TestKubeadmConfigFile(t *testing.T) {
+	o := validOptions()
+	o.KubeadmConfig = writeFile(t, userKubeadm)
+	objs := objects(t, o)
+	kcp := find[*controlplanev1.KubeadmControlPlane](t, objs).Spec.KubeadmConfigSpec
+	wired(t, "KCP init", kcp.InitConfiguration.NodeRegistration)
+	wired(t, "KCP join", kcp.JoinConfiguration.NodeRegistration)
+	init := kcp.InitConfiguration.NodeRegistration
+	if init.CRISocket != "unix:///run/containerd/containerd.sock" || init.Taints == nil || len(*init.Taints) != 0 ||
+		len(init.KubeletExtraArgs) != 2 || init.KubeletExtraArgs[0].Name != "node-ip" {
+		t.Errorf("KCP init nodeRegistration lost the file's settings: %+v", init)
+	}
+	if args := kcp.JoinConfiguration.NodeRegistration.KubeletExtraArgs; len(args) != 2 || args[1].Name != "max-pods" {
+		t.Errorf("KCP join kubeletExtraArgs %v", args)
+	}
+	if kcp.InitConfiguration.LocalAPIEndpoint.AdvertiseAddress != "10.0.0.5" || kcp.JoinConfiguration.ControlPlane == nil ||
+		strings.Join(kcp.ClusterConfiguration.APIServer.CertSANs, ",") != "api.store-17.example" ||
+		strings.Join(kcp.PreKubeadmCommands, ",") != "echo one,echo two" || len(kcp.Files) != 1 {
+		t.Errorf("KCP kubeadmConfigSpec %+v", kcp)
+	}
+
+	w := find[*bootstrapv1.KubeadmConfigTemplate](t, objs).Spec.Template.Spec
+	wired(t, "worker join", w.JoinConfiguration.NodeRegistration)
+	if w.InitConfiguration.IsDefined() || w.ClusterConfiguration.IsDefined() || w.JoinConfiguration.ControlPlane != nil {
+		t.Errorf("worker config carries control-plane settings: %+v", w)
+	}
+	if len(w.JoinConfiguration.NodeRegistration.KubeletExtraArgs) != 2 || len(w.Files) != 1 || len(w.PreKubeadmCommands) != 2 {
+		t.Errorf("worker config lost the file's settings: %+v", w)
+	}
+
+	// The plain-Machines control plane: the first inits, the others join
+	// as control plane, each with the file's settings.
+	o.ControlPlane, o.ControlPlaneMachines = "machines", 3
+	var configs []bootstrapv1.KubeadmConfigSpec
+	for _, obj := range objects(t, o) {
+		if c, ok := obj.(*bootstrapv1.KubeadmConfig); ok {
+			configs = append(configs, c.Spec)
+		}
+	}
+	if len(configs) != 3 {
+		t.Fatalf("%d KubeadmConfigs", len(configs))
+	}
+	wired(t, "first machine", configs[0].InitConfiguration.NodeRegistration)
+	if configs[0].JoinConfiguration.IsDefined() || len(configs[0].Files) != 1 {
+		t.Errorf("first machine's config %+v", configs[0])
+	}
+	for _, c := range configs[1:] {
+		wired(t, "joining machine", c.JoinConfiguration.NodeRegistration)
+		if c.InitConfiguration.IsDefined() || c.JoinConfiguration.ControlPlane == nil || c.JoinConfiguration.ControlPlane.LocalAPIEndpoint.BindPort != 6443 {
+			t.Errorf("joining machine's config %+v", c)
+		}
+	}
+}
+
+// The flags add to the file's lists and replace its pull policy.
+func TestKubeadmFlags(t *testing.T) {
+	o := validOptions()
+	o.KubeadmConfig = writeFile(t, `
+initConfiguration:
+  nodeRegistration: {imagePullPolicy: Always, ignorePreflightErrors: [Swap]}
+  skipPhases: [addon/coredns]
+joinConfiguration:
+  nodeRegistration: {ignorePreflightErrors: [Swap]}
+`)
+	o.IgnorePreflightErrors = []string{"swap", "SystemVerification"}
+	o.ImagePullPolicy = "Never"
+	o.SkipInitPhases = []string{"addon/kube-proxy", "addon/coredns"}
+	objs := objects(t, o)
+	kcp := find[*controlplanev1.KubeadmControlPlane](t, objs).Spec.KubeadmConfigSpec
+	w := find[*bootstrapv1.KubeadmConfigTemplate](t, objs).Spec.Template.Spec
+	for what, nr := range map[string]bootstrapv1.NodeRegistrationOptions{"KCP init": kcp.InitConfiguration.NodeRegistration,
+		"KCP join": kcp.JoinConfiguration.NodeRegistration, "worker join": w.JoinConfiguration.NodeRegistration} {
+		if got := strings.Join(nr.IgnorePreflightErrors, ","); got != "Swap,SystemVerification" {
+			t.Errorf("%s ignorePreflightErrors %s", what, got)
+		}
+		if nr.ImagePullPolicy != corev1.PullNever {
+			t.Errorf("%s imagePullPolicy %s", what, nr.ImagePullPolicy)
+		}
+		wired(t, what, nr)
+	}
+	if got := strings.Join(kcp.InitConfiguration.SkipPhases, ","); got != "addon/coredns,addon/kube-proxy" {
+		t.Errorf("init skipPhases %s", got)
+	}
+	if kcp.JoinConfiguration.SkipPhases != nil || w.JoinConfiguration.SkipPhases != nil {
+		t.Error("init phases reached a join")
+	}
+
+	// The flags alone, without a file.
+	o = validOptions()
+	o.IgnorePreflightErrors, o.ImagePullPolicy = []string{"NumCPU"}, "IfNotPresent"
+	w = find[*bootstrapv1.KubeadmConfigTemplate](t, objects(t, o)).Spec.Template.Spec
+	if w.JoinConfiguration.NodeRegistration.ImagePullPolicy != corev1.PullIfNotPresent ||
+		strings.Join(w.JoinConfiguration.NodeRegistration.IgnorePreflightErrors, ",") != "NumCPU" {
+		t.Errorf("worker join %+v", w.JoinConfiguration.NodeRegistration)
+	}
+}
+
+func TestKubeadmConfigFromStdin(t *testing.T) {
+	o := validOptions()
+	o.KubeadmConfig = "-"
+	o.In = strings.NewReader("initConfiguration: {skipPhases: [addon/coredns]}\n")
+	objects(t, o)
+	if got := o.spec.Kubeadm.InitConfiguration.SkipPhases; len(got) != 1 || got[0] != "addon/coredns" {
+		t.Errorf("skipPhases %v", got)
+	}
+}
+
+// Every mistake is found by Validate, naming the field or flag, so nothing
+// is written.
+func TestKubeadmConfigRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		file   string // "" for no file
+		change func(*Options)
+		want   string
+	}{
+		{"unknown field", "initConfiguration:\n  nodeRegistration:\n    imagePulPolicy: Never\n", nil,
+			`unknown field "initConfiguration.nodeRegistration.imagePulPolicy"`},
+		{"unknown field in a list", "files:\n- path: /x\n  contnt: y\n", nil, `unknown field "files[0].contnt"`},
+		{"kind and apiVersion are not spec fields", "apiVersion: bootstrap.cluster.x-k8s.io/v1beta2\nkind: KubeadmConfig\n", nil, `unknown field "apiVersion"`},
+		{"repeated field", "files: []\nfiles: []\n", nil, `key "files" already set`},
+		{"wrong type", "initConfiguration: 3\n", nil, "cannot unmarshal number"},
+		{"not a mapping", "- a\n", nil, "cannot unmarshal array"},
+		{"node name", "initConfiguration:\n  nodeRegistration: {name: node-1}\n", nil,
+			`initConfiguration.nodeRegistration.name "node-1": create names each node after its host`},
+		{"provider-id", "joinConfiguration:\n  nodeRegistration:\n    kubeletExtraArgs: [{name: provider-id, value: aws:///x}]\n", nil,
+			`joinConfiguration.nodeRegistration.kubeletExtraArgs provider-id="aws:///x"`},
+		{"pull policy in the file", "joinConfiguration:\n  nodeRegistration: {imagePullPolicy: Sometimes}\n", nil,
+			`joinConfiguration.nodeRegistration.imagePullPolicy "Sometimes"`},
+		{"pull policy flag", "", func(o *Options) { o.ImagePullPolicy = "never" }, `--image-pull-policy "never": want Always, IfNotPresent or Never`},
+		{"empty preflight check", "", func(o *Options) { o.IgnorePreflightErrors = []string{"Swap", ""} }, `--ignore-preflight-errors ""`},
+		{"phase name", "", func(o *Options) { o.SkipInitPhases = []string{"addon/"} }, `--skip-init-phases "addon/"`},
+		{"phase name case", "", func(o *Options) { o.SkipInitPhases = []string{"Addon/CoreDNS"} }, `--skip-init-phases "Addon/CoreDNS"`},
+		{"missing file", "", func(o *Options) { o.KubeadmConfig = "/nonexistent/kubeadm.yaml" }, "--kubeadm-config /nonexistent/kubeadm.yaml: open"},
+		{"stdin without input", "", func(o *Options) { o.KubeadmConfig = "-" }, "--kubeadm-config -: no standard input"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := validOptions()
+			if tc.file != "" {
+				o.KubeadmConfig = writeFile(t, tc.file)
+			}
+			if tc.change != nil {
+				tc.change(o)
+			}
+			if err := o.Complete([]string{"store"}); err != nil {
+				t.Fatal(err)
+			}
+			if err := o.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Validate() = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// The documented template for the real-node test hosts, read as
+// --kubeadm-config reads it, puts each of its settings where kubeadm takes
+// it, for the control plane and the workers: the doc cannot drift from what
+// create makes of it.
+func TestTemplateForTestHosts(t *testing.T) {
+	o := validOptions()
+	o.KubeadmConfig = filepath.Join("..", "..", "..", "docs", "templates", "kubeadm-cgroupv1-test-hosts.yaml")
+	objs := objects(t, o)
+	kcp := find[*controlplanev1.KubeadmControlPlane](t, objs).Spec.KubeadmConfigSpec
+	w := find[*bootstrapv1.KubeadmConfigTemplate](t, objs).Spec.Template.Spec
+	const patches = "/etc/kubernetes/patches"
+	for what, nr := range map[string]bootstrapv1.NodeRegistrationOptions{"KCP init": kcp.InitConfiguration.NodeRegistration,
+		"KCP join": kcp.JoinConfiguration.NodeRegistration, "worker join": w.JoinConfiguration.NodeRegistration} {
+		wired(t, what, nr)
+		if nr.ImagePullPolicy != corev1.PullNever {
+			t.Errorf("%s imagePullPolicy %q", what, nr.ImagePullPolicy)
+		}
+		if !slices.Contains(nr.IgnorePreflightErrors, "SystemVerification") {
+			t.Errorf("%s ignorePreflightErrors %v", what, nr.IgnorePreflightErrors)
+		}
+	}
+	if got := strings.Join(kcp.InitConfiguration.SkipPhases, ","); got != "addon/coredns,addon/kube-proxy" {
+		t.Errorf("init skipPhases %s", got)
+	}
+	if kcp.InitConfiguration.Patches.Directory != patches || kcp.JoinConfiguration.Patches.Directory != patches ||
+		w.JoinConfiguration.Patches.Directory != patches {
+		t.Errorf("patches directories: init %q, join %q, worker %q", kcp.InitConfiguration.Patches.Directory,
+			kcp.JoinConfiguration.Patches.Directory, w.JoinConfiguration.Patches.Directory)
+	}
+	for what, files := range map[string][]bootstrapv1.File{"KCP": kcp.Files, "worker": w.Files} {
+		i := slices.IndexFunc(files, func(f bootstrapv1.File) bool {
+			return f.Path == patches+"/kubeletconfiguration+merge.yaml"
+		})
+		if i < 0 {
+			t.Errorf("%s: no kubelet configuration patch in %v", what, files)
+			continue
+		}
+		for _, line := range []string{"failCgroupV1: false", "cgroupDriver: cgroupfs", "cgroupRoot: /fleet-{{ ds.meta_data.local_hostname }}"} {
+			if !slices.Contains(strings.Split(files[i].Content, "\n"), line) {
+				t.Errorf("%s: kubelet configuration patch lacks %q:\n%s", what, line, files[i].Content)
+			}
+		}
 	}
 }

@@ -25,16 +25,28 @@ type Spec struct {
 	WorkerSelector       *metav1.LabelSelector
 	Endpoint             infrav1.APIEndpoint
 	PodCIDR, ServiceCIDR string
+	// Kubeadm is the user's kubeadm settings (--kubeadm-config and the
+	// flags over it); every machine's bootstrap config starts from it.
+	Kubeadm bootstrapv1.KubeadmConfigSpec
 }
 
-// nodeRegistration wires the kubelet to what the agent reports: the node
-// name is the host's name, and the providerID the one fleet gives the host,
-// so Cluster API finds the Node.
-func nodeRegistration() bootstrapv1.NodeRegistrationOptions {
-	return bootstrapv1.NodeRegistrationOptions{
-		Name:             "{{ ds.meta_data.local_hostname }}",
-		KubeletExtraArgs: []bootstrapv1.Arg{{Name: "provider-id", Value: ptr.To("{{ ds.meta_data.provider_id }}")}},
-	}
+// kubeadmConfig is the user's kubeadm settings with create's node wiring
+// in both nodeRegistrations, for a control plane: KCP takes init and join.
+func (s Spec) kubeadmConfig() bootstrapv1.KubeadmConfigSpec {
+	c := *s.Kubeadm.DeepCopy()
+	wireNode(&c.InitConfiguration.NodeRegistration)
+	wireNode(&c.JoinConfiguration.NodeRegistration)
+	return c
+}
+
+// workerConfig is what a worker's kubeadm join uses: no init or cluster
+// configuration, and no joinConfiguration.controlPlane, which CABPK refuses
+// on a worker.
+func (s Spec) workerConfig() bootstrapv1.KubeadmConfigSpec {
+	c := s.kubeadmConfig()
+	c.InitConfiguration, c.ClusterConfiguration = bootstrapv1.InitConfiguration{}, bootstrapv1.ClusterConfiguration{}
+	c.JoinConfiguration.ControlPlane = nil
+	return c
 }
 
 // Objects returns every object of the cluster, in creation order.
@@ -42,7 +54,11 @@ func Objects(s Spec) []client.Object {
 	objs := []client.Object{s.cluster(), &infrav1.EdgeCluster{
 		TypeMeta:   metav1.TypeMeta{APIVersion: infrav1.GroupVersion.String(), Kind: "EdgeCluster"},
 		ObjectMeta: s.meta(s.Name),
-		Spec:       infrav1.EdgeClusterSpec{ControlPlaneEndpoint: s.Endpoint},
+		// The failure domains are the zones of the control-plane hosts:
+		// only KCP places machines by failure domain (the MachineDeployment
+		// names none), and a zone without a control-plane host would hold
+		// a Machine waiting for ever.
+		Spec: infrav1.EdgeClusterSpec{ControlPlaneEndpoint: s.Endpoint, HostSelector: s.ControlPlaneSelector.DeepCopy()},
 	}}
 	objs = append(objs, s.controlPlane()...)
 	return append(objs, s.workers()...)
@@ -94,21 +110,22 @@ func (s Spec) controlPlane() []client.Object {
 				Version:  s.KubernetesVersion,
 				MachineTemplate: controlplanev1.KubeadmControlPlaneMachineTemplate{Spec: controlplanev1.KubeadmControlPlaneMachineTemplateSpec{
 					InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infraGroup, Kind: "EdgeMachineTemplate", Name: cpName}}},
-				KubeadmConfigSpec: bootstrapv1.KubeadmConfigSpec{
-					InitConfiguration: bootstrapv1.InitConfiguration{NodeRegistration: nodeRegistration()},
-					JoinConfiguration: bootstrapv1.JoinConfiguration{NodeRegistration: nodeRegistration()},
-				},
+				KubeadmConfigSpec: s.kubeadmConfig(),
 			},
 		})
 	case "machines":
 		cpLabels := map[string]string{clusterv1.ClusterNameLabel: s.Name, clusterv1.MachineControlPlaneLabel: ""}
 		for i := int32(0); i < s.ControlPlaneMachines; i++ {
 			name := fmt.Sprintf("%s-%d", cpName, i)
-			cfg := bootstrapv1.KubeadmConfigSpec{InitConfiguration: bootstrapv1.InitConfiguration{NodeRegistration: nodeRegistration()}}
-			if i > 0 {
-				// Further control-plane machines join as control plane.
-				cfg = bootstrapv1.KubeadmConfigSpec{JoinConfiguration: bootstrapv1.JoinConfiguration{
-					NodeRegistration: nodeRegistration(), ControlPlane: &bootstrapv1.JoinControlPlane{}}}
+			// The first machine inits; the others join as control plane.
+			cfg := s.kubeadmConfig()
+			if i == 0 {
+				cfg.JoinConfiguration = bootstrapv1.JoinConfiguration{}
+			} else {
+				cfg.InitConfiguration = bootstrapv1.InitConfiguration{}
+				if cfg.JoinConfiguration.ControlPlane == nil {
+					cfg.JoinConfiguration.ControlPlane = &bootstrapv1.JoinControlPlane{}
+				}
 			}
 			objs = append(objs,
 				&bootstrapv1.KubeadmConfig{TypeMeta: metav1.TypeMeta{APIVersion: bootstrapv1.GroupVersion.String(), Kind: "KubeadmConfig"},
@@ -141,8 +158,7 @@ func (s Spec) workers() []client.Object {
 		&bootstrapv1.KubeadmConfigTemplate{
 			TypeMeta:   metav1.TypeMeta{APIVersion: bootstrapv1.GroupVersion.String(), Kind: "KubeadmConfigTemplate"},
 			ObjectMeta: s.meta(mdName),
-			Spec: bootstrapv1.KubeadmConfigTemplateSpec{Template: bootstrapv1.KubeadmConfigTemplateResource{Spec: bootstrapv1.KubeadmConfigSpec{
-				JoinConfiguration: bootstrapv1.JoinConfiguration{NodeRegistration: nodeRegistration()}}}},
+			Spec:       bootstrapv1.KubeadmConfigTemplateSpec{Template: bootstrapv1.KubeadmConfigTemplateResource{Spec: s.workerConfig()}},
 		},
 		&clusterv1.MachineDeployment{
 			TypeMeta:   metav1.TypeMeta{APIVersion: clusterv1.GroupVersion.String(), Kind: "MachineDeployment"},
