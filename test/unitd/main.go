@@ -19,6 +19,9 @@ import (
 )
 
 func main() {
+	if filepath.Base(os.Args[0]) == "systemctl" {
+		os.Exit(systemctl(os.Args[1:], os.Stdout, os.Stderr))
+	}
 	if err := run(); err != nil {
 		fmt.Fprintf(os.Stderr, "unitd: %v\n", err)
 		os.Exit(1)

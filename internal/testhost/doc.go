@@ -1,0 +1,13 @@
+// Package testhost makes real edge hosts on one Linux machine, for the
+// end-to-end tests and the demo: each host is a network namespace behind a
+// site bridge whose only way out is an outbound forwarder to the hub, plus a
+// mount and UTS namespace with its own /etc/kubernetes, /var/lib/kubelet,
+// /var/lib/containerd, /run and hostname, its own cgroup parent, its own
+// containerd (the Debian package) and a service manager that answers
+// systemd's D-Bus API (test/unitd), so fleet-agent, kubeadm and the kubelet
+// run there as they do on a machine booted with systemd.
+//
+// Everything a host makes is recorded under RecordDir while it runs, so
+// Sweep can remove it after a run that was killed before it cleaned up.
+// It needs root, containerd, runc, dbus-daemon and the CNI plugins.
+package testhost

@@ -1,0 +1,373 @@
+package testhost
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	sddbus "github.com/coreos/go-systemd/v22/dbus"
+	"github.com/godbus/dbus/v5"
+)
+
+// Binaries are what a host's image carries besides the machine's own
+// /usr (containerd, runc, the CNI plugins, dbus-daemon).
+type Binaries struct {
+	// K8s holds kubelet and kubeadm (bin/k8s).
+	K8s string
+	// Images holds image archives every host imports at boot, as a real
+	// edge image would have them preloaded (bin/k8s/images).
+	Images string
+	// Agent is the fleet-agent binary; Unitd the service manager
+	// (test/unitd).
+	Agent, Unitd string
+}
+
+// HostOptions says which host to make.
+type HostOptions struct {
+	// Name is the host's hostname, unique on the machine: it also names
+	// its namespace and its cgroup parent /fleet-<Name>.
+	Name string
+	// Dir is where the host's state lives on the machine (Dir/<Name>).
+	Dir string
+	Bin Binaries
+	// Without leaves parts out of the host's image: "containerd" (no
+	// containerd unit) or "kubelet" (no kubelet binary or unit).
+	Without []string
+}
+
+// Host is a running edge host.
+type Host struct {
+	Name string
+	// Addr is the host's address on the site's LAN.
+	Addr string
+	// PodCIDR is the range its CNI gives pods.
+	PodCIDR string
+	// Dir is the host's state on the machine; Root(p) maps a path inside
+	// the host to it for the directories the host has of its own.
+	Dir string
+
+	netns, cgroup string
+	boot          *exec.Cmd
+	bootDone      chan struct{}
+	bootErr       error
+}
+
+// bound are the host's own directories, bind-mounted over the machine's;
+// everything else (/usr, /lib, /sys, /tmp) is the machine's.
+var bound = []string{
+	"etc/kubernetes", "etc/cni/net.d", "etc/containerd", "etc/systemd/system", "etc/fleet-agent",
+	"var/lib/kubelet", "var/lib/etcd", "var/lib/containerd", "var/lib/cni", "var/lib/fleet-agent",
+	"var/log", "run", "usr/local/bin",
+}
+
+// ownFiles are files of the host's own, bind-mounted over the machine's.
+var ownFiles = []string{"etc/hosts", "etc/hostname", "etc/machine-id"}
+
+// sysctls are the values the kubelet insists on; each is bind-mounted over
+// its /proc/sys file inside the host so the kubelet finds it set and never
+// writes the machine-wide value.
+var sysctls = map[string]string{
+	"kernel/panic":         "10",
+	"kernel/panic_on_oops": "1",
+	"vm/overcommit_memory": "1",
+}
+
+// NewHost makes a host on the site's LAN and boots it: its service
+// manager starts containerd and the kubelet's unit (which waits, like on a
+// fresh machine, for kubeadm to configure it), and the images are
+// imported. fleet-agent is installed but not started: StartAgent does.
+func (s *Site) NewHost(ctx context.Context, o HostOptions) (*Host, error) {
+	if err := checkName(o.Name); err != nil {
+		return nil, err
+	}
+	addr, n, err := s.nextAddr()
+	if err != nil {
+		return nil, err
+	}
+	h := &Host{Name: o.Name, Addr: addr, PodCIDR: fmt.Sprintf("10.244.%d.0/24", 10+n),
+		Dir: filepath.Join(o.Dir, o.Name), netns: "fleet-" + o.Name, cgroup: "/fleet-" + o.Name, bootDone: make(chan struct{})}
+	if err := record(Record{Kind: "host", Name: o.Name, NetNS: h.netns, Cgroup: h.cgroup, Dir: h.Dir}); err != nil {
+		return nil, err
+	}
+	if err := h.make(s, o); err != nil {
+		_ = h.Close()
+		return nil, fmt.Errorf("making host %s: %w", o.Name, err)
+	}
+	if err := h.waitContainerd(ctx); err != nil {
+		err = fmt.Errorf("host %s: %w\n%s", o.Name, err, h.Logs())
+		_ = h.Close()
+		return nil, err
+	}
+	if o.Bin.Images != "" {
+		archives, _ := filepath.Glob(filepath.Join(o.Bin.Images, "*.tar"))
+		if err := h.ImportImages(ctx, archives...); err != nil {
+			_ = h.Close()
+			return nil, err
+		}
+	}
+	return h, nil
+}
+
+func (h *Host) make(s *Site, o HostOptions) error {
+	_ = os.RemoveAll(h.Dir)
+	if err := h.writeImage(o); err != nil {
+		return err
+	}
+	if err := h.makeCgroup(); err != nil {
+		return err
+	}
+	if err := h.plug(s); err != nil {
+		return err
+	}
+	return h.startBoot(o)
+}
+
+// plug makes the host's network namespace and links it to the site's LAN,
+// with the site's router as its default gateway.
+func (h *Host) plug(s *Site) error {
+	_ = exec.Command("ip", "netns", "del", h.netns).Run()
+	outer := "v" + shortHash(h.Name)
+	return ipAll(
+		[]string{"netns", "add", h.netns},
+		[]string{"-n", h.netns, "link", "set", "lo", "up"},
+		[]string{"link", "add", outer, "type", "veth", "peer", "name", "eth0", "netns", h.netns},
+		[]string{"link", "set", outer, "netns", s.Name},
+		[]string{"-n", s.Name, "link", "set", outer, "master", "lan0", "up"},
+		[]string{"-n", h.netns, "addr", "add", h.Addr + "/24", "dev", "eth0"},
+		[]string{"-n", h.netns, "link", "set", "eth0", "up"},
+		[]string{"-n", h.netns, "route", "add", "default", "via", s.Router},
+		// A node forwards its pods' traffic; this is the host's own
+		// namespace, the machine's setting is untouched.
+		[]string{"netns", "exec", h.netns, "sysctl", "-qw", "net.ipv4.ip_forward=1"},
+	)
+}
+
+// makeCgroup makes the host's cgroup parent in every hierarchy, with a
+// "system" child for its services (the kubelet puts pods beside it).
+func (h *Host) makeCgroup() error {
+	for _, hier := range hierarchies() {
+		for _, dir := range []string{h.cgroup, h.cgroup + "/system"} {
+			p := filepath.Join(hier, dir)
+			if err := os.MkdirAll(p, 0o755); err != nil {
+				return fmt.Errorf("making cgroup %s: %w", p, err)
+			}
+			if filepath.Base(hier) != "cpuset" {
+				continue
+			}
+			// A cpuset takes no process until it has CPUs and memory nodes.
+			for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+				b, err := os.ReadFile(filepath.Join(filepath.Dir(p), f))
+				if err == nil {
+					err = os.WriteFile(filepath.Join(p, f), b, 0o644)
+				}
+				if err != nil {
+					return fmt.Errorf("setting %s of %s: %w", f, p, err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// startBoot enters the host's network namespace, makes its mount and UTS
+// namespaces, mounts its own directories and hands over to the service
+// manager, which stays its first process.
+func (h *Host) startBoot(o HostOptions) error {
+	script := filepath.Join(h.Dir, "boot.sh")
+	if err := os.WriteFile(script, []byte(h.bootScript()), 0o755); err != nil {
+		return err
+	}
+	logf, err := os.Create(filepath.Join(h.Dir, "boot.log"))
+	if err != nil {
+		return err
+	}
+	h.boot = exec.Command("nsenter", "--net=/run/netns/"+h.netns, "--",
+		"unshare", "--mount", "--uts", "--propagation", "slave", "--", "/bin/sh", script)
+	h.boot.Stdout, h.boot.Stderr = logf, logf
+	if err := h.boot.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("starting the host: %w", err)
+	}
+	go func() {
+		h.bootErr = h.boot.Wait()
+		logf.Close()
+		close(h.bootDone)
+	}()
+	return nil
+}
+
+func (h *Host) bootScript() string {
+	var b strings.Builder
+	root := filepath.Join(h.Dir, "root")
+	fmt.Fprintf(&b, "set -eu\nexport PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n# Services live in the host's own cgroup, like systemd's system.slice.\n")
+	fmt.Fprintf(&b, "for hier in %s/*/; do [ -d \"${hier}%s/system\" ] && echo $$ > \"${hier}%s/system/cgroup.procs\"; done\n", cgroupFS, h.cgroup[1:], h.cgroup[1:])
+	for _, d := range bound {
+		fmt.Fprintf(&b, "mkdir -p /%s && mount --bind %s/%s /%s\n", d, root, d, d)
+	}
+	for _, f := range ownFiles {
+		fmt.Fprintf(&b, "mount --bind %s/%s /%s\n", root, f, f)
+	}
+	for _, k := range sortedKeys(sysctls) {
+		fmt.Fprintf(&b, "mount --bind %s/sysctl/%s /proc/sys/%s\n", h.Dir, strings.ReplaceAll(k, "/", "."), k)
+	}
+	fmt.Fprintf(&b, "hostname %s\nmkdir -p /run/dbus /var/log/unitd\n", h.Name)
+	fmt.Fprintf(&b, "dbus-daemon --config-file=%s/dbus.conf --fork\n", h.Dir)
+	fmt.Fprintf(&b, "exec /usr/local/bin/unitd --bus unix:path=/run/dbus/system_bus_socket --log-dir /var/log/unitd --unit-path /etc/systemd/system --start containerd.service,kubelet.service\n")
+	return b.String()
+}
+
+// Root maps a path inside the host to where it is on the machine, for
+// paths under the host's own directories.
+func (h *Host) Root(p string) string { return filepath.Join(h.Dir, "root", p) }
+
+// waitContainerd waits for the host's containerd to answer.
+func (h *Host) waitContainerd(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	var last error
+	for {
+		out, err := h.ctr(ctx, "version").CombinedOutput()
+		if err == nil {
+			return nil
+		}
+		last = fmt.Errorf("%w: %s", err, strings.TrimSpace(string(out)))
+		select {
+		case <-h.bootDone:
+			return fmt.Errorf("the host's service manager exited (%v) before containerd answered", h.bootErr)
+		case <-ctx.Done():
+			return fmt.Errorf("containerd did not answer: %w", last)
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}
+
+func (h *Host) ctr(ctx context.Context, args ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, "ctr", append([]string{"--address", h.Root("run/containerd/containerd.sock"), "-n", "k8s.io"}, args...)...)
+}
+
+// ImportImages loads image archives into the host's containerd, as an
+// image's preloaded images or `ctr images import` on a machine would.
+func (h *Host) ImportImages(ctx context.Context, archives ...string) error {
+	for _, a := range archives {
+		if out, err := h.ctr(ctx, "images", "import", "--no-unpack", a).CombinedOutput(); err != nil {
+			return fmt.Errorf("host %s: importing %s: %w: %s", h.Name, filepath.Base(a), err, strings.TrimSpace(string(out)))
+		}
+	}
+	return nil
+}
+
+// Command runs a command inside the host (its network, mount and UTS
+// namespaces), as an operator logged in there would.
+func (h *Host) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, "nsenter", append([]string{"-t", fmt.Sprint(h.boot.Process.Pid), "-n", "-m", "-u", "--", name}, args...)...)
+}
+
+// systemd dials the host's service manager through its system bus, as
+// systemctl on the host would.
+func (h *Host) systemd(ctx context.Context) (*sddbus.Conn, error) {
+	return sddbus.NewConnection(func() (*dbus.Conn, error) {
+		c, err := dbus.Dial("unix:path="+h.Root("run/dbus/system_bus_socket"), dbus.WithContext(ctx))
+		if err != nil {
+			return nil, err
+		}
+		if err := c.Auth(nil); err != nil {
+			c.Close()
+			return nil, err
+		}
+		if err := c.Hello(); err != nil {
+			c.Close()
+			return nil, err
+		}
+		return c, nil
+	})
+}
+
+// Unit starts, stops or restarts a unit of the host ("start", "stop",
+// "restart") and waits for the job, like systemctl.
+func (h *Host) Unit(ctx context.Context, verb, unit string) error {
+	conn, err := h.systemd(ctx)
+	if err != nil {
+		return fmt.Errorf("host %s: reaching its service manager: %w", h.Name, err)
+	}
+	defer conn.Close()
+	done := make(chan string, 1)
+	switch verb {
+	case "start":
+		_, err = conn.StartUnitContext(ctx, unit, "replace", done)
+	case "stop":
+		_, err = conn.StopUnitContext(ctx, unit, "replace", done)
+	case "restart":
+		_, err = conn.RestartUnitContext(ctx, unit, "replace", done)
+	default:
+		return fmt.Errorf("unit verb %q: want start, stop or restart", verb)
+	}
+	if err != nil {
+		return fmt.Errorf("host %s: %s %s: %w", h.Name, verb, unit, err)
+	}
+	select {
+	case res := <-done:
+		if res != "done" {
+			return fmt.Errorf("host %s: %s %s: job %s", h.Name, verb, unit, res)
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// UnitLog is what a unit of the host has printed (its journal).
+func (h *Host) UnitLog(unit string) string {
+	b, _ := os.ReadFile(h.Root("var/log/unitd/" + unit + ".log"))
+	return string(b)
+}
+
+// Logs is the tail of the host's boot and unit logs, for a failed test.
+func (h *Host) Logs() string {
+	var b strings.Builder
+	boot, _ := os.ReadFile(filepath.Join(h.Dir, "boot.log"))
+	fmt.Fprintf(&b, "--- host %s: boot ---\n%s", h.Name, tail(string(boot), 2000))
+	logs, _ := filepath.Glob(h.Root("var/log/unitd/*.log"))
+	for _, l := range logs {
+		c, _ := os.ReadFile(l)
+		fmt.Fprintf(&b, "--- host %s: %s ---\n%s", h.Name, filepath.Base(l), tail(string(c), 3000))
+	}
+	return b.String()
+}
+
+// Close stops the host's services, kills whatever is left in its cgroup
+// (pods included), and removes its namespaces, cgroups and state.
+func (h *Host) Close() error {
+	if h.boot != nil && h.boot.Process != nil {
+		select {
+		case <-h.bootDone:
+		default:
+			_ = h.boot.Process.Signal(os.Interrupt)
+			select {
+			case <-h.bootDone:
+			case <-time.After(30 * time.Second):
+			}
+		}
+	}
+	return Record{Kind: "host", Name: h.Name, NetNS: h.netns, Cgroup: h.cgroup, Dir: h.Dir}.remove()
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

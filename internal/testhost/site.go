@@ -1,0 +1,189 @@
+package testhost
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// Site is an edge site behind NAT: a network namespace holding a bridge
+// (the site's LAN) with the router's address on it and no route out. Hosts
+// plug into the bridge; the only way out is a forwarder that carries
+// connections from the LAN to one address outside, like a NAT router that
+// lets agents dial home and nothing dial in.
+type Site struct {
+	// Name is the site's network namespace (/run/netns/<Name>).
+	Name string
+	// Router is the router's address on the LAN; hosts route through it.
+	Router string
+
+	lan   string // the first three octets of the LAN, e.g. "10.99.0"
+	mu    sync.Mutex
+	hosts int
+	lns   []net.Listener
+}
+
+// NewSite makes a site whose LAN is lan.0/24 (lan such as "10.99.0"), with
+// the router at lan.1.
+func NewSite(name, lan string) (*Site, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	if ip := net.ParseIP(lan + ".1"); ip == nil || ip.To4() == nil || !ip.IsPrivate() {
+		return nil, fmt.Errorf("site LAN %q: want the first three octets of a private IPv4 /24, such as 10.99.0", lan)
+	}
+	s := &Site{Name: name, Router: lan + ".1", lan: lan}
+	_ = exec.Command("ip", "netns", "del", name).Run()
+	if err := record(Record{Kind: "site", Name: name, NetNS: name}); err != nil {
+		return nil, err
+	}
+	err := ipAll(
+		[]string{"netns", "add", name},
+		[]string{"-n", name, "link", "set", "lo", "up"},
+		[]string{"-n", name, "link", "add", "lan0", "type", "bridge"},
+		[]string{"-n", name, "addr", "add", s.Router + "/24", "dev", "lan0"},
+		[]string{"-n", name, "link", "set", "lan0", "up"},
+	)
+	if err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("making site %s: %w", name, err)
+	}
+	return s, nil
+}
+
+// Path is the site's network namespace file.
+func (s *Site) Path() string { return "/run/netns/" + s.Name }
+
+// nextAddr hands out the LAN addresses lan.10, lan.11, … to hosts.
+func (s *Site) nextAddr() (string, int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.hosts >= 200 {
+		return "", 0, errors.New("the site's LAN is full (200 hosts)")
+	}
+	n := s.hosts
+	s.hosts++
+	return fmt.Sprintf("%s.%d", s.lan, 10+n), n, nil
+}
+
+// Forward listens on addr inside the site (the router's address and a
+// port, say) and carries each connection to target outside: the site's
+// NAT router, outbound only. It returns the address it listens on.
+func (s *Site) Forward(addr, target string) (string, error) {
+	var ln net.Listener
+	if err := s.Inside(func() (err error) {
+		ln, err = net.Listen("tcp", addr)
+		return err
+	}); err != nil {
+		return "", fmt.Errorf("site %s: listening on %s: %w", s.Name, addr, err)
+	}
+	s.mu.Lock()
+	s.lns = append(s.lns, ln)
+	s.mu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go splice(c, target)
+		}
+	}()
+	return ln.Addr().String(), nil
+}
+
+func splice(c net.Conn, target string) {
+	defer c.Close()
+	up, err := net.Dial("tcp", target)
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	go func() { _, _ = io.Copy(up, c); _ = up.(*net.TCPConn).CloseWrite() }()
+	_, _ = io.Copy(c, up)
+}
+
+// Inside runs fn on a thread that has entered the site's network
+// namespace; sockets fn makes stay there.
+func (s *Site) Inside(fn func() error) error { return insideNetNS(s.Path(), fn) }
+
+// Close stops the forwarders and removes the site's namespace, and with
+// it the bridge and the site ends of its hosts' links.
+func (s *Site) Close() error {
+	s.mu.Lock()
+	for _, ln := range s.lns {
+		_ = ln.Close()
+	}
+	s.lns = nil
+	s.mu.Unlock()
+	var errs []error
+	if out, err := exec.Command("ip", "netns", "del", s.Name).CombinedOutput(); err != nil && !strings.Contains(string(out), "No such file") {
+		errs = append(errs, fmt.Errorf("ip netns del %s: %v: %s", s.Name, err, strings.TrimSpace(string(out))))
+	}
+	errs = append(errs, forget("site", s.Name))
+	return errors.Join(errs...)
+}
+
+// insideNetNS runs fn on a locked thread moved into the namespace at path.
+func insideNetNS(path string, fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		// The thread stays locked if it could not be put back: it then dies
+		// with this goroutine instead of serving others in the namespace.
+		orig, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer orig.Close()
+		target, err := os.Open(path)
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer target.Close()
+		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("entering %s: %w", path, err)
+			return
+		}
+		ferr := fn()
+		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("leaving %s: %w", path, err)
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- ferr
+	}()
+	return <-errc
+}
+
+func ipAll(cmds ...[]string) error {
+	for _, args := range cmds {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		}
+	}
+	return nil
+}
+
+// checkName keeps names usable as hostnames, namespace and cgroup names.
+func checkName(name string) error {
+	if len(name) == 0 || len(name) > 40 {
+		return fmt.Errorf("name %q: want 1 to 40 characters", name)
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+			return fmt.Errorf("name %q: want lower-case letters, digits and '-'", name)
+		}
+	}
+	return nil
+}

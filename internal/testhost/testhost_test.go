@@ -1,0 +1,184 @@
+package testhost
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// kit builds what a host needs, or says why this machine cannot run one.
+func kit(t *testing.T) Binaries {
+	t.Helper()
+	var missing []string
+	if os.Geteuid() != 0 {
+		missing = append(missing, "root")
+	}
+	for _, p := range []string{"containerd", "runc", "ctr", "dbus-daemon", "nsenter", "unshare", "ip"} {
+		if _, err := exec.LookPath(p); err != nil {
+			missing = append(missing, p)
+		}
+	}
+	if len(missing) > 0 {
+		msg := "a test host needs " + strings.Join(missing, ", ") + " (.ci/run installs them)"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	dir := t.TempDir()
+	bin := Binaries{K8s: filepath.Join(dir, "k8s"), Agent: filepath.Join(dir, "fleet-agent"), Unitd: filepath.Join(dir, "unitd")}
+	for pkg, out := range map[string]string{"./cmd/fleet-agent": bin.Agent, "./test/unitd": bin.Unitd} {
+		cmd := exec.Command("go", "build", "-o", out, pkg)
+		cmd.Dir = filepath.Join("..", "..")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("building %s: %v\n%s", pkg, err, b)
+		}
+	}
+	// kubelet and kubeadm are only linked into the host here; nothing runs them.
+	if err := os.MkdirAll(bin.K8s, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"kubelet", "kubeadm"} {
+		if err := os.WriteFile(filepath.Join(bin.K8s, name), []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return bin
+}
+
+func newTestSite(t *testing.T) *Site {
+	t.Helper()
+	s, err := NewSite(fmt.Sprintf("fts-t%d", os.Getpid()%100000), "10.96.77")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// A host has its own hostname, address, directories and cgroup; its
+// services run under its service manager; Close leaves nothing behind.
+func TestHostIsIsolatedAndCleansUp(t *testing.T) {
+	bin := kit(t)
+	ctx := context.Background()
+	s := newTestSite(t)
+	name := fmt.Sprintf("th%d-a", os.Getpid()%100000)
+	h, err := s.NewHost(ctx, HostOptions{Name: name, Dir: t.TempDir(), Bin: bin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := h.Command(ctx, "sh", "-c", "hostname; cat /etc/hostname; ip -4 -o addr show eth0; ls /etc/kubernetes | wc -l").CombinedOutput()
+	if err != nil {
+		t.Fatalf("inside the host: %v\n%s", err, out)
+	}
+	got := strings.Fields(string(out))
+	if len(got) < 6 || got[0] != name || got[1] != name || !strings.HasPrefix(got[5], h.Addr+"/") || got[len(got)-1] != "0" {
+		t.Errorf("inside the host: %q; want hostname %s, address %s, an empty /etc/kubernetes", out, name, h.Addr)
+	}
+	if b, _ := os.ReadFile("/etc/hostname"); strings.TrimSpace(string(b)) == name {
+		t.Error("the host's hostname leaked into the machine's /etc/hostname")
+	}
+	// The site's router is reachable from the host, and only it.
+	got0, err := h.Command(ctx, "ip", "route", "get", "1.1.1.1").CombinedOutput()
+	if err != nil || !strings.Contains(string(got0), "via "+s.Router) {
+		t.Errorf("the host's way out: %v %s; want via %s", err, got0, s.Router)
+	}
+	// containerd runs as a unit of the host's service manager, in the
+	// host's cgroup.
+	pids := cgroupPids(h.cgroup)
+	var containerd bool
+	for _, pid := range pids {
+		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.TrimSpace(string(b)) == "containerd" {
+			containerd = true
+		}
+	}
+	if !containerd {
+		t.Errorf("no containerd among the host's processes %v", pids)
+	}
+	if err := h.Unit(ctx, "restart", "containerd.service"); err != nil {
+		t.Errorf("restarting containerd through the host's D-Bus: %v", err)
+	}
+	// kubeadm's systemctl calls reach the host's service manager.
+	if out, err := h.Command(ctx, "systemctl", "is-active", "containerd").CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "active" {
+		t.Errorf("systemctl is-active containerd in the host: %v %q", err, out)
+	}
+	if out, err := h.Command(ctx, "systemctl", "status", "nothere").CombinedOutput(); err == nil || !strings.Contains(string(out), "could not be found") {
+		t.Errorf("systemctl status of a missing unit: %v %q", err, out)
+	}
+
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, h)
+}
+
+// A host whose maker was killed is removed by the next Sweep.
+func TestSweepRemovesWhatAKilledRunLeft(t *testing.T) {
+	bin := kit(t)
+	ctx := context.Background()
+	s := newTestSite(t)
+	name := fmt.Sprintf("th%d-b", os.Getpid()%100000)
+	h, err := s.NewHost(ctx, HostOptions{Name: name, Dir: t.TempDir(), Bin: bin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Pretend the maker died: its record names a pid that no longer runs.
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(recordPath("host", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r Record
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	r.Owner = dead.Process.Pid
+	b, _ = json.Marshal(r)
+	if err := os.WriteFile(recordPath("host", name), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	swept, err := Sweep()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(swept) != 1 || !strings.Contains(swept[0], name) {
+		t.Errorf("Sweep = %q, want the host %s", swept, name)
+	}
+	assertGone(t, h)
+	// The live site was not touched.
+	if _, err := os.Stat(s.Path()); err != nil {
+		t.Errorf("Sweep removed a live site: %v", err)
+	}
+}
+
+func assertGone(t *testing.T, h *Host) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for _, p := range []string{"/run/netns/" + h.netns, h.Dir, recordPath("host", h.Name)} {
+		if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s is left after the host was removed (%v)", p, err)
+		}
+	}
+	for _, hier := range hierarchies() {
+		if _, err := os.Stat(filepath.Join(hier, h.cgroup)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("cgroup %s is left in %s", h.cgroup, hier)
+		}
+	}
+	for time.Now().Before(deadline) && len(cgroupPids(h.cgroup)) > 0 {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if pids := cgroupPids(h.cgroup); len(pids) > 0 {
+		t.Errorf("processes %v outlived the host", pids)
+	}
+}
