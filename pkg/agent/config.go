@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -79,10 +80,31 @@ func LoadConfigFile(path string) (Config, error) {
 	if err != nil {
 		return c, fmt.Errorf("reading config %s: %w", path, err)
 	}
-	if err := yaml.UnmarshalStrict(b, &c); err != nil {
+	var f fileConfig
+	if err := yaml.UnmarshalStrict(b, &f); err != nil {
 		return c, fmt.Errorf("parsing config %s: %w", path, err)
 	}
+	c = f.Config
+	for _, d := range []struct {
+		from *metav1.Duration
+		to   *time.Duration
+	}{{f.ResyncInterval, &c.ResyncInterval}, {f.MaxBackoff, &c.MaxBackoff}, {f.KeepAlive, &c.KeepAlive}, {f.LinkInterval, &c.LinkInterval}} {
+		if d.from != nil {
+			*d.to = d.from.Duration
+		}
+	}
 	return c, nil
+}
+
+// fileConfig is Config as an operator writes it: durations in Go's
+// notation ("30s", "1m"), which time.Duration's JSON form (nanoseconds)
+// is not.
+type fileConfig struct {
+	Config
+	ResyncInterval *metav1.Duration `json:"resyncInterval,omitempty"`
+	MaxBackoff     *metav1.Duration `json:"maxBackoff,omitempty"`
+	KeepAlive      *metav1.Duration `json:"keepAlive,omitempty"`
+	LinkInterval   *metav1.Duration `json:"linkInterval,omitempty"`
 }
 
 var pinRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
