@@ -38,6 +38,9 @@ type HostOptions struct {
 	// Without leaves parts out of the host's image: "containerd" (no
 	// containerd unit) or "kubelet" (no kubelet binary or unit).
 	Without []string
+	// WithoutImages are archives of Bin.Images the host does not import
+	// (e.g. "etcd.tar").
+	WithoutImages []string
 }
 
 // Host is a running edge host.
@@ -105,6 +108,7 @@ func (s *Site) NewHost(ctx context.Context, o HostOptions) (*Host, error) {
 	}
 	if o.Bin.Images != "" {
 		archives, _ := filepath.Glob(filepath.Join(o.Bin.Images, "*.tar"))
+		archives = slices.DeleteFunc(archives, func(a string) bool { return slices.Contains(o.WithoutImages, filepath.Base(a)) })
 		if err := h.ImportImages(ctx, archives...); err != nil {
 			_ = h.Close()
 			return nil, err
@@ -266,6 +270,10 @@ func (h *Host) ImportImages(ctx context.Context, archives ...string) error {
 func (h *Host) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
 	return exec.CommandContext(ctx, "nsenter", append([]string{"-t", fmt.Sprint(h.boot.Process.Pid), "-n", "-m", "-u", "--", name}, args...)...)
 }
+
+// Inside runs fn on a thread in the host's network namespace; sockets fn
+// makes stay there.
+func (h *Host) Inside(fn func() error) error { return insideNetNS("/run/netns/"+h.netns, fn) }
 
 // systemd dials the host's service manager through its system bus, as
 // systemctl on the host would.

@@ -1,0 +1,446 @@
+package e2e
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/edgefleet/fleet/internal/testenv"
+	"github.com/edgefleet/fleet/internal/testhost"
+	"github.com/edgefleet/fleet/internal/testkit"
+	"github.com/edgefleet/fleet/pkg/cli/create"
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/hub/enrollment"
+	"github.com/edgefleet/fleet/pkg/hub/gateway"
+	"github.com/edgefleet/fleet/pkg/hub/inventory"
+	"github.com/edgefleet/fleet/pkg/hub/reach"
+	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
+)
+
+// realNodesWait bounds each step on real nodes: a kubeadm init with
+// images already imported takes seconds, but two cores shared with the
+// hub, etcd and the API servers can make it a minute or more.
+const realNodesWait = 6 * time.Minute
+
+// realKit is what real hosts need from this machine; it says what is
+// missing, and the test fails under CI or is skipped elsewhere.
+func realKit(t *testing.T) testhost.Binaries {
+	t.Helper()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	must(t, err)
+	k8s := filepath.Join(root, "bin", "k8s")
+	var missing []string
+	for _, p := range []string{"containerd", "runc", "ctr", "dbus-daemon", "nsenter", "unshare", "ip"} {
+		if _, err := exec.LookPath(p); err != nil {
+			missing = append(missing, p)
+		}
+	}
+	for _, p := range []string{"/usr/lib/cni/bridge", "/usr/lib/cni/host-local", "/usr/lib/cni/loopback",
+		filepath.Join(k8s, "kubelet"), filepath.Join(k8s, "kubeadm"), filepath.Join(k8s, "images", "kube-apiserver.tar")} {
+		if _, err := os.Stat(p); err != nil {
+			missing = append(missing, p)
+		}
+	}
+	if len(missing) > 0 {
+		msg := "real nodes need " + strings.Join(missing, ", ") + " (.ci/run installs containerd, runc, dbus and containernetworking-plugins; make k8s builds bin/k8s)"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	swept, err := testhost.Sweep()
+	for _, s := range swept {
+		t.Log(s)
+	}
+	must(t, err)
+	dir := t.TempDir()
+	agentBin, _ := buildBinaries(t)
+	return testhost.Binaries{K8s: k8s, Images: filepath.Join(k8s, "images"), Agent: agentBin,
+		Unitd: build(t, dir, "./test/unitd", "unitd")}
+}
+
+// startRealSite makes an edge site whose router forwards the gateway port
+// to the hub, and returns it with the hub URL its hosts dial.
+func startRealSite(t *testing.T, lan string, gw *gateway.Server) (*testhost.Site, string) {
+	t.Helper()
+	s, err := testhost.NewSite(fmt.Sprintf("fts-%d", os.Getpid()%100000), lan)
+	must(t, err)
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	addr, err := s.Forward(net.JoinHostPort(s.Router, "8443"), gw.Addr())
+	must(t, err)
+	return s, "https://" + addr
+}
+
+// startRealHost boots a host on the site and starts its agent with token.
+func startRealHost(t *testing.T, s *testhost.Site, bin testhost.Binaries, name, hubURL, pin, token string) *testhost.Host {
+	t.Helper()
+	return startRealHostWith(t, s, bin, testhost.HostOptions{}, name, hubURL, pin, token)
+}
+
+// startRealHostWith is startRealHost for a host made with o.
+func startRealHostWith(t *testing.T, s *testhost.Site, bin testhost.Binaries, o testhost.HostOptions, name, hubURL, pin, token string) *testhost.Host {
+	t.Helper()
+	ctx := context.Background()
+	o.Name, o.Dir, o.Bin = name, t.TempDir(), bin
+	h, err := s.NewHost(ctx, o)
+	must(t, err)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(h.Logs())
+		}
+		if err := h.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	must(t, h.StartAgent(ctx, testhost.AgentConfig{Hub: hubURL, Token: token, CACertHash: pin, ResyncInterval: "2s"}))
+	return h
+}
+
+// startRealNodesHub runs fleet's hub with edge reach; its certificate
+// names the site router's address, where the hosts reach it.
+func startRealNodesHub(t *testing.T, ns string, router string) (*gateway.Server, string) {
+	t.Helper()
+	mgr, err := ctrl.NewManager(hub.Config, ctrl.Options{Scheme: hub.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
+		Logger: ctrl.Log.WithName("hub"),
+		Cache:  cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}}})
+	must(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	must(t, hubreconcilers.Setup(ctx, mgr, hubreconcilers.Options{Concurrency: 4, SkipNameValidation: true}))
+	gw, err := gateway.Setup(ctx, mgr, gateway.Options{Addr: "127.0.0.1:0", HubNamespace: ns,
+		IPs: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(router)}})
+	must(t, err)
+	proxyAddr := freeAddr(t)
+	_, err = reach.Setup(ctx, mgr, gw, reach.SetupOptions{Options: reach.Options{Addr: proxyAddr},
+		Controller: controller.Options{SkipNameValidation: ptr.To(true)}})
+	must(t, err)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = mgr.Start(ctx) }()
+	<-gw.Ready()
+	t.Cleanup(func() { cancel(); <-done })
+	return gw, proxyAddr
+}
+
+func realEventually(t *testing.T, what string, cond func() error) {
+	t.Helper()
+	testkit.Eventually(t, realNodesWait, 2*time.Second, what, cond)
+}
+
+// A cluster made by `kubectl fleet create` with a KubeadmControlPlane
+// (stacked etcd) and a MachineDeployment runs on two real hosts behind a
+// site's NAT: real kubeadm, kubelet and containerd, reached by the hub only
+// through edge reach. A pod answers through the hub; scaling the workers
+// to 0 and back re-provisions the same host; deleting the cluster leaves
+// every host clean and Available.
+func TestRealNodesClusterLifecycle(t *testing.T) {
+	bin := realKit(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	c := hub.Client
+	const lan = "10.97.0"
+	gw, _ := startRealNodesHub(t, ns, lan+".1")
+	site, hubURL := startRealSite(t, lan, gw)
+
+	cpToken, _, err := enrollment.Create(ctx, c, ns, enrollment.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "cp"}}, time.Now())
+	must(t, err)
+	wToken, _, err := enrollment.Create(ctx, c, ns, enrollment.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "worker"}}, time.Now())
+	must(t, err)
+	prefix := fmt.Sprintf("rn%d", os.Getpid()%100000)
+	cpName, wName := prefix+"-cp", prefix+"-w"
+	pin := gw.CA().Pin()
+	cpHost := startRealHost(t, site, bin, cpName, hubURL, pin, cpToken)
+	wHost := startRealHost(t, site, bin, wName, hubURL, pin, wToken)
+	realEventually(t, "2 real hosts enrolled and Available", func() error { return testenv.HostsAvailable(ctx, c, ns, 2) })
+
+	// The settings this machine's hosts need, from the documented
+	// template, as `kubectl fleet create --kubeadm-config` reads it.
+	tmpl, err := os.ReadFile(filepath.Join("..", "..", "docs", "templates", "kubeadm-cgroupv1-test-hosts.yaml"))
+	must(t, err)
+	settings, err := create.ParseKubeadmConfig(tmpl)
+	must(t, err)
+	endpoint := clusterName + "." + ns + "." + infrav1.EndpointDomain
+	objs := create.Objects(create.Spec{Kubeadm: settings, Name: clusterName, Namespace: ns, KubernetesVersion: "v1.36.3",
+		ControlPlane: "kubeadm", ControlPlaneMachines: 1, WorkerMachines: 1,
+		ControlPlaneSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": "cp"}},
+		WorkerSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"role": "worker"}},
+		Endpoint:             infrav1.APIEndpoint{Host: endpoint, Port: 6443}})
+	for _, o := range objs {
+		must(t, c.Create(ctx, o))
+	}
+	realEventually(t, "Cluster Available on real nodes", func() error { return clusterAvailable(ctx, c, ns) })
+
+	// The nodes, as an operator sees them through the hub.
+	kc := fleetKubeconfig(t, ns)
+	for _, name := range []string{cpName, wName} {
+		realEventually(t, "Node "+name+" Ready with fleet's providerID", func() error {
+			return nodeReady(t, kc, name, inventory.ProviderIDOf(ns, name))
+		})
+	}
+	// The certificate expiry the agent reports is the real PKI's.
+	cpMachine := machineOnHost(ctx, t, c, ns, cpName)
+	apiserverExpiry, err := certExpiry(cpHost.Root("etc/kubernetes/pki/apiserver.crt"))
+	must(t, err)
+	if got := cpMachine.Status.CertificatesExpiryDate.Time; got.IsZero() || got.Sub(apiserverExpiry).Abs() > 24*time.Hour || time.Until(got) < 300*24*time.Hour {
+		t.Errorf("control-plane Machine certificatesExpiryDate %s; the API server's certificate expires %s", got, apiserverExpiry)
+	}
+
+	// A pod from a locally built image runs on the worker and answers
+	// through the hub.
+	must(t, wHost.ImportImages(ctx, echoImage(t)))
+	runEchoPod(t, kc, wName)
+
+	// Workers to 0: the host is reset for real and back in the pool; to 1:
+	// the same host is provisioned a second time.
+	scaleWorkers(ctx, t, c, ns, 0)
+	realEventually(t, "the worker host reset and Available", func() error {
+		if err := hostPhase(ctx, c, ns, wName, infrav1.HostAvailable); err != nil {
+			return err
+		}
+		return hostClean(wHost)
+	})
+	scaleWorkers(ctx, t, c, ns, 1)
+	realEventually(t, "the worker host provisioned again, its Node Ready", func() error {
+		return nodeReady(t, kc, wName, inventory.ProviderIDOf(ns, wName))
+	})
+
+	// Delete the cluster: every host clean and Available.
+	must(t, c.Delete(ctx, &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: clusterName}}))
+	realEventually(t, "every host reset and Available after the cluster is gone", func() error {
+		for _, h := range []*testhost.Host{cpHost, wHost} {
+			if err := hostPhase(ctx, c, ns, h.Name, infrav1.HostAvailable); err != nil {
+				return err
+			}
+			if err := hostClean(h); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// nodeReady checks a Node through the hub: Ready, with providerID.
+func nodeReady(t *testing.T, kc, name, providerID string) error {
+	out := kubectl(t, kc, "get", "node", name, "-o", `jsonpath={.spec.providerID} {.status.conditions[?(@.type=="Ready")].status}`)
+	if out != providerID+" True" {
+		return fmt.Errorf("node %s: %q, want %q", name, out, providerID+" True")
+	}
+	return nil
+}
+
+func machineOnHost(ctx context.Context, t *testing.T, c client.Client, ns, host string) *clusterv1.Machine {
+	t.Helper()
+	machines := &clusterv1.MachineList{}
+	must(t, c.List(ctx, machines, client.InNamespace(ns)))
+	for i := range machines.Items {
+		if machines.Items[i].Spec.ProviderID == inventory.ProviderIDOf(ns, host) {
+			return &machines.Items[i]
+		}
+	}
+	t.Fatalf("no Machine on host %s", host)
+	return nil
+}
+
+func hostPhase(ctx context.Context, c client.Client, ns, name string, want infrav1.EdgeHostPhase) error {
+	h := &infrav1.EdgeHost{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, h); err != nil {
+		return err
+	}
+	if h.Status.Phase != want {
+		return fmt.Errorf("host %s is %s, want %s", name, h.Status.Phase, want)
+	}
+	return nil
+}
+
+// hostClean checks what kubeadm reset must leave: no cluster PKI or
+// kubeconfigs, no etcd data, no running containers.
+func hostClean(h *testhost.Host) error {
+	for _, dir := range []string{"etc/kubernetes/pki", "etc/kubernetes/manifests", "var/lib/etcd"} {
+		entries, err := os.ReadDir(h.Root(dir))
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		if len(entries) > 0 {
+			return fmt.Errorf("host %s: /%s still holds %d entries", h.Name, dir, len(entries))
+		}
+	}
+	for _, f := range []string{"etc/kubernetes/kubelet.conf", "etc/kubernetes/admin.conf", "run/cluster-api/bootstrap-success.complete"} {
+		if _, err := os.Stat(h.Root(f)); !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("host %s: /%s is still there", h.Name, f)
+		}
+	}
+	out, err := h.Command(context.Background(), "ctr", "-n", "k8s.io", "tasks", "ls", "-q").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("host %s: listing containers: %v: %s", h.Name, err, out)
+	}
+	if tasks := strings.Fields(string(out)); len(tasks) > 0 {
+		return fmt.Errorf("host %s: %d containers still running", h.Name, len(tasks))
+	}
+	return nil
+}
+
+func scaleWorkers(ctx context.Context, t *testing.T, c client.Client, ns string, n int32) {
+	t.Helper()
+	md := &clusterv1.MachineDeployment{}
+	must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: clusterName + "-md-0"}, md))
+	patch := client.MergeFrom(md.DeepCopy())
+	md.Spec.Replicas = ptr.To(n)
+	must(t, c.Patch(ctx, md, patch))
+}
+
+// echoImage builds test/echoserver into an image archive, as a user's CI
+// would build their workload.
+func echoImage(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "echoserver")
+	cmd := exec.Command("go", "build", "-o", bin, "./test/echoserver")
+	cmd.Dir = filepath.Join("..", "..")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building echoserver: %v\n%s", err, out)
+	}
+	archive := filepath.Join(dir, "echoserver.tar")
+	if out, err := exec.Command(filepath.Join("..", "..", "bin", "nodeimage"), "build", "--name", echoImageName,
+		"--binary", bin, "--out", archive).CombinedOutput(); err != nil {
+		t.Fatalf("nodeimage build: %v\n%s", err, out)
+	}
+	return archive
+}
+
+const echoImageName = "fleet.test/echoserver:e2e"
+
+// runEchoPod schedules the echo server on node and reads its answer
+// through `kubectl port-forward`: hub proxy, agent tunnel, API server,
+// the worker's kubelet, the pod.
+func runEchoPod(t *testing.T, kc, node string) {
+	t.Helper()
+	manifest := filepath.Join(t.TempDir(), "echo.yaml")
+	must(t, os.WriteFile(manifest, []byte(fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: echo
+  namespace: default
+spec:
+  nodeSelector:
+    kubernetes.io/hostname: %s
+  automountServiceAccountToken: false
+  containers:
+  - name: echo
+    image: %s
+    imagePullPolicy: Never
+    args: ["--listen", ":8080"]
+    ports:
+    - containerPort: 8080
+`, node, echoImageName)), 0o600))
+	realEventually(t, "the echo pod created", func() error {
+		if out := kubectl(t, kc, "apply", "-f", manifest); !strings.Contains(out, "pod/echo") || strings.Contains(out, "Error") {
+			return errors.New(out)
+		}
+		return nil
+	})
+	realEventually(t, "the echo pod Running on "+node, func() error {
+		out := kubectl(t, kc, "get", "pod", "echo", "-o", `jsonpath={.spec.nodeName} {.status.phase} {.status.podIP}`)
+		if f := strings.Fields(out); len(f) != 3 || f[0] != node || f[1] != "Running" {
+			return fmt.Errorf("pod echo: %q", out)
+		}
+		return nil
+	})
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	must(t, err)
+	pf := exec.Command(filepath.Join(root, "bin", "k8s", "kubectl"), "--kubeconfig", kc, "port-forward", "--address", "127.0.0.1", "pod/echo", ":8080")
+	out := &syncBuffer{}
+	pf.Stdout, pf.Stderr = out, out
+	must(t, pf.Start())
+	defer func() { _ = pf.Process.Kill(); _ = pf.Wait() }()
+	var local string
+	realEventually(t, "kubectl port-forward listening", func() error {
+		for _, line := range strings.Split(out.String(), "\n") {
+			if rest, ok := strings.CutPrefix(line, "Forwarding from 127.0.0.1:"); ok {
+				local = "127.0.0.1:" + strings.Fields(rest)[0]
+				return nil
+			}
+		}
+		return fmt.Errorf("no port yet: %q", out.String())
+	})
+	realEventually(t, "the echo pod answering through the hub", func() error {
+		resp, err := httpGet("http://" + local + "/")
+		if err != nil {
+			return err
+		}
+		if resp != "hello from echo\n" {
+			return fmt.Errorf("answer %q", resp)
+		}
+		return nil
+	})
+}
+
+func httpGet(url string) (string, error) {
+	c := &http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+func clusterAvailable(ctx context.Context, c client.Client, ns string) error {
+	kcp := &controlplanev1.KubeadmControlPlane{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: clusterName + "-control-plane"}, kcp); err != nil {
+		return err
+	}
+	if !conditions.IsTrue(kcp, controlplanev1.KubeadmControlPlaneAvailableCondition) {
+		return fmt.Errorf("KubeadmControlPlane Available: %+v", conditions.Get(kcp, controlplanev1.KubeadmControlPlaneAvailableCondition))
+	}
+	cluster := &clusterv1.Cluster{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: clusterName}, cluster); err != nil {
+		return err
+	}
+	if !conditions.IsTrue(cluster, clusterv1.ClusterAvailableCondition) {
+		return fmt.Errorf("Cluster Available: %+v", conditions.Get(cluster, clusterv1.ClusterAvailableCondition))
+	}
+	return nil
+}
+
+// certExpiry reads a certificate's expiry from a host's PKI.
+func certExpiry(path string) (time.Time, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return time.Time{}, err
+	}
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		return time.Time{}, errors.New(path + ": no PEM block")
+	}
+	cert, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return cert.NotAfter, nil
+}
