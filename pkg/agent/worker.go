@@ -102,7 +102,11 @@ func (a *Agent) provision(ctx context.Context, as *wire.Assignment) {
 		a.provMu.Unlock()
 		cancel()
 	}()
+	start := time.Now()
 	res, err := a.prov.Provision(pctx, as, func(step string) {
+		// One line per step: the journal shows where a bootstrap is and
+		// how long each step took.
+		a.log.Info("Bootstrap step", "machine", as.MachineName, "step", step)
 		a.workerBusy.progress()
 		a.announce("provisioning " + as.MachineName + ": " + step)
 		_ = a.update(func(ap *state.Applied) {
@@ -127,7 +131,9 @@ func (a *Agent) provision(ctx context.Context, as *wire.Assignment) {
 	})
 	if err != nil {
 		a.log.Error(err, "Provisioning failed", "machine", as.MachineName)
+		return
 	}
+	a.log.Info("Provisioned", "machine", as.MachineName, "took", time.Since(start).Round(time.Millisecond).String())
 }
 
 func (a *Agent) reset(ctx context.Context, claim types.UID) bool {
@@ -138,7 +144,11 @@ func (a *Agent) reset(ctx context.Context, claim types.UID) bool {
 			ap.Workload.State = infrav1.ProvisioningResetting
 		}
 	})
-	if err := a.prov.Reset(ctx, claim, func(string) { a.workerBusy.progress() }); err != nil {
+	start := time.Now()
+	if err := a.prov.Reset(ctx, claim, func(step string) {
+		a.log.Info("Reset step", "claim", claim, "step", step)
+		a.workerBusy.progress()
+	}); err != nil {
 		a.log.Error(err, "Reset failed", "claim", claim)
 		_ = a.update(func(ap *state.Applied) {
 			if ap.Workload != nil {
@@ -148,6 +158,7 @@ func (a *Agent) reset(ctx context.Context, claim types.UID) bool {
 		})
 		return false
 	}
+	a.log.Info("Host reset", "claim", claim, "took", time.Since(start).Round(time.Millisecond).String())
 	return a.update(func(ap *state.Applied) {
 		ap.Workload, ap.ProviderID, ap.NodeName, ap.CertificatesExpiryDate = nil, "", "", nil
 	}) == nil
