@@ -3,7 +3,9 @@ package agent
 import (
 	"context"
 	"reflect"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -214,11 +216,23 @@ func (a *Agent) refreshStatus() {
 	a.status.Set(st)
 }
 
+// truncate fits s into n bytes keeping both ends: the first line says
+// which step failed and the command, the end of its output says why
+// (kubeadm prints its errors last).
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	return s[:n]
+	const cut = "\n[…]\n"
+	head := s[:n/4]
+	if i := strings.IndexByte(head, '\n'); i >= 0 {
+		head = head[:i]
+	}
+	tail := s[len(s)-(n-len(head)-len(cut)):]
+	for len(tail) > 0 && !utf8.RuneStart(tail[0]) {
+		tail = tail[1:]
+	}
+	return strings.ToValidUTF8(head, "") + cut + tail
 }
 
 func certExpiry(t *time.Time) *metav1.Time {

@@ -103,11 +103,15 @@ func (e *StepError) Error() string {
 		fmt.Fprintf(&b, ": `%s`", e.Command)
 	}
 	fmt.Fprintf(&b, ": %v", e.Err)
-	if out := strings.TrimSpace(e.Output); out != "" {
+	if out := strings.TrimSpace(ansiEscape.ReplaceAllString(e.Output, "")); out != "" {
 		fmt.Fprintf(&b, "\n--- output (tail) ---\n%s", out)
 	}
 	return b.String()
 }
+
+// ansiEscape matches terminal colour and cursor sequences, which some
+// commands (kubeadm's system verification) print even to a pipe.
+var ansiEscape = regexp.MustCompile("\x1b\\[[0-9;?]*[A-Za-z]")
 
 // Unwrap returns the step's own error.
 func (e *StepError) Unwrap() error { return e.Err }

@@ -466,3 +466,12 @@ func TestResetReportsEachCommand(t *testing.T) {
 		t.Errorf("steps %q, want %q", steps, want)
 	}
 }
+
+// Colour codes a command prints to a pipe do not reach the status.
+func TestStepErrorDropsTerminalEscapes(t *testing.T) {
+	e := &StepError{Step: "runcmd 1/1", Command: "kubeadm init", Err: errors.New("exit status 1"),
+		Output: "\x1b[0;37mKERNEL_VERSION\x1b[0m: \x1b[0;32m6.18\x1b[0m\n[ERROR CRI]: not running"}
+	if got := e.Error(); strings.Contains(got, "\x1b") || !strings.Contains(got, "KERNEL_VERSION: 6.18\n[ERROR CRI]: not running") {
+		t.Errorf("StepError = %q", got)
+	}
+}
