@@ -101,12 +101,12 @@ func (s *Site) NewHost(ctx context.Context, o HostOptions) (*Host, error) {
 		_ = h.Close()
 		return nil, fmt.Errorf("making host %s: %w", o.Name, err)
 	}
-	if err := h.waitContainerd(ctx); err != nil {
+	if err := h.waitReady(ctx, !slices.Contains(o.Without, "containerd")); err != nil {
 		err = fmt.Errorf("host %s: %w\n%s", o.Name, err, h.Logs())
 		_ = h.Close()
 		return nil, err
 	}
-	if o.Bin.Images != "" {
+	if o.Bin.Images != "" && !slices.Contains(o.Without, "containerd") {
 		archives, _ := filepath.Glob(filepath.Join(o.Bin.Images, "*.tar"))
 		archives = slices.DeleteFunc(archives, func(a string) bool { return slices.Contains(o.WithoutImages, filepath.Base(a)) })
 		if err := h.ImportImages(ctx, archives...); err != nil {
@@ -229,22 +229,39 @@ func (h *Host) bootScript() string {
 // paths under the host's own directories.
 func (h *Host) Root(p string) string { return filepath.Join(h.Dir, "root", p) }
 
-// waitContainerd waits for the host's containerd to answer.
-func (h *Host) waitContainerd(ctx context.Context) error {
+// waitReady waits for the host's service manager to answer on its bus
+// and, when the host has one, for its containerd.
+func (h *Host) waitReady(ctx context.Context, containerd bool) error {
 	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
-	var last error
+	probe := func() error {
+		conn, err := h.systemd(ctx)
+		if err == nil {
+			// The bus may be up before the service manager owns its name.
+			_, err = conn.ListUnitsByNamesContext(ctx, []string{"fleet-agent.service"})
+			conn.Close()
+		}
+		if err != nil {
+			return fmt.Errorf("the service manager does not answer: %w", err)
+		}
+		if !containerd {
+			return nil
+		}
+		if out, err := h.ctr(ctx, "version").CombinedOutput(); err != nil {
+			return fmt.Errorf("containerd does not answer: %w: %s", err, strings.TrimSpace(string(out)))
+		}
+		return nil
+	}
 	for {
-		out, err := h.ctr(ctx, "version").CombinedOutput()
+		err := probe()
 		if err == nil {
 			return nil
 		}
-		last = fmt.Errorf("%w: %s", err, strings.TrimSpace(string(out)))
 		select {
 		case <-h.bootDone:
-			return fmt.Errorf("the host's service manager exited (%v) before containerd answered", h.bootErr)
+			return fmt.Errorf("the host's service manager exited (%v) before it was ready", h.bootErr)
 		case <-ctx.Done():
-			return fmt.Errorf("containerd did not answer: %w", last)
+			return err
 		case <-time.After(300 * time.Millisecond):
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -152,8 +153,9 @@ func TestSweepRemovesWhatAKilledRunLeft(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(swept) != 1 || !strings.Contains(swept[0], name) {
-		t.Errorf("Sweep = %q, want the host %s", swept, name)
+	// Other killed runs' leftovers may be swept too.
+	if !slices.ContainsFunc(swept, func(s string) bool { return strings.Contains(s, "host "+name+" ") }) {
+		t.Errorf("Sweep = %q, want the host %s among them", swept, name)
 	}
 	assertGone(t, h)
 	// The live site was not touched.

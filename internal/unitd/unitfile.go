@@ -108,72 +108,79 @@ func (u *Unit) apply(path string) error {
 	for _, o := range opts {
 		// The parser keeps continuation lines' backslash-newline; systemd reads it as a space.
 		v := strings.TrimSpace(strings.ReplaceAll(o.Value, "\\\n", " "))
-		bad := func(err error) error { return fmt.Errorf("%s: [%s] %s=%s: %w", path, o.Section, o.Name, v, err) }
-		switch o.Section + "." + o.Name {
-		case "Unit.Description":
-			u.Description = v
-		case "Service.ExecStart", "Service.ExecStartPre":
-			list := &u.ExecStart
-			if o.Name == "ExecStartPre" {
-				list = &u.ExecStartPre
-			}
-			if v == "" {
-				*list = nil
-				continue
-			}
-			c, err := parseCommand(v)
-			if err != nil {
-				return bad(err)
-			}
-			*list = append(*list, c)
-		case "Service.Environment":
-			if v == "" {
-				u.Environment = nil
-				continue
-			}
-			words, err := splitWords(v)
-			if err != nil {
-				return bad(err)
-			}
-			for _, w := range words {
-				if !strings.Contains(w, "=") {
-					return bad(fmt.Errorf("%q is no assignment", w))
-				}
-				u.Environment = append(u.Environment, w)
-			}
-		case "Service.EnvironmentFile":
-			if v == "" {
-				u.EnvFiles = nil
-				continue
-			}
-			p, opt := strings.CutPrefix(v, "-")
-			u.EnvFiles = append(u.EnvFiles, EnvFile{Path: p, Optional: opt})
-		case "Service.Restart":
-			if !slices.Contains([]string{"no", "always", "on-failure"}, v) {
-				return bad(errors.New("supported: no, always, on-failure"))
-			}
-			u.Restart = v
-		case "Service.RestartSec", "Service.TimeoutStopSec":
-			d, err := parseTimespan(v)
-			if err != nil {
-				return bad(err)
-			}
-			if o.Name == "RestartSec" {
-				u.RestartDelay = d
-			} else {
-				u.StopTimeout = d
-			}
-		case "Service.KillMode":
-			if v != "control-group" && v != "process" {
-				return bad(errors.New("supported: control-group, process"))
-			}
-			u.KillMode = v
-		case "Service.Type":
-			if !slices.Contains([]string{"simple", "exec", "notify"}, v) {
-				return bad(errors.New("supported: simple, exec, notify"))
-			}
-			u.Type = v
+		if err := u.set(o.Section, o.Name, v); err != nil {
+			return fmt.Errorf("%s: [%s] %s=%s: %w", path, o.Section, o.Name, v, err)
 		}
+	}
+	return nil
+}
+
+// set applies one assignment.
+func (u *Unit) set(section, name, v string) error {
+	switch section + "." + name {
+	case "Unit.Description":
+		u.Description = v
+	case "Service.ExecStart", "Service.ExecStartPre":
+		list := &u.ExecStart
+		if name == "ExecStartPre" {
+			list = &u.ExecStartPre
+		}
+		if v == "" {
+			*list = nil
+			return nil
+		}
+		c, err := parseCommand(v)
+		if err != nil {
+			return err
+		}
+		*list = append(*list, c)
+	case "Service.Environment":
+		if v == "" {
+			u.Environment = nil
+			return nil
+		}
+		words, err := splitWords(v)
+		if err != nil {
+			return err
+		}
+		for _, w := range words {
+			if !strings.Contains(w, "=") {
+				return fmt.Errorf("%q is no assignment", w)
+			}
+			u.Environment = append(u.Environment, w)
+		}
+	case "Service.EnvironmentFile":
+		if v == "" {
+			u.EnvFiles = nil
+			return nil
+		}
+		p, opt := strings.CutPrefix(v, "-")
+		u.EnvFiles = append(u.EnvFiles, EnvFile{Path: p, Optional: opt})
+	case "Service.Restart":
+		if !slices.Contains([]string{"no", "always", "on-failure"}, v) {
+			return errors.New("supported: no, always, on-failure")
+		}
+		u.Restart = v
+	case "Service.RestartSec", "Service.TimeoutStopSec":
+		d, err := parseTimespan(v)
+		if err != nil {
+			return err
+		}
+		if name == "RestartSec" {
+			u.RestartDelay = d
+		} else {
+			u.StopTimeout = d
+		}
+	case "Service.KillMode":
+		if v != "control-group" && v != "process" {
+			return errors.New("supported: control-group, process")
+		}
+		u.KillMode = v
+	case "Service.Type":
+		if !slices.Contains([]string{"simple", "exec", "notify"}, v) {
+			return errors.New("supported: simple, exec, notify")
+		}
+		u.Type = v
 	}
 	return nil
 }

@@ -248,7 +248,9 @@ func TestEdgeReachThroughAgents(t *testing.T) {
 // startFleetHubWithReach runs fleet's hub with edge reach, watching only
 // ns (other tests' clusters are not its to point at its proxy), and
 // returns its gateway and the proxy's address.
-func startFleetHubWithReach(t *testing.T, ns string) (*gateway.Server, string) {
+// Its certificate names 127.0.0.1 and extraIPs (a site router's address,
+// where hosts reach the gateway).
+func startFleetHubWithReach(t *testing.T, ns string, extraIPs ...string) (*gateway.Server, string) {
 	t.Helper()
 	mgr, err := ctrl.NewManager(hub.Config, ctrl.Options{Scheme: hub.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
 		Logger: ctrl.Log.WithName("hub"),
@@ -256,7 +258,11 @@ func startFleetHubWithReach(t *testing.T, ns string) (*gateway.Server, string) {
 	must(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	must(t, hubreconcilers.Setup(ctx, mgr, hubreconcilers.Options{Concurrency: 4, SkipNameValidation: true}))
-	gw, err := gateway.Setup(ctx, mgr, gateway.Options{Addr: "127.0.0.1:0", HubNamespace: ns, IPs: []net.IP{net.ParseIP("127.0.0.1")}})
+	ips := []net.IP{net.ParseIP("127.0.0.1")}
+	for _, ip := range extraIPs {
+		ips = append(ips, net.ParseIP(ip))
+	}
+	gw, err := gateway.Setup(ctx, mgr, gateway.Options{Addr: "127.0.0.1:0", HubNamespace: ns, IPs: ips})
 	must(t, err)
 	proxyAddr := freeAddr(t)
 	skip := true

@@ -21,11 +21,7 @@ import (
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/edgefleet/fleet/internal/testenv"
 	"github.com/edgefleet/fleet/internal/testhost"
@@ -35,8 +31,6 @@ import (
 	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
 	"github.com/edgefleet/fleet/pkg/hub/inventory"
-	"github.com/edgefleet/fleet/pkg/hub/reach"
-	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
 )
 
 // realNodesWait bounds each step on real nodes: a kubeadm init with
@@ -122,30 +116,6 @@ func startRealHostWith(t *testing.T, s *testhost.Site, bin testhost.Binaries, o 
 	return h
 }
 
-// startRealNodesHub runs fleet's hub with edge reach; its certificate
-// names the site router's address, where the hosts reach it.
-func startRealNodesHub(t *testing.T, ns string, router string) (*gateway.Server, string) {
-	t.Helper()
-	mgr, err := ctrl.NewManager(hub.Config, ctrl.Options{Scheme: hub.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
-		Logger: ctrl.Log.WithName("hub"),
-		Cache:  cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}}})
-	must(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	must(t, hubreconcilers.Setup(ctx, mgr, hubreconcilers.Options{Concurrency: 4, SkipNameValidation: true}))
-	gw, err := gateway.Setup(ctx, mgr, gateway.Options{Addr: "127.0.0.1:0", HubNamespace: ns,
-		IPs: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(router)}})
-	must(t, err)
-	proxyAddr := freeAddr(t)
-	_, err = reach.Setup(ctx, mgr, gw, reach.SetupOptions{Options: reach.Options{Addr: proxyAddr},
-		Controller: controller.Options{SkipNameValidation: ptr.To(true)}})
-	must(t, err)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = mgr.Start(ctx) }()
-	<-gw.Ready()
-	t.Cleanup(func() { cancel(); <-done })
-	return gw, proxyAddr
-}
-
 func realEventually(t *testing.T, what string, cond func() error) {
 	t.Helper()
 	testkit.Eventually(t, realNodesWait, 2*time.Second, what, cond)
@@ -163,7 +133,7 @@ func TestRealNodesClusterLifecycle(t *testing.T) {
 	ns := newNamespace(t)
 	c := hub.Client
 	const lan = "10.97.0"
-	gw, _ := startRealNodesHub(t, ns, lan+".1")
+	gw, _ := startFleetHubWithReach(t, ns, lan+".1")
 	site, hubURL := startRealSite(t, lan, gw)
 
 	cpToken, _, err := enrollment.Create(ctx, c, ns, enrollment.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "cp"}}, time.Now())

@@ -4,122 +4,45 @@ import (
 	"bufio"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/edgefleet/fleet/internal/testhost"
 	"github.com/edgefleet/fleet/pkg/pki"
 )
 
-// site is an edge site behind NAT: a network namespace of its own, with a
-// LAN address (siteAddr on a bridge) and no route out. The only way out is
-// an outbound-only forwarder to the hub's gateway, like a NAT router that
-// lets agents dial home and nothing dial in.
-type site struct {
-	name string
-	path string // /run/netns/<name>
-}
+// site is an edge site behind NAT (testhost.Site): a network namespace
+// with a LAN address (siteAddr on a bridge) and no route out; the only way
+// out is an outbound-only forwarder to the hub's gateway.
+type site struct{ *testhost.Site }
 
 const siteAddr = "10.99.0.1"
 
 func newSite(t *testing.T) *site {
 	t.Helper()
-	s := &site{name: fmt.Sprintf("fleet-e2e-%d", os.Getpid()%100000)}
-	s.path = "/run/netns/" + s.name
-	_ = exec.Command("ip", "netns", "del", s.name).Run()
-	for _, args := range [][]string{
-		{"netns", "add", s.name},
-		{"-n", s.name, "link", "set", "lo", "up"},
-		{"-n", s.name, "link", "add", "site0", "type", "bridge"},
-		{"-n", s.name, "addr", "add", siteAddr + "/24", "dev", "site0"},
-		{"-n", s.name, "link", "set", "site0", "up"},
-	} {
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", s.name).Run() })
-	return s
+	s, err := testhost.NewSite(fmt.Sprintf("fleet-e2e-%d", os.Getpid()%100000), "10.99.0")
+	must(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return &site{s}
 }
 
 // command runs name inside the site.
 func (s *site) command(name string, args ...string) *exec.Cmd {
-	return exec.Command("nsenter", append([]string{"--net=" + s.path, "--", name}, args...)...)
+	return exec.Command("nsenter", append([]string{"--net=" + s.Path(), "--", name}, args...)...)
 }
 
-// inside runs fn on a thread that has entered the site's namespace;
-// sockets fn makes stay there.
-func (s *site) inside(fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		// The thread is not unlocked if it could not be put back: it then
-		// dies with this goroutine instead of serving others in the site.
-		orig, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		target, err := os.Open(s.path)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer target.Close()
-		if err := unix.Setns(int(target.Fd()), syscall.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("entering %s: %w", s.path, err)
-			return
-		}
-		ferr := fn()
-		if err := unix.Setns(int(orig.Fd()), syscall.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("leaving %s: %w", s.path, err)
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
-}
-
-// forward listens on addr inside the site and carries each connection to
-// target outside: the site's NAT router, outbound only.
+// forward carries connections to addr inside the site to target outside.
 func (s *site) forward(t *testing.T, addr, target string) {
 	t.Helper()
-	var ln net.Listener
-	must(t, s.inside(func() (err error) {
-		ln, err = net.Listen("tcp", addr)
-		return err
-	}))
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				up, err := net.Dial("tcp", target)
-				if err != nil {
-					return
-				}
-				defer up.Close()
-				go func() { _, _ = io.Copy(up, c); _ = up.(*net.TCPConn).CloseWrite() }()
-				_, _ = io.Copy(c, up)
-			}()
-		}
-	}()
+	_, err := s.Forward(addr, target)
+	must(t, err)
 }
 
 // siteAPIServer is the edge cluster's API server, running in the site.

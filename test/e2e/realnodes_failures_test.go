@@ -1,0 +1,133 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/edgefleet/fleet/internal/testenv"
+	"github.com/edgefleet/fleet/internal/testhost"
+	"github.com/edgefleet/fleet/pkg/cli/create"
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/hub/enrollment"
+)
+
+// Real hosts that cannot become nodes — no container runtime, a port
+// taken, an image missing, a kubelet that never gets healthy — each end
+// NeedsAttention with kubeadm's own words on the EdgeMachine, never a
+// Running Machine; deleting the cluster resets each for real and gives it
+// back clean.
+func TestRealNodesBootstrapFailures(t *testing.T) {
+	bin := realKit(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	c := hub.Client
+	const lan = "10.97.1"
+	gw, _ := startFleetHubWithReach(t, ns, lan+".1")
+	site, hubURL := startRealSite(t, lan, gw)
+	tmpl, err := os.ReadFile("../../docs/templates/kubeadm-cgroupv1-test-hosts.yaml")
+	must(t, err)
+	prefix := fmt.Sprintf("rf%d", os.Getpid()%100000)
+
+	type failure struct {
+		name    string
+		host    testhost.HostOptions
+		setup   func(t *testing.T, h *testhost.Host)
+		kubeadm func(s *bootstrapv1.KubeadmConfigSpec)
+		// want is what kubeadm says, found in the EdgeMachine's condition.
+		want string
+	}
+	failures := []failure{
+		{name: "nocri", host: testhost.HostOptions{Without: []string{"containerd"}}, want: "[ERROR CRI]"},
+		{name: "busy", want: "[ERROR Port-6443]", setup: func(t *testing.T, h *testhost.Host) {
+			// Something else already serves the API server's port.
+			var ln net.Listener
+			must(t, h.Inside(func() (err error) { ln, err = net.Listen("tcp", ":6443"); return err }))
+			t.Cleanup(func() { _ = ln.Close() })
+		}},
+		{name: "noimage", host: testhost.HostOptions{WithoutImages: []string{"etcd.tar"}}, want: "error execution phase wait-control-plane",
+			kubeadm: func(s *bootstrapv1.KubeadmConfigSpec) {
+				s.InitConfiguration.Timeouts.ControlPlaneComponentHealthCheckSeconds = ptr.To[int32](30)
+			}},
+		{name: "sick", want: "error execution phase wait-control-plane",
+			kubeadm: func(s *bootstrapv1.KubeadmConfigSpec) {
+				// A cgroup parent that does not exist: the kubelet exits at start.
+				s.Files[0].Content = strings.Replace(s.Files[0].Content, "cgroupRoot: /fleet-", "cgroupRoot: /missing-", 1)
+				s.InitConfiguration.Timeouts.KubeletHealthCheckSeconds = ptr.To[int32](20)
+			}},
+	}
+	hosts := map[string]*testhost.Host{}
+	for _, f := range failures {
+		token, _, err := enrollment.Create(ctx, c, ns, enrollment.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"fail": f.name}}, time.Now())
+		must(t, err)
+		h := startRealHostWith(t, site, bin, f.host, prefix+"-"+f.name, hubURL, gw.CA().Pin(), token)
+		if f.setup != nil {
+			f.setup(t, h)
+		}
+		hosts[f.name] = h
+	}
+	realEventually(t, "the hosts enrolled and Available", func() error { return testenv.HostsAvailable(ctx, c, ns, len(failures)) })
+
+	for _, f := range failures {
+		settings, err := create.ParseKubeadmConfig(tmpl)
+		must(t, err)
+		if f.kubeadm != nil {
+			f.kubeadm(&settings)
+		}
+		sel := &metav1.LabelSelector{MatchLabels: map[string]string{"fail": f.name}}
+		for _, o := range create.Objects(create.Spec{Name: f.name, Namespace: ns, KubernetesVersion: "v1.36.3",
+			ControlPlane: "machines", ControlPlaneMachines: 1, ControlPlaneSelector: sel, WorkerSelector: sel,
+			Endpoint: infrav1.APIEndpoint{Host: f.name + "." + ns + "." + infrav1.EndpointDomain, Port: 6443}, Kubeadm: settings}) {
+			must(t, c.Create(ctx, o))
+		}
+	}
+	for _, f := range failures {
+		machine := f.name + "-control-plane-0"
+		realEventually(t, f.name+": the host NeedsAttention with kubeadm's words", func() error {
+			if err := hostPhase(ctx, c, ns, hosts[f.name].Name, infrav1.HostNeedsAttention); err != nil {
+				return err
+			}
+			cond, err := hostCondition(ctx, c, ns, machine, infrav1.HostProvisionedCondition)
+			if err != nil {
+				return err
+			}
+			if cond.Reason != infrav1.ProvisioningFailedReason || !strings.Contains(cond.Message, f.want) {
+				return fmt.Errorf("HostProvisioned %s: %s", cond.Reason, cond.Message)
+			}
+			return nil
+		})
+		m := &clusterv1.Machine{}
+		must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: machine}, m))
+		if m.Status.Phase == string(clusterv1.MachinePhaseRunning) {
+			t.Errorf("%s: a Machine whose bootstrap failed went Running", f.name)
+		}
+	}
+
+	// The operator gives up on them: each host is reset for real and
+	// comes back clean.
+	for _, f := range failures {
+		must(t, c.Delete(ctx, &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: f.name}}))
+	}
+	for _, f := range failures {
+		h := hosts[f.name]
+		realEventually(t, f.name+": the host reset and Available", func() error {
+			if err := hostPhase(ctx, c, ns, h.Name, infrav1.HostAvailable); err != nil {
+				return err
+			}
+			if f.name == "nocri" {
+				return nil // no runtime to ask about containers
+			}
+			return hostClean(h)
+		})
+	}
+}
