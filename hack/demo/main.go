@@ -47,7 +47,8 @@ func main() {
 	defer stop()
 	err := d.run(ctx, os.Stdin)
 	d.shutdown()
-	if err != nil && !errors.Is(err, context.Canceled) {
+	// After Ctrl-C, a step cut short (a kubectl fleet killed) is no error.
+	if err != nil && ctx.Err() == nil {
 		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
 		os.Exit(1)
 	}

@@ -13,7 +13,9 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
+	"github.com/edgefleet/fleet/internal/localkube"
 	"github.com/edgefleet/fleet/internal/testhost"
 )
 
@@ -84,21 +86,24 @@ func (d *demo) real() bool { return d.nodes == nodesReal }
 func routerURL() string { return "https://" + net.JoinHostPort(siteLAN+".1", routerPort) }
 
 // sweep removes the hosts and sites a killed run left (their processes,
-// mounts, links, namespaces and cgroups).
+// mounts, links, namespaces and cgroups), and refuses while another demo
+// holds the site.
 func (d *demo) sweep() error {
 	swept, err := testhost.Sweep()
 	for _, s := range swept {
 		d.step("removed what a killed run left: %s", s)
 	}
-	return err
-}
-
-// startSite refuses while another demo holds the site, and makes the site
-// with its NAT to the gateway.
-func (d *demo) startSite() error {
+	if err != nil {
+		return err
+	}
 	if pid := liveOwner("site", siteName); pid != 0 {
 		return fmt.Errorf("another demo (pid %d) runs the real edge hosts of site %s: stop it first", pid, siteName)
 	}
+	return nil
+}
+
+// startSite makes the site with its NAT to the gateway.
+func (d *demo) startSite() error {
 	s, err := testhost.NewSite(siteName, siteLAN)
 	if err != nil {
 		return err
@@ -212,10 +217,30 @@ func (d *demo) startOverIfNeeded() error {
 	default:
 		return d.writeMode()
 	}
+	if err := d.stopLeftovers(); err != nil {
+		return err
+	}
 	if err := d.forget(); err != nil {
 		return err
 	}
 	return d.writeMode()
+}
+
+// stopLeftovers stops the etcd and kube-apiserver a killed run's hub left
+// on --data-dir, unless a hub or agent still runs there (then forget
+// refuses, naming them).
+func (d *demo) stopLeftovers() error {
+	pids, err := localkube.Processes(d.dataDir)
+	if err != nil {
+		return err
+	}
+	for _, pid := range pids {
+		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+		if b := filepath.Base(exe); b != "etcd" && b != "kube-apiserver" {
+			return nil
+		}
+	}
+	return localkube.StopLeftovers(d.dataDir, 10*time.Second)
 }
 
 func (d *demo) writeMode() error {
