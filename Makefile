@@ -158,9 +158,10 @@ packages: $(NFPM) ## Build fleet-agent .deb and .rpm packages for PKG_ARCHS (amd
 	@ls -1 $(PKG_DIST)/*.deb $(PKG_DIST)/*.rpm
 
 .PHONY: demo
-demo: k8s ## Run fleet locally: the embedded hub, 3 edge agents and a cluster on them (needs root; DEMO_FLAGS=--reset starts over).
-	@echo ">> building fleet-hub, fleet-agent, kubectl-fleet, the node simulator and the demo into bin/ (about 3 minutes the first time)"
+demo: k8s ## Run fleet locally: the embedded hub, 3 real edge hosts (or simulated ones where they cannot run) and a cluster on them (needs root; DEMO_FLAGS=--nodes=simulated forces the simulator).
+	@echo ">> building fleet-hub, fleet-agent, kubectl-fleet, the hosts' service manager, the node simulator and the demo into bin/ (about 3 minutes the first time)"
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/fleet-hub ./cmd/fleet-agent ./cmd/kubectl-fleet
+	$(GO) build -o $(BIN)/fleet-unitd ./test/unitd
 	$(GO) build -o $(BIN)/fleet-nodesim ./test/nodesim
 	$(GO) build -o $(BIN)/fleet-demo ./hack/demo
 	$(BIN)/fleet-demo $(DEMO_FLAGS)

@@ -24,8 +24,9 @@ func newDevCommand() *cobra.Command {
 		Use:   "dev",
 		Short: "Run a local management cluster in this process (try-out and demo)",
 		Long: "fleet-hub dev runs a local management cluster in one process: etcd and kube-apiserver\n" +
-			"(from --bin-dir, built by `make k8s`), the Cluster API core and kubeadm bootstrap reconcilers,\n" +
-			"and the fleet hub with its agent gateway. The fleet is kept in --data-dir between runs;\n" +
+			"(from --bin-dir, built by `make k8s`), the Cluster API core, kubeadm bootstrap and kubeadm\n" +
+			"control-plane reconcilers, and the fleet hub with its agent gateway and edge-reach proxy, through\n" +
+			"which Cluster API reaches edge clusters behind NAT. The fleet is kept in --data-dir between runs;\n" +
 			"Ctrl-C stops everything.",
 		Args: noArgs,
 		RunE: func(*cobra.Command, []string) error { return runDev(o, zopts) },
@@ -41,6 +42,10 @@ func addDevFlags(fs *pflag.FlagSet, o *embedded.Options) {
 	fs.StringVar(&o.BinDir, "bin-dir", defaultBinDir(), "Directory with kube-apiserver and etcd.")
 	fs.StringVar(&o.GatewayAddr, "gateway-bind-address", "127.0.0.1:7443", "Address the agent gateway listens on.")
 	fs.StringVar(&o.AdvertiseURL, "gateway-advertise-url", "", "URL agents are told to dial (default https://<gateway-bind-address>).")
+	fs.IPSliceVar(&o.GatewayIPs, "gateway-ips", nil, "Comma-separated further IP addresses agents reach the gateway by, such as this machine's LAN address or a NAT router's (put in its serving certificate).")
+	fs.StringSliceVar(&o.GatewayDNSNames, "gateway-dns-names", nil, "Comma-separated further DNS names agents reach the gateway by (put in its serving certificate).")
+	fs.StringVar(&o.ProxyAddr, "proxy-bind-address", "127.0.0.1:7444", "Address of the edge-reach CONNECT proxy through which Cluster API and `kubectl fleet kubeconfig` reach edge clusters via their agents; \"0\" turns edge reach off.")
+	fs.StringVar(&o.ProxyAdvertiseURL, "proxy-advertise-url", "", "URL (http://host:port) at which Cluster API and kubeconfigs reach the edge-reach proxy (default http://<proxy-bind-address>).")
 	fs.StringVar(&o.HubNamespace, "hub-namespace", "fleet-system", "Namespace of the hub CA and enrollment tokens.")
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", "0", "Address of the hub's Prometheus metrics (plain HTTP); \"0\" turns them off.")
 }

@@ -2,8 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 )
@@ -27,12 +32,21 @@ func (d *demo) createCluster(ctx context.Context) error {
 		d.step("cluster %s is kept from the last run", clusterName)
 	case apierrors.IsNotFound(err):
 		d.step("creating cluster %s on the edge hosts (Cluster API makes the Machines; fleet gives each a host)", clusterName)
-		if err := d.kubectlFleet(ctx, "create", "cluster", clusterName,
-			"--kubernetes-version", d.kubernetesVersion,
-			"--control-plane=machines", "--control-plane-machines", "1", "--worker-machines", fmt.Sprint(d.agents-1),
+		args := []string{"create", "cluster", clusterName, "--kubernetes-version", d.kubernetesVersion}
+		if d.real() {
+			// KubeadmControlPlane, with what hosts on this machine need
+			// from kubeadm (docs/PROVISIONING.md says which and why).
+			args = append(args, "--control-plane=kubeadm", "--kubeadm-config", d.kubeadmConfig)
+		} else {
+			// No control-plane provider: KCP needs the cluster's etcd,
+			// which the node simulator does not fake.
+			args = append(args, "--control-plane=machines")
+		}
+		args = append(args, "--control-plane-machines", "1", "--worker-machines", fmt.Sprint(d.agents-1),
 			"--host-selector", siteLabel,
 			"--control-plane-host-selector", roleLabel+"=control-plane", "--worker-host-selector", roleLabel+"=worker",
-			"--wait", "--timeout", "10m"); err != nil {
+			"--wait", "--timeout", "10m")
+		if err := d.kubectlFleet(ctx, args...); err != nil {
 			return err
 		}
 	default:
@@ -53,7 +67,82 @@ func (d *demo) createCluster(ctx context.Context) error {
 		}
 		return "", nil
 	})
-	return d.kubectlFleet(ctx, "describe", "cluster", clusterName)
+	if d.real() {
+		if err := d.waitAvailable(ctx); err != nil {
+			return err
+		}
+	}
+	if err := d.kubectlFleet(ctx, "describe", "cluster", clusterName); err != nil {
+		return err
+	}
+	if d.real() {
+		return d.showNodes(ctx)
+	}
+	return nil
+}
+
+// waitAvailable waits for Cluster API to call the cluster Available: its
+// control plane answers (KCP reaches it through the hub) and its workers
+// are up.
+func (d *demo) waitAvailable(ctx context.Context) error {
+	return waitFor(ctx, 5*time.Minute, "cluster "+clusterName+" Available", func(s string) { fmt.Fprintf(d.out, "    %s\n", s) }, func() (string, error) {
+		c := &clusterv1.Cluster{}
+		if err := d.client.Get(ctx, client.ObjectKey{Namespace: "default", Name: clusterName}, c); err != nil {
+			return "", err
+		}
+		if !conditions.IsTrue(c, clusterv1.ClusterAvailableCondition) {
+			return "waiting for Cluster API to report the cluster Available", errors.New("not Available")
+		}
+		return "", nil
+	})
+}
+
+// workloadKubeconfig is where the demo writes the edge cluster's admin
+// kubeconfig, which reaches it through the hub.
+func (d *demo) workloadKubeconfig() string {
+	return filepath.Join(d.dataDir, clusterName+".kubeconfig")
+}
+
+// showNodes writes the cluster's kubeconfig with `kubectl fleet
+// kubeconfig` and lists its nodes through it, as an operator would, once
+// every node is Ready.
+func (d *demo) showNodes(ctx context.Context) error {
+	fmt.Fprintf(d.out, "$ kubectl fleet kubeconfig %s > %s\n", clusterName, d.workloadKubeconfig())
+	var kc, stderr strings.Builder
+	if err := d.runFleet(ctx, &kc, &stderr, "kubeconfig", clusterName); err != nil {
+		return fmt.Errorf("%w: %s", err, stderr.String())
+	}
+	if err := os.WriteFile(d.workloadKubeconfig(), []byte(kc.String()), 0o600); err != nil {
+		return err
+	}
+	err := waitFor(ctx, 3*time.Minute, "every node Ready", func(s string) { fmt.Fprintf(d.out, "    %s\n", s) }, func() (string, error) {
+		out, err := d.kubectl(ctx, "get", "nodes", "-o", `jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status} {end}`)
+		if err != nil {
+			return "", err
+		}
+		ready := strings.Count(out, "=True")
+		if ready < len(d.hosts) {
+			return fmt.Sprintf("%d/%d nodes Ready", ready, len(d.hosts)), errors.New("not all Ready")
+		}
+		return "", nil
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(d.out, "$ kubectl --kubeconfig %s get nodes -o wide\n", d.workloadKubeconfig())
+	out, err := d.kubectl(ctx, "get", "nodes", "-o", "wide")
+	fmt.Fprint(d.out, out)
+	return err
+}
+
+// kubectl runs bin/k8s/kubectl against the edge cluster.
+func (d *demo) kubectl(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(d.binDir, "k8s", "kubectl"), append([]string{"--kubeconfig", d.workloadKubeconfig()}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
 }
 
 // writeWorkloadKubeconfig stores the kubeconfig of the local API server

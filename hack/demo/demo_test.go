@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -19,19 +20,18 @@ import (
 	"github.com/edgefleet/fleet/internal/clusterapi"
 	"github.com/edgefleet/fleet/internal/localkube"
 	"github.com/edgefleet/fleet/internal/testenv"
+	"github.com/edgefleet/fleet/internal/testhost"
 	"github.com/edgefleet/fleet/internal/testkit"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 )
 
-// The demo as a user runs it, driven through its input: the embedded hub
-// and the agents are separate processes; the cluster comes up on them;
-// the hub restarts under them and keeps the fleet; a stopped agent is
-// reported disconnected and comes back without re-enrolling; scale and
-// delete give hosts back; and after quit no process is left.
+// The demo as a user runs it, driven through its input: with real edge
+// hosts where the machine can run them (under CI it must), and with the
+// node simulator, forced by --nodes=simulated.
 func TestDemo(t *testing.T) {
 	if os.Geteuid() != 0 {
 		if os.Getenv("CI") == "true" {
-			t.Fatal("the demo needs root (sandboxed agents); CI runs as root")
+			t.Fatal("the demo needs root (hosts in namespaces); CI runs as root")
 		}
 		t.Skip("the demo needs root")
 	}
@@ -48,7 +48,7 @@ func TestDemo(t *testing.T) {
 	}
 	bin := t.TempDir()
 	for out, pkg := range map[string]string{"fleet-hub": "./cmd/fleet-hub", "fleet-agent": "./cmd/fleet-agent",
-		"kubectl-fleet": "./cmd/kubectl-fleet", "fleet-nodesim": "./test/nodesim", "fleet-demo": "./hack/demo"} {
+		"kubectl-fleet": "./cmd/kubectl-fleet", "fleet-nodesim": "./test/nodesim", "fleet-unitd": "./test/unitd", "fleet-demo": "./hack/demo"} {
 		cmd := exec.Command("go", "build", "-o", filepath.Join(bin, out), pkg)
 		cmd.Dir = repo
 		if b, err := cmd.CombinedOutput(); err != nil {
@@ -56,15 +56,27 @@ func TestDemo(t *testing.T) {
 		}
 	}
 	must(t, os.Symlink(k8s, filepath.Join(bin, "k8s")))
-	data := filepath.Join(t.TempDir(), ".fleet")
+	t.Run("real", func(t *testing.T) {
+		t.Parallel()
+		testRealDemo(t, repo, bin)
+	})
+	t.Run("simulated", func(t *testing.T) {
+		t.Parallel()
+		testSimulatedDemo(t, bin)
+	})
+}
 
-	out := &syncBuffer{}
-	stdin, input := io.Pipe()
-	demo := exec.Command(filepath.Join(bin, "fleet-demo"), "--data-dir", data, "--bin-dir", bin,
-		"--gateway-bind-address", freeAddr(t), "--agents", "3")
+// startDemo runs the demo binary with args, its input a pipe; the
+// cleanup kills what is left of it after a failure and shows its output
+// and logs.
+func startDemo(t *testing.T, bin, data string, logs []string, args ...string) (out *syncBuffer, say func(string), exited chan error, input io.Closer) {
+	out = &syncBuffer{}
+	stdin, w := io.Pipe()
+	demo := exec.Command(filepath.Join(bin, "fleet-demo"), append([]string{"--data-dir", data, "--bin-dir", bin,
+		"--gateway-bind-address", freeAddr(t)}, args...)...)
 	demo.Stdin, demo.Stdout, demo.Stderr = stdin, out, out
 	must(t, demo.Start())
-	exited := make(chan error, 1)
+	exited = make(chan error, 1)
 	go func() { exited <- demo.Wait() }()
 	t.Cleanup(func() {
 		if demo.ProcessState == nil {
@@ -72,21 +84,160 @@ func TestDemo(t *testing.T) {
 		}
 		if t.Failed() {
 			t.Logf("--- demo output ---\n%s", tail(out.String(), 12000))
-			for _, l := range []string{"hub.log", "demo/logs/edge-1.log", "demo/logs/edge-3.log"} {
+			for _, l := range logs {
 				b, _ := os.ReadFile(filepath.Join(data, l))
 				t.Logf("--- %s ---\n%s", l, tail(string(b), 3000))
 			}
 		}
 		_ = localkube.Kill(mustPIDs(t, data), 5*time.Second)
 	})
-	say := func(line string) {
+	say = func(line string) {
 		t.Helper()
-		if _, err := io.WriteString(input, line+"\n"); err != nil {
+		if _, err := io.WriteString(w, line+"\n"); err != nil {
 			t.Fatalf("telling the demo %q: %v", line, err)
 		}
 	}
+	return out, say, exited, w
+}
+
+// quitDemo says quit and waits for the demo to end with nothing left
+// running.
+func quitDemo(t *testing.T, say func(string), input io.Closer, exited <-chan error, data string) {
+	t.Helper()
+	say("quit")
+	// exec's Wait also waits for the copy of our input to the process.
+	_ = input.Close()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("the demo exited with %v", err)
+		}
+	case <-time.After(3 * time.Minute):
+		t.Fatal("the demo did not stop within 3 minutes of quit")
+	}
+	if pids := mustPIDs(t, data); len(pids) != 0 {
+		t.Errorf("processes left behind after quit: %v", describePIDs(pids))
+	}
+}
+
+var describeClusterRow = regexp.MustCompile(`(?m)^Cluster/demo\s+(\S+)`)
+
+// With real hosts: a KubeadmControlPlane cluster on kubeadm, kubelet and
+// containerd, READY True; the kubectl commands the demo prints reach its
+// nodes through the hub; an agent stops and starts through its unit; quit
+// leaves no host, site or process.
+func testRealDemo(t *testing.T, repo, bin string) {
+	if missing := realNodesMissing(bin); len(missing) > 0 {
+		msg := "real edge hosts need " + strings.Join(missing, ", ") + " (.ci/run installs them; make k8s builds bin/k8s)"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	if _, err := testhost.Sweep(); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(t.TempDir(), ".fleet")
+	out, say, exited, input := startDemo(t, bin, data, []string{"hub.log",
+		"demo/hosts/edge-1/root/var/log/unitd/fleet-agent.service.log", "demo/hosts/edge-1/root/var/log/unitd/kubelet.service.log"},
+		"--nodes=real", "--agents", "2", "--proxy-bind-address", freeAddr(t),
+		"--kubeadm-config", filepath.Join(repo, "docs", "templates", "kubeadm-cgroupv1-test-hosts.yaml"))
+	t.Cleanup(func() {
+		// A demo that was killed leaves its hosts: remove them.
+		if _, err := testhost.Sweep(); err != nil {
+			t.Error(err)
+		}
+	})
 
 	waitOutput(t, out, exited, "Commands here", 1, 10*time.Minute)
+	if !strings.Contains(out.String(), "==> real edge hosts: ") {
+		t.Errorf("the demo does not say it runs real hosts")
+	}
+	if m := describeClusterRow.FindStringSubmatch(out.String()); m == nil || m[1] != "True" {
+		t.Errorf("describe shows Cluster/demo READY %v, want True", m)
+	}
+	c := hubClient(t, data)
+	ctx := context.Background()
+	if err := testenv.MachinesRunning(ctx, c, "", 2); err != nil {
+		t.Fatalf("after the demo came up: %v", err)
+	}
+
+	// The commands it prints to try, run as printed.
+	nodes := printedCommand(t, out.String(), "get nodes -o wide")
+	if got := runPrinted(t, bin, nodes); !regexp.MustCompile(`(?m)^edge-1\s+Ready\s`).MatchString(got) ||
+		!regexp.MustCompile(`(?m)^edge-2\s+Ready\s`).MatchString(got) {
+		t.Errorf("%s: want edge-1 and edge-2 Ready:\n%s", nodes, got)
+	}
+	pods := printedCommand(t, out.String(), "get pods -A")
+	if got := runPrinted(t, bin, pods); !regexp.MustCompile(`(?m)^kube-system\s+kube-apiserver-edge-1\s+1/1\s+Running`).MatchString(got) {
+		t.Errorf("%s: want kube-apiserver-edge-1 Running:\n%s", pods, got)
+	}
+
+	// The agent's unit stops and starts; the host comes back the same.
+	uids := hostUIDs(t, c)
+	say("stop edge-2")
+	eventually(t, "edge-2 shown disconnected by kubectl fleet get hosts", func() error {
+		return hostRow(t, bin, data, "edge-2", "False")
+	})
+	say("start edge-2")
+	eventually(t, "edge-2 connected again", func() error { return hostRow(t, bin, data, "edge-2", "True") })
+	if got := hostUIDs(t, c); !equalMaps(got, uids) {
+		t.Errorf("a restarted agent re-enrolled: hosts %v, were %v", got, uids)
+	}
+
+	quitDemo(t, say, input, exited, data)
+	for _, name := range []string{"site-" + siteName, "host-edge-1", "host-edge-2"} {
+		if _, err := os.Stat(filepath.Join(testhost.RecordDir, name+".json")); err == nil {
+			t.Errorf("%s is still recorded after quit", name)
+		}
+	}
+	netns, _ := exec.Command("ip", "netns", "list").CombinedOutput()
+	for _, ns := range []string{siteName, "fleet-edge-1", "fleet-edge-2"} {
+		if regexp.MustCompile(`(?m)^` + ns + `\b`).Match(netns) {
+			t.Errorf("network namespace %s is left after quit", ns)
+		}
+	}
+}
+
+// printedCommand finds the kubectl command ending in suffix among the
+// lines the demo prints to try.
+func printedCommand(t *testing.T, out, suffix string) string {
+	t.Helper()
+	for _, l := range strings.Split(out, "\n") {
+		l = strings.TrimSpace(l)
+		if strings.HasPrefix(l, "kubectl --kubeconfig ") && strings.HasSuffix(l, suffix) {
+			return l
+		}
+	}
+	t.Fatalf("the demo prints no kubectl command ending in %q", suffix)
+	return ""
+}
+
+// runPrinted runs a printed kubectl command with bin/k8s/kubectl.
+func runPrinted(t *testing.T, bin, line string) string {
+	t.Helper()
+	args := strings.Fields(line)[1:]
+	b, err := exec.Command(filepath.Join(bin, "k8s", "kubectl"), args...).CombinedOutput()
+	if err != nil {
+		t.Errorf("%s: %v\n%s", line, err, b)
+	}
+	return string(b)
+}
+
+// With the node simulator: the embedded hub and the agents are separate
+// processes; the cluster comes up on them; the hub restarts under them and
+// keeps the fleet; a stopped agent is reported disconnected and comes back
+// without re-enrolling; scale and delete give hosts back; and after quit
+// no process is left.
+func testSimulatedDemo(t *testing.T, bin string) {
+	data := filepath.Join(t.TempDir(), ".fleet")
+	out, say, exited, input := startDemo(t, bin, data, []string{"hub.log", "demo/logs/edge-1.log", "demo/logs/edge-3.log"},
+		"--nodes=simulated", "--agents", "3")
+
+	waitOutput(t, out, exited, "Commands here", 1, 10*time.Minute)
+	if !strings.Contains(out.String(), "==> node simulator: --nodes=simulated") {
+		t.Errorf("the demo does not say it runs the node simulator")
+	}
 	c := hubClient(t, data)
 	ctx := context.Background()
 	if err := testenv.MachinesRunning(ctx, c, "", 3); err != nil {
@@ -140,19 +291,28 @@ func TestDemo(t *testing.T) {
 	kubectlFleet(t, bin, data, "delete", "cluster", "demo", "--wait", "--timeout", "5m")
 	eventually(t, "every host Available after the cluster is deleted", func() error { return testenv.HostsAvailable(ctx, c, "", 3) })
 
-	say("quit")
-	// exec's Wait also waits for the copy of our input to the process.
-	_ = input.Close()
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("the demo exited with %v", err)
-		}
-	case <-time.After(3 * time.Minute):
-		t.Fatal("the demo did not stop within 3 minutes of quit")
+	quitDemo(t, say, input, exited, data)
+}
+
+// Where the machine lacks what real hosts need, auto falls back to the
+// node simulator and says why in one line; --nodes=real refuses.
+func TestChooseNodes(t *testing.T) {
+	bin := t.TempDir() // no bin/k8s/kubelet, kubeadm or images
+	var out strings.Builder
+	d := &demo{out: &out, binDir: bin, nodes: nodesAuto}
+	must(t, d.chooseNodes())
+	if d.nodes != nodesSimulated {
+		t.Errorf("auto without kubelet chose %q", d.nodes)
 	}
-	if pids := mustPIDs(t, data); len(pids) != 0 {
-		t.Errorf("processes left behind after quit: %v", describePIDs(pids))
+	line := out.String()
+	if strings.Count(line, "\n") != 1 || !strings.HasPrefix(line, "==> node simulator: real edge hosts need ") ||
+		!strings.Contains(line, filepath.Join(bin, "k8s", "kubelet")) || !strings.Contains(line, "make k8s") ||
+		!strings.Contains(line, "apt-get install containerd runc containernetworking-plugins dbus") {
+		t.Errorf("the fallback says %q", line)
+	}
+	d = &demo{out: io.Discard, binDir: bin, nodes: nodesReal}
+	if err := d.chooseNodes(); err == nil || !strings.Contains(err.Error(), "kubeadm") {
+		t.Errorf("--nodes=real without kubeadm: %v", err)
 	}
 }
 

@@ -1,17 +1,19 @@
 // Command demo runs fleet on one machine, with nothing but this
 // repository: `make demo` builds what is missing and runs it.
 //
-// It starts the embedded hub (`fleet-hub dev`), a second local API server
-// that plays the edge cluster's own API server, and several real
-// fleet-agent processes. Each agent provisions a sandbox root of its own
-// (a folder under --data-dir, entered with chroot), where the node
-// simulator stands in for kubeadm and the kubelet, which cannot run here.
-// Then it enrolls the agents with `kubectl fleet token create`, creates a
-// cluster with `kubectl fleet create cluster demo --wait`, describes it,
-// and keeps running, reading commands (stop/start an agent, restart the
-// hub) from its input until Ctrl-C or `quit`.
+// It starts the embedded hub (`fleet-hub dev`, with the KubeadmControlPlane
+// reconciler and edge reach) and edge hosts. Where the machine can (root,
+// containerd, runc, dbus, the CNI plugins, kubelet and kubeadm in bin/k8s),
+// the hosts are real (internal/testhost): each in network, mount and UTS
+// namespaces of its own behind a site's NAT router, with its own containerd
+// and a service manager in place of systemd, where fleet-agent runs real
+// kubeadm and the kubelet. They end with the demo, so each run starts over.
+// Elsewhere, or with --nodes=simulated, each agent provisions a sandbox root
+// where the node simulator stands in for kubeadm and a local API server
+// plays the edge cluster's; that fleet is kept in --data-dir between runs.
 //
-// Everything is kept in --data-dir: running it again brings the same
-// fleet back; --reset starts over. It needs root (the sandboxes use
-// chroot and mount namespaces).
+// It enrolls the hosts with `kubectl fleet token create`, creates a cluster
+// with `kubectl fleet create cluster demo --wait`, describes it, and keeps
+// running, reading commands (stop/start an agent, restart the hub) from its
+// input until Ctrl-C or `quit`.
 package main

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/edgefleet/fleet/internal/testhost"
 	"github.com/edgefleet/fleet/pkg/agent"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
@@ -25,7 +26,8 @@ const (
 	roleLabel = "role"
 )
 
-// host is one edge machine: a sandbox root (its "/") and an agent.
+// host is one edge machine: a real host (th, with --nodes=real) or a
+// sandbox root (its "/") with the node simulator; and its agent.
 type host struct {
 	name, role  string
 	root        string
@@ -33,6 +35,7 @@ type host struct {
 	logPath     string
 	agentBinary string
 	p           *proc
+	th          *testhost.Host
 }
 
 func (h *host) stateDir() string  { return filepath.Join(h.root, "var/lib/fleet-agent") }
@@ -43,7 +46,11 @@ func (h *host) enrolled() bool {
 	return err == nil
 }
 
-func (h *host) start() error {
+// start starts the agent: on a real host its unit, as systemctl would.
+func (h *host) start(ctx context.Context) error {
+	if h.th != nil {
+		return h.th.Unit(ctx, "start", agentUnit)
+	}
 	if h.p != nil {
 		select {
 		case <-h.p.done:
@@ -64,7 +71,10 @@ func (h *host) start() error {
 	return nil
 }
 
-func (h *host) stop() error {
+func (h *host) stop(ctx context.Context) error {
+	if h.th != nil {
+		return h.th.Unit(ctx, "stop", agentUnit)
+	}
 	if h.p == nil {
 		return nil
 	}
@@ -73,19 +83,11 @@ func (h *host) stop() error {
 
 var tokenRE = regexp.MustCompile(`(?m)^token: (\S+)$`)
 
-// startHosts prepares each host's sandbox, enrolls the new ones with
-// tokens from `kubectl fleet token create` (dropped into the sandbox the
-// way first boot would), starts the agents and waits until all are
-// connected.
+// startHosts makes the hosts (real ones, or sandboxes for the node
+// simulator), enrolls the new ones with tokens from `kubectl fleet token
+// create`, starts the agents and waits until all are connected.
 func (d *demo) startHosts(ctx context.Context) error {
-	simKubeconfig, err := os.ReadFile(d.workload.Kubeconfig)
-	if err != nil {
-		return err
-	}
 	logs := filepath.Join(d.dataDir, "demo", "logs")
-	if err := os.MkdirAll(logs, 0o700); err != nil {
-		return err
-	}
 	d.hosts = nil
 	for i := 1; i <= d.agents; i++ {
 		h := &host{name: fmt.Sprintf("edge-%d", i), role: "worker", agentBinary: filepath.Join(d.binDir, "fleet-agent")}
@@ -95,10 +97,14 @@ func (d *demo) startHosts(ctx context.Context) error {
 		h.root = filepath.Join(d.dataDir, "demo", "hosts", h.name)
 		h.config = filepath.Join(h.root, "etc/fleet-agent/config.yaml")
 		h.logPath = filepath.Join(logs, h.name+".log")
-		if err := d.prepareRoot(h, simKubeconfig); err != nil {
-			return fmt.Errorf("preparing %s: %w", h.name, err)
-		}
 		d.hosts = append(d.hosts, h)
+	}
+	if d.real() {
+		if err := d.makeRealHosts(ctx); err != nil {
+			return err
+		}
+	} else if err := d.prepareSandboxes(logs); err != nil {
+		return err
 	}
 
 	// The hub publishes its URL and CA pin; every run rewrites the agents'
@@ -107,23 +113,43 @@ func (d *demo) startHosts(ctx context.Context) error {
 	if err := d.client.Get(ctx, client.ObjectKey{Namespace: "fleet-system", Name: gateway.InfoConfigMap}, info); err != nil {
 		return fmt.Errorf("reading the hub's published URL and CA pin: %w", err)
 	}
+	hubURL, pin := info.Data[gateway.InfoKeyURL], info.Data[gateway.InfoKeyCAPin]
 	var fresh []*host
 	for _, h := range d.hosts {
-		if err := d.writeAgentConfig(h, info.Data[gateway.InfoKeyURL], info.Data[gateway.InfoKeyCAPin]); err != nil {
-			return err
+		if h.th == nil {
+			if err := d.writeAgentConfig(h, hubURL, pin); err != nil {
+				return err
+			}
 		}
-		if !h.enrolled() {
+		if h.th != nil || !h.enrolled() {
 			fresh = append(fresh, h)
 		}
 	}
-	if err := d.dropTokens(ctx, fresh); err != nil {
+	tokens, err := d.createTokens(ctx, fresh)
+	if err != nil {
 		return err
 	}
 
-	d.step("starting %d fleet-agent processes (sandboxes in %s)", len(d.hosts), filepath.Join(d.dataDir, "demo", "hosts"))
-	for _, h := range d.hosts {
-		if err := h.start(); err != nil {
-			return err
+	if d.real() {
+		d.step("starting fleet-agent.service on %d hosts (its config written as an image's first boot would: hub URL, CA pin, token)", len(d.hosts))
+		for _, h := range d.hosts {
+			if err := h.th.StartAgent(ctx, testhost.AgentConfig{Hub: hubURL, Token: tokens[h.role], CACertHash: pin}); err != nil {
+				return err
+			}
+		}
+	} else {
+		// Dropped in as an image's first boot would; the agent deletes
+		// nothing, the token is simply spent.
+		for _, h := range fresh {
+			if err := os.WriteFile(h.tokenFile(), []byte(tokens[h.role]+"\n"), 0o600); err != nil {
+				return err
+			}
+		}
+		d.step("starting %d fleet-agent processes (sandboxes in %s)", len(d.hosts), filepath.Join(d.dataDir, "demo", "hosts"))
+		for _, h := range d.hosts {
+			if err := h.start(ctx); err != nil {
+				return err
+			}
 		}
 	}
 	err = waitFor(ctx, 3*time.Minute, "edge hosts connected", func(s string) { fmt.Fprintf(d.out, "    %s\n", s) }, func() (string, error) {
@@ -137,16 +163,42 @@ func (d *demo) startHosts(ctx context.Context) error {
 		return "", nil
 	})
 	if err != nil {
-		return fmt.Errorf("%w (agent logs: %s)", err, logs)
+		return fmt.Errorf("%w (agent logs: %s)", err, d.agentLogs())
 	}
 	return d.kubectlFleet(ctx, "get", "hosts")
 }
 
-// dropTokens creates enrollment tokens for hosts not enrolled yet, one per
-// role, and drops each into its host's sandbox.
-func (d *demo) dropTokens(ctx context.Context, fresh []*host) error {
+// prepareSandboxes makes each host's sandbox root for the node simulator.
+func (d *demo) prepareSandboxes(logs string) error {
+	simKubeconfig, err := os.ReadFile(d.workload.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(logs, 0o700); err != nil {
+		return err
+	}
+	for _, h := range d.hosts {
+		if err := d.prepareRoot(h, simKubeconfig); err != nil {
+			return fmt.Errorf("preparing %s: %w", h.name, err)
+		}
+	}
+	return nil
+}
+
+// agentLogs says where the agents log.
+func (d *demo) agentLogs() string {
+	if d.real() {
+		return filepath.Join(d.dataDir, "demo", "hosts", "*", "root", "var", "log", "unitd", agentUnit+".log")
+	}
+	return filepath.Join(d.dataDir, "demo", "logs")
+}
+
+// createTokens creates enrollment tokens for hosts not enrolled yet, one
+// per role, and returns them by role.
+func (d *demo) createTokens(ctx context.Context, fresh []*host) (map[string]string, error) {
+	tokens := map[string]string{}
 	if len(fresh) == 0 {
-		return nil
+		return tokens, nil
 	}
 	d.step("creating enrollment tokens for %d new edge host(s)", len(fresh))
 	byRole := map[string][]*host{}
@@ -161,21 +213,15 @@ func (d *demo) dropTokens(ctx context.Context, fresh []*host) error {
 		out, err := d.kubectlFleetOutput(ctx, true, "token", "create", "--usages", fmt.Sprint(len(hs)), "--ttl", "1h",
 			"--labels", siteLabel+","+roleLabel+"="+role, "--description", "fleet demo "+role+" hosts")
 		if err != nil {
-			return err
+			return nil, err
 		}
 		tok := tokenRE.FindStringSubmatch(out)
 		if tok == nil {
-			return fmt.Errorf("could not read the token from kubectl fleet token create:\n%s", out)
+			return nil, fmt.Errorf("could not read the token from kubectl fleet token create:\n%s", out)
 		}
-		// Dropped in as an image's first boot would; the agent
-		// deletes nothing, the token is simply spent.
-		for _, h := range hs {
-			if err := os.WriteFile(h.tokenFile(), []byte(tok[1]+"\n"), 0o600); err != nil {
-				return err
-			}
-		}
+		tokens[role] = tok[1]
 	}
-	return nil
+	return tokens, nil
 }
 
 func (d *demo) connectedHosts(ctx context.Context) (int, error) {

@@ -25,11 +25,14 @@ func main() {
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&d.dataDir, "data-dir", ".fleet", "Where the fleet is kept (the hub's data, the hosts' sandboxes, logs).")
-	fs.StringVar(&d.binDir, "bin-dir", "bin", "Directory with fleet-hub, fleet-agent, kubectl-fleet, fleet-nodesim and k8s/.")
+	fs.StringVar(&d.binDir, "bin-dir", "bin", "Directory with fleet-hub, fleet-agent, kubectl-fleet, fleet-unitd, fleet-nodesim and k8s/.")
+	fs.StringVar(&d.nodes, "nodes", nodesAuto, "Edge hosts: real (kubeadm, kubelet and containerd in namespaces), simulated (sandboxes with the node simulator) or auto (real when this machine can run them).")
 	fs.IntVar(&d.agents, "agents", 3, "Edge hosts to run (the first is the control plane, the rest workers).")
 	fs.StringVar(&d.gateway, "gateway-bind-address", "127.0.0.1:7443", "Address of the hub's agent gateway.")
+	fs.StringVar(&d.proxy, "proxy-bind-address", "127.0.0.1:7444", "Address of the hub's edge-reach proxy (real hosts), through which Cluster API and kubectl reach the edge cluster.")
 	fs.StringVar(&d.kubernetesVersion, "kubernetes-version", "v1.36.3", "Kubernetes version of the demo cluster.")
-	fs.BoolVar(&d.reset, "reset", false, "Start over: forget the fleet in --data-dir.")
+	fs.StringVar(&d.kubeadmConfig, "kubeadm-config", filepath.Join("docs", "templates", "kubeadm-cgroupv1-test-hosts.yaml"), "kubeadm settings of real hosts on this machine (kubectl fleet create --kubeadm-config).")
+	fs.BoolVar(&d.reset, "reset", false, "Start over: forget the fleet in --data-dir (real hosts always start over).")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return
@@ -44,7 +47,8 @@ func main() {
 	defer stop()
 	err := d.run(ctx, os.Stdin)
 	d.shutdown()
-	if err != nil && !errors.Is(err, context.Canceled) {
+	// After Ctrl-C, a step cut short (a kubectl fleet killed) is no error.
+	if err != nil && ctx.Err() == nil {
 		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
 		os.Exit(1)
 	}
@@ -52,12 +56,15 @@ func main() {
 
 func (d *demo) validate() error {
 	if os.Geteuid() != 0 {
-		return errors.New("the demo needs root: each edge host provisions a sandbox with chroot and mount namespaces (try: sudo make demo)")
+		return errors.New("the demo needs root: each edge host runs in namespaces of its own (try: sudo make demo)")
 	}
 	if d.agents < 2 {
 		return fmt.Errorf("--agents must be at least 2 (one control plane and one worker), got %d", d.agents)
 	}
-	for _, b := range []string{"fleet-hub", "fleet-agent", "kubectl-fleet", "fleet-nodesim", "k8s/kube-apiserver", "k8s/etcd"} {
+	if d.nodes != nodesAuto && d.nodes != nodesReal && d.nodes != nodesSimulated {
+		return fmt.Errorf("--nodes %q: want real, simulated or auto", d.nodes)
+	}
+	for _, b := range []string{"fleet-hub", "fleet-agent", "kubectl-fleet", "fleet-unitd", "fleet-nodesim", "k8s/kube-apiserver", "k8s/etcd", "k8s/kubectl"} {
 		if _, err := os.Stat(filepath.Join(d.binDir, b)); err != nil {
 			return fmt.Errorf("%s is missing in %s: run `make demo`, which builds it", b, d.binDir)
 		}
@@ -66,6 +73,12 @@ func (d *demo) validate() error {
 	if d.dataDir, err = filepath.Abs(d.dataDir); err != nil {
 		return err
 	}
+	if d.kubeadmConfig, err = filepath.Abs(d.kubeadmConfig); err != nil {
+		return err
+	}
+	if _, err := os.Stat(d.kubeadmConfig); err != nil && d.nodes != nodesSimulated {
+		return fmt.Errorf("--kubeadm-config: %w (run the demo from the repository, or give the file)", err)
+	}
 	d.binDir, err = filepath.Abs(d.binDir)
 	return err
 }
@@ -73,22 +86,39 @@ func (d *demo) validate() error {
 // run brings everything up, then serves commands until ctx ends or the
 // input says quit.
 func (d *demo) run(ctx context.Context, in io.Reader) error {
-	if d.reset {
-		d.step("forgetting the fleet in %s (--reset)", d.dataDir)
-		if err := d.forget(); err != nil {
+	if err := d.chooseNodes(); err != nil {
+		return err
+	}
+	if d.real() {
+		// Before forgetting the data dir: a killed run's hosts still run
+		// from it.
+		if err := d.sweep(); err != nil {
 			return err
 		}
 	}
-	// The workload API server first, and its kubeconfig Secret as soon as
-	// the hub is up: Cluster API then never dials a stale address.
-	if err := d.startWorkload(); err != nil {
+	if err := d.startOverIfNeeded(); err != nil {
 		return err
 	}
-	if err := d.startHub(ctx); err != nil {
-		return err
-	}
-	if err := d.writeWorkloadKubeconfig(ctx); err != nil {
-		return err
+	if d.real() {
+		// The site first: the hub's certificate names its router.
+		if err := d.startSite(); err != nil {
+			return err
+		}
+		if err := d.startHub(ctx); err != nil {
+			return err
+		}
+	} else {
+		// The workload API server first, and its kubeconfig Secret as soon
+		// as the hub is up: Cluster API then never dials a stale address.
+		if err := d.startWorkload(); err != nil {
+			return err
+		}
+		if err := d.startHub(ctx); err != nil {
+			return err
+		}
+		if err := d.writeWorkloadKubeconfig(ctx); err != nil {
+			return err
+		}
 	}
 	if err := d.startHosts(ctx); err != nil {
 		return err
@@ -163,13 +193,17 @@ func (d *demo) command(ctx context.Context, args []string) (quit bool) {
 		err = d.kubectlFleet(ctx, "describe", "cluster", clusterName)
 	case "stop":
 		if h := hostArg(); h != nil {
-			d.step("stopping the agent of %s (SIGTERM); the hub marks it disconnected 30 s after its connection closes, unless it comes back (--disconnect-grace)", h.name)
-			err = h.stop()
+			how := "SIGTERM"
+			if h.th != nil {
+				how = "systemctl stop " + agentUnit + "; its node keeps running"
+			}
+			d.step("stopping the agent of %s (%s); the hub marks it disconnected 30 s after its connection closes, unless it comes back (--disconnect-grace)", h.name, how)
+			err = h.stop(ctx)
 		}
 	case "start":
 		if h := hostArg(); h != nil {
 			d.step("starting the agent of %s again: same identity, no new enrollment", h.name)
-			err = h.start()
+			err = h.start(ctx)
 		}
 	case "restart-hub":
 		d.step("restarting the embedded hub; the agents reconnect by themselves")
@@ -187,24 +221,38 @@ func (d *demo) command(ctx context.Context, args []string) (quit bool) {
 }
 
 func (d *demo) printNext() {
+	what := "edge agents in sandboxes with the node simulator"
+	if d.real() {
+		what = "real edge hosts (kubeadm, kubelet, containerd)"
+	}
 	fmt.Fprintf(d.out, `
-fleet is running on this machine: the hub, %d edge agents and cluster %q.
+fleet is running on this machine: the hub, %d %s and cluster %q.
 
 In another terminal:
 
   export KUBECONFIG=%s PATH=%s:%s:$PATH
   kubectl fleet get hosts                    # LAST-SEEN is refreshed every 5 min while connected
   kubectl fleet describe cluster %s
-  kubectl fleet scale cluster %s --worker-machines N   # fewer: hosts are reset and go back to the pool
+`, len(d.hosts), what, clusterName, d.kubeconfig(), d.binDir, filepath.Join(d.binDir, "k8s"), clusterName)
+	if d.real() {
+		fmt.Fprintf(d.out, `  kubectl fleet kubeconfig %s > %s   # done: reaches the cluster through the hub
+  kubectl --kubeconfig %s get nodes -o wide
+  kubectl --kubeconfig %s get pods -A
+`, clusterName, d.workloadKubeconfig(), d.workloadKubeconfig(), d.workloadKubeconfig())
+	}
+	fmt.Fprintf(d.out, `  kubectl fleet scale cluster %s --worker-machines N   # fewer: hosts are reset and go back to the pool
   kubectl fleet delete cluster %s --wait    # every host is reset and Available again
 
 Logs: %s (hub), %s (agents)
-`, len(d.hosts), clusterName, d.kubeconfig(), d.binDir, filepath.Join(d.binDir, "k8s"), clusterName, clusterName,
-		clusterName, filepath.Join(d.dataDir, "hub.log"), filepath.Join(d.dataDir, "demo", "logs"))
+`, clusterName, clusterName, filepath.Join(d.dataDir, "hub.log"), d.agentLogs())
 	d.printCommands()
 }
 
 func (d *demo) printCommands() {
+	again := "`make demo` again brings the same fleet back"
+	if d.real() {
+		again = "the hosts end with it; `make demo` again starts over"
+	}
 	fmt.Fprintf(d.out, `
 Commands here (type and press Enter):
   stop <host>     stop a host's agent: the hub marks it disconnected 30 s later
@@ -212,9 +260,9 @@ Commands here (type and press Enter):
   restart-hub     stop and start the embedded hub: the fleet is kept, the agents reconnect
   hosts           kubectl fleet get hosts
   describe        kubectl fleet describe cluster %s
-  quit            stop everything (Ctrl-C too); `+"`make demo`"+` again brings the same fleet back
+  quit            stop everything (Ctrl-C too); %s
 Hosts: %s
-`, clusterName, d.hostNames())
+`, clusterName, again, d.hostNames())
 }
 
 func (d *demo) hostNames() string {
@@ -225,14 +273,20 @@ func (d *demo) hostNames() string {
 	return strings.Join(names, ", ")
 }
 
-// shutdown stops the agents, the hub and the workload API server, in that
-// order, and waits for each.
+// shutdown stops the agents (removing real hosts and their site), the
+// hub and the workload API server, in that order, and waits for each.
 func (d *demo) shutdown() {
-	if len(d.hosts) > 0 || d.hub != nil || d.workload != nil {
+	if d.site != nil {
+		d.step("removing the edge hosts and their site, then stopping the hub")
+		d.closeReal()
+	} else if len(d.hosts) > 0 || d.hub != nil || d.workload != nil {
 		d.step("stopping the agents, the hub and the workload API server")
 	}
 	for _, h := range d.hosts {
-		if err := h.stop(); err != nil {
+		if h.p == nil {
+			continue
+		}
+		if err := h.stop(context.Background()); err != nil {
 			fmt.Fprintf(d.out, "stopping %s: %v\n", h.name, err)
 		}
 	}

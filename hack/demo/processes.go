@@ -18,6 +18,7 @@ import (
 
 	"github.com/edgefleet/fleet/internal/clusterapi"
 	"github.com/edgefleet/fleet/internal/localkube"
+	"github.com/edgefleet/fleet/internal/testhost"
 )
 
 const clusterName = "demo"
@@ -25,14 +26,17 @@ const clusterName = "demo"
 type demo struct {
 	dataDir, binDir   string
 	agents            int
-	gateway           string
+	gateway, proxy    string
 	kubernetesVersion string
+	kubeadmConfig     string
+	nodes             string
 	reset             bool
 	out               io.Writer
 
 	hub       *proc
 	hubExited <-chan struct{}
 	workload  *localkube.Server
+	site      *testhost.Site
 	hosts     []*host
 	client    client.Client
 }
@@ -88,10 +92,20 @@ func (d *demo) kubeconfig() string { return filepath.Join(d.dataDir, "kubeconfig
 // startHub runs `fleet-hub dev` and waits until it says it is ready,
 // showing its progress lines.
 func (d *demo) startHub(ctx context.Context) error {
-	d.step("starting the embedded hub: fleet-hub dev --data-dir %s", d.dataDir)
+	args := []string{"dev", "--data-dir", d.dataDir, "--bin-dir", filepath.Join(d.binDir, "k8s"), "--gateway-bind-address", d.gateway}
+	if d.real() {
+		// The hosts dial the gateway through their site's router, which
+		// the gateway's certificate names; Cluster API reaches their
+		// cluster through the edge-reach proxy.
+		args = append(args, "--gateway-advertise-url", routerURL(), "--proxy-bind-address", d.proxy)
+	} else {
+		// The simulated cluster's API server is a local stand-in, reached
+		// directly.
+		args = append(args, "--proxy-bind-address", "0")
+	}
+	d.step("starting the embedded hub: fleet-hub %s", strings.Join(args, " "))
 	pr, pw := io.Pipe()
-	p, err := startProc(filepath.Join(d.binDir, "fleet-hub"), []string{"dev",
-		"--data-dir", d.dataDir, "--bin-dir", filepath.Join(d.binDir, "k8s"), "--gateway-bind-address", d.gateway}, pw)
+	p, err := startProc(filepath.Join(d.binDir, "fleet-hub"), args, pw)
 	if err != nil {
 		return err
 	}
@@ -156,19 +170,27 @@ func (d *demo) kubectlFleet(ctx context.Context, args ...string) error {
 
 func (d *demo) kubectlFleetOutput(ctx context.Context, show bool, args ...string) (string, error) {
 	fmt.Fprintf(d.out, "$ kubectl fleet %s\n", strings.Join(args, " "))
-	cmd := exec.CommandContext(ctx, filepath.Join(d.binDir, "kubectl-fleet"), args...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+d.kubeconfig())
 	var buf strings.Builder
 	w := io.Writer(&buf)
 	if show {
 		w = io.MultiWriter(&buf, d.out)
 	}
-	cmd.Stdout, cmd.Stderr = w, w
-	if err := cmd.Run(); err != nil {
+	if err := d.runFleet(ctx, w, w, args...); err != nil {
 		if !show {
 			fmt.Fprint(d.out, buf.String())
 		}
-		return buf.String(), fmt.Errorf("kubectl fleet %s: %w", args[0], err)
+		return buf.String(), err
 	}
 	return buf.String(), nil
+}
+
+// runFleet runs kubectl fleet with its output to stdout and stderr.
+func (d *demo) runFleet(ctx context.Context, stdout, stderr io.Writer, args ...string) error {
+	cmd := exec.CommandContext(ctx, filepath.Join(d.binDir, "kubectl-fleet"), args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+d.kubeconfig())
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("kubectl fleet %s: %w", args[0], err)
+	}
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/edgefleet/fleet/internal/clusterapi"
@@ -28,6 +30,7 @@ import (
 	fleetcrd "github.com/edgefleet/fleet/manifests/crd"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
 	"github.com/edgefleet/fleet/pkg/hub/linkhealth"
+	"github.com/edgefleet/fleet/pkg/hub/reach"
 	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
 )
 
@@ -44,6 +47,18 @@ type Options struct {
 	// AdvertiseURL is the gateway URL agents are told to use; default
 	// https://<GatewayAddr>, with 127.0.0.1 for an unspecified host.
 	AdvertiseURL string
+	// GatewayIPs and GatewayDNSNames are further names agents reach the
+	// gateway by (a LAN address, a NAT router's), put in its serving
+	// certificate beside 127.0.0.1, localhost and AdvertiseURL's host.
+	GatewayIPs      []net.IP
+	GatewayDNSNames []string
+	// ProxyAddr is where the edge-reach proxy listens (host:port), which
+	// carries Cluster API's connections to edge clusters through their
+	// agents; "0" turns edge reach off.
+	ProxyAddr string
+	// ProxyAdvertiseURL is the proxy as Cluster API and kubeconfigs from
+	// `kubectl fleet kubeconfig` reach it; default http://<ProxyAddr>.
+	ProxyAdvertiseURL string
 	// HubNamespace holds the hub CA and the enrollment tokens.
 	HubNamespace string
 	// MetricsAddr serves the hub's Prometheus metrics (plain HTTP, local
@@ -67,6 +82,9 @@ func (o *Options) defaults() error {
 	}
 	if o.MetricsAddr == "" {
 		o.MetricsAddr = "0"
+	}
+	if o.ProxyAddr == "" {
+		o.ProxyAddr = "127.0.0.1:7444"
 	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
@@ -119,11 +137,14 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	say("starting the Cluster API core and kubeadm bootstrap reconcilers (v1.14.2) and the fleet hub…")
+	say("starting the Cluster API core, kubeadm bootstrap and control-plane reconcilers (v1.14.2) and the fleet hub…")
 	ready := func() {
 		say("fleet hub %s is ready", version.Version)
 		say("  kubeconfig: %s", api.Kubeconfig)
 		say("  gateway:    %s (CA pin %s)", o.AdvertiseURL, gw.CA().Pin())
+		if o.ProxyAddr != "0" {
+			say("  edge reach: %s (Cluster API and kubectl fleet kubeconfig reach edge clusters through it)", o.ProxyAddr)
+		}
 		say("  try:        KUBECONFIG=%s kubectl fleet token create", api.Kubeconfig)
 	}
 	return runManagers(ctx, cancel, managers, gw.Ready(), ready, say)
@@ -152,8 +173,8 @@ func startAPIServer(o Options, scheme *runtime.Scheme, say func(string, ...any))
 	return api, nil
 }
 
-// newManagers makes Cluster API core's, CABPK's and the fleet hub's
-// managers, as their own binaries would run them.
+// newManagers makes Cluster API core's, CABPK's, KCP's and the fleet
+// hub's managers, as their own binaries would run them.
 func newManagers(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, o Options) ([]ctrl.Manager, *gateway.Server, error) {
 	capiOpts := clusterapi.Options{
 		Name:                    "capi-controller-manager",
@@ -171,6 +192,11 @@ func newManagers(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, 
 	}
 	capiOpts.Name, capiOpts.Logger = "capi-kubeadm-bootstrap-controller-manager", o.Logger.WithName("cabpk")
 	cabpkMgr, err := clusterapi.NewKubeadmBootstrapManager(ctx, cfg, scheme, capiOpts)
+	if err != nil {
+		return nil, nil, err
+	}
+	capiOpts.Name, capiOpts.Logger = "capi-kubeadm-control-plane-controller-manager", o.Logger.WithName("kcp")
+	kcpMgr, err := clusterapi.NewKubeadmControlPlaneManager(ctx, cfg, scheme, capiOpts)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -192,8 +218,8 @@ func newManagers(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, 
 	gw, err := gateway.Setup(ctx, hubMgr, gateway.Options{
 		Addr:           o.GatewayAddr,
 		HubNamespace:   o.HubNamespace,
-		DNSNames:       []string{"localhost"},
-		IPs:            gatewayIPs(o.AdvertiseURL),
+		DNSNames:       gatewayDNSNames(o.AdvertiseURL, o.GatewayDNSNames),
+		IPs:            gatewayIPs(o.AdvertiseURL, o.GatewayIPs),
 		ReplicaName:    "fleet-hub-dev",
 		AdvertiseURL:   o.AdvertiseURL,
 		LinkThresholds: linkhealth.DefaultThresholds(),
@@ -201,7 +227,21 @@ func newManagers(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, 
 	if err != nil {
 		return nil, nil, err
 	}
-	return []ctrl.Manager{capiMgr, cabpkMgr, hubMgr}, gw, nil
+	if err := setupReach(ctx, hubMgr, gw, o); err != nil {
+		return nil, nil, err
+	}
+	return []ctrl.Manager{capiMgr, cabpkMgr, kcpMgr, hubMgr}, gw, nil
+}
+
+// setupReach adds the edge-reach proxy, or with ProxyAddr "0" only the
+// reconciler that takes an earlier run's proxy-url out of kubeconfigs.
+func setupReach(ctx context.Context, mgr ctrl.Manager, gw *gateway.Server, o Options) error {
+	if o.ProxyAddr == "0" {
+		return reach.SetupDisabled(mgr, controller.Options{})
+	}
+	_, err := reach.Setup(ctx, mgr, gw, reach.SetupOptions{Options: reach.Options{Addr: o.ProxyAddr, ReplicaName: "fleet-hub-dev"},
+		AdvertiseURL: o.ProxyAdvertiseURL})
+	return err
 }
 
 // runManagers runs managers until ctx ends or one fails, calling ready
@@ -244,16 +284,42 @@ func runManagers(ctx context.Context, cancel context.CancelFunc, managers []ctrl
 	return runErr
 }
 
-func gatewayIPs(advertise string) []net.IP {
+// gatewayIPs are the addresses in the gateway's certificate: loopback,
+// the advertised URL's if it is an address, and the extra ones.
+func gatewayIPs(advertise string, extra []net.IP) []net.IP {
 	ips := []net.IP{net.ParseIP("127.0.0.1")}
+	if ip := net.ParseIP(advertisedHost(advertise)); ip != nil && !ip.IsLoopback() {
+		ips = append(ips, ip)
+	}
+	for _, ip := range extra {
+		if !slices.ContainsFunc(ips, ip.Equal) {
+			ips = append(ips, ip)
+		}
+	}
+	return ips
+}
+
+// gatewayDNSNames are the names in the gateway's certificate: localhost,
+// the advertised URL's if it is a name, and the extra ones.
+func gatewayDNSNames(advertise string, extra []string) []string {
+	names := []string{"localhost"}
+	if h := advertisedHost(advertise); h != "" && net.ParseIP(h) == nil {
+		names = append(names, h)
+	}
+	for _, n := range extra {
+		if n = strings.TrimSpace(n); n != "" && !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	return names
+}
+
+func advertisedHost(advertise string) string {
 	host := strings.TrimPrefix(advertise, "https://")
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
-	if ip := net.ParseIP(host); ip != nil && !ip.IsLoopback() {
-		ips = append(ips, ip)
-	}
-	return ips
+	return host
 }
 
 func ensureNamespace(ctx context.Context, cfg *rest.Config, name string) error {

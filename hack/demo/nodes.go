@@ -1,0 +1,251 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/edgefleet/fleet/internal/localkube"
+	"github.com/edgefleet/fleet/internal/testhost"
+)
+
+// The node modes of --nodes.
+const (
+	nodesAuto      = "auto"
+	nodesReal      = "real"
+	nodesSimulated = "simulated"
+)
+
+// The demo's site: its network namespace and LAN, and the port on its
+// router that carries the agents' connections to the hub's gateway.
+const (
+	siteName   = "fleet-demo"
+	siteLAN    = "10.98.0"
+	routerPort = "8443"
+)
+
+// agentUnit is fleet-agent's systemd unit on a real host.
+const agentUnit = "fleet-agent.service"
+
+// realNodesMissing lists what this machine lacks to run real edge hosts:
+// the Debian packages testhost uses and what `make k8s` builds into
+// bin/k8s. Empty: it can.
+func realNodesMissing(binDir string) []string {
+	var missing []string
+	for _, p := range []string{"containerd", "runc", "ctr", "dbus-daemon", "nsenter", "unshare", "ip"} {
+		if _, err := exec.LookPath(p); err != nil {
+			missing = append(missing, p)
+		}
+	}
+	k8s := filepath.Join(binDir, "k8s")
+	for _, p := range []string{"/usr/lib/cni/bridge", "/usr/lib/cni/host-local", "/usr/lib/cni/loopback",
+		filepath.Join(k8s, "kubelet"), filepath.Join(k8s, "kubeadm"), filepath.Join(k8s, "images", "kube-apiserver.tar")} {
+		if _, err := os.Stat(p); err != nil {
+			missing = append(missing, p)
+		}
+	}
+	return missing
+}
+
+// chooseNodes settles --nodes=auto and says, in one line, what runs and
+// why.
+func (d *demo) chooseNodes() error {
+	missing := realNodesMissing(d.binDir)
+	why := "real edge hosts need " + strings.Join(missing, ", ") +
+		" (apt-get install containerd runc containernetworking-plugins dbus; make k8s)"
+	switch {
+	case d.nodes == nodesReal && len(missing) > 0:
+		return errors.New(why)
+	case d.nodes == nodesAuto && len(missing) > 0:
+		d.nodes = nodesSimulated
+		d.step("node simulator: %s", why)
+	case d.nodes == nodesSimulated:
+		d.step("node simulator: --nodes=simulated")
+	default:
+		d.nodes = nodesReal
+		d.step("real edge hosts: kubeadm, kubelet and containerd in network and mount namespaces behind a NAT router; " +
+			"they end with the demo, so each run starts the fleet over")
+	}
+	return nil
+}
+
+func (d *demo) real() bool { return d.nodes == nodesReal }
+
+// routerURL is the gateway as the site's hosts reach it: through their
+// router, which forwards to the hub.
+func routerURL() string { return "https://" + net.JoinHostPort(siteLAN+".1", routerPort) }
+
+// sweep removes the hosts and sites a killed run left (their processes,
+// mounts, links, namespaces and cgroups), and refuses while another demo
+// holds the site.
+func (d *demo) sweep() error {
+	swept, err := testhost.Sweep()
+	for _, s := range swept {
+		d.step("removed what a killed run left: %s", s)
+	}
+	if err != nil {
+		return err
+	}
+	if pid := liveOwner("site", siteName); pid != 0 {
+		return fmt.Errorf("another demo (pid %d) runs the real edge hosts of site %s: stop it first", pid, siteName)
+	}
+	return nil
+}
+
+// startSite makes the site with its NAT to the gateway.
+func (d *demo) startSite() error {
+	s, err := testhost.NewSite(siteName, siteLAN)
+	if err != nil {
+		return err
+	}
+	d.site = s
+	if _, err := s.Forward(net.JoinHostPort(s.Router, routerPort), d.gateway); err != nil {
+		return err
+	}
+	return nil
+}
+
+// liveOwner is the pid of the running process that made a testhost site
+// or host of that name, or 0. Sweep has removed those of dead ones.
+func liveOwner(kind, name string) int {
+	b, err := os.ReadFile(filepath.Join(testhost.RecordDir, kind+"-"+name+".json"))
+	if err != nil {
+		return 0
+	}
+	var r testhost.Record
+	if json.Unmarshal(b, &r) != nil || r.Owner == os.Getpid() {
+		return 0
+	}
+	if err := syscall.Kill(r.Owner, 0); err != nil && errors.Is(err, syscall.ESRCH) {
+		return 0
+	}
+	return r.Owner
+}
+
+// makeRealHosts boots the hosts on the site at once: each imports the
+// control-plane images into its own containerd, the slow part.
+func (d *demo) makeRealHosts(ctx context.Context) error {
+	dir := filepath.Join(d.dataDir, "demo", "hosts")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	k8s := filepath.Join(d.binDir, "k8s")
+	bin := testhost.Binaries{K8s: k8s, Images: filepath.Join(k8s, "images"),
+		Agent: filepath.Join(d.binDir, "fleet-agent"), Unitd: filepath.Join(d.binDir, "fleet-unitd")}
+	d.step("booting %d edge hosts on site %s (LAN %s.0/24; the router forwards :%s to the hub's gateway): each with its own containerd and a service manager in place of systemd, control-plane images imported",
+		len(d.hosts), siteName, siteLAN, routerPort)
+	var wg sync.WaitGroup
+	errs := make([]error, len(d.hosts))
+	for i, h := range d.hosts {
+		if pid := liveOwner("host", h.name); pid != 0 {
+			return fmt.Errorf("another process (pid %d) runs edge host %s: stop it first", pid, h.name)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			th, err := d.site.NewHost(ctx, testhost.HostOptions{Name: h.name, Dir: dir, Bin: bin})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			h.th = th
+			h.logPath = th.Root("var/log/unitd/" + agentUnit + ".log")
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// closeReal stops every host (its services and pods) and removes it, then
+// the site.
+func (d *demo) closeReal() {
+	var wg sync.WaitGroup
+	for _, h := range d.hosts {
+		if h.th == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := h.th.Close(); err != nil {
+				fmt.Fprintf(d.out, "removing host %s: %v\n", h.name, err)
+			}
+			h.th = nil
+		}()
+	}
+	wg.Wait()
+	if d.site != nil {
+		if err := d.site.Close(); err != nil {
+			fmt.Fprintf(d.out, "removing site %s: %v\n", siteName, err)
+		}
+		d.site = nil
+	}
+}
+
+// modeFile records which nodes the fleet in --data-dir was made with: a
+// fleet of simulated hosts means nothing to real ones, nor the reverse.
+func (d *demo) modeFile() string { return filepath.Join(d.dataDir, "demo", "nodes") }
+
+// startOverIfNeeded forgets the fleet in --data-dir with --reset, when
+// real hosts run (the last run's ended with it), or when the last run used
+// simulated hosts and this one real ones or the reverse.
+func (d *demo) startOverIfNeeded() error {
+	last, err := os.ReadFile(d.modeFile())
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	entries, _ := os.ReadDir(d.dataDir)
+	switch {
+	case d.reset:
+		d.step("forgetting the fleet in %s (--reset)", d.dataDir)
+	case len(entries) == 0:
+		return d.writeMode()
+	case d.real():
+		d.step("forgetting the fleet of the last run in %s: real hosts end with the demo", d.dataDir)
+	case len(last) > 0 && string(last) != d.nodes:
+		d.step("forgetting the fleet in %s: it was made with %s nodes", d.dataDir, last)
+	default:
+		return d.writeMode()
+	}
+	if err := d.stopLeftovers(); err != nil {
+		return err
+	}
+	if err := d.forget(); err != nil {
+		return err
+	}
+	return d.writeMode()
+}
+
+// stopLeftovers stops the etcd and kube-apiserver a killed run's hub left
+// on --data-dir, unless a hub or agent still runs there (then forget
+// refuses, naming them).
+func (d *demo) stopLeftovers() error {
+	pids, err := localkube.Processes(d.dataDir)
+	if err != nil {
+		return err
+	}
+	for _, pid := range pids {
+		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+		if b := filepath.Base(exe); b != "etcd" && b != "kube-apiserver" {
+			return nil
+		}
+	}
+	return localkube.StopLeftovers(d.dataDir, 10*time.Second)
+}
+
+func (d *demo) writeMode() error {
+	if err := os.MkdirAll(filepath.Dir(d.modeFile()), 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(d.modeFile(), []byte(d.nodes), 0o600)
+}

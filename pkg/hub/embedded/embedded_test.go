@@ -1,0 +1,108 @@
+package embedded
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/funcr"
+
+	"github.com/edgefleet/fleet/internal/testkit"
+)
+
+// The gateway's certificate names what agents dial: loopback, the
+// advertised host and the extra names, once each.
+func TestGatewayNames(t *testing.T) {
+	ips := gatewayIPs("https://10.98.0.1:8443", []net.IP{net.ParseIP("192.168.1.20"), net.ParseIP("10.98.0.1")})
+	var got []string
+	for _, ip := range ips {
+		got = append(got, ip.String())
+	}
+	if want := []string{"127.0.0.1", "10.98.0.1", "192.168.1.20"}; !slices.Equal(got, want) {
+		t.Errorf("gatewayIPs: %v, want %v", got, want)
+	}
+	names := gatewayDNSNames("https://hub.lan:7443", []string{" gw.example.com", "", "localhost"})
+	if want := []string{"localhost", "hub.lan", "gw.example.com"}; !slices.Equal(names, want) {
+		t.Errorf("gatewayDNSNames: %v, want %v", names, want)
+	}
+	if got := gatewayDNSNames("https://127.0.0.1:7443", nil); !slices.Equal(got, []string{"localhost"}) {
+		t.Errorf("gatewayDNSNames of an address: %v", got)
+	}
+}
+
+// The embedded hub runs the KubeadmControlPlane reconciler and the
+// edge-reach proxy, which asks a CONNECT without credentials for them.
+func TestRunServesEdgeReachAndKubeadmControlPlane(t *testing.T) {
+	bin := os.Getenv("KUBEBUILDER_ASSETS")
+	if bin == "" {
+		bin, _ = filepath.Abs(filepath.Join("..", "..", "..", "bin", "k8s"))
+	}
+	if _, err := os.Stat(filepath.Join(bin, "kube-apiserver")); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("no kube-apiserver in %s", bin)
+		}
+		t.Skipf("no kube-apiserver in %s: run make k8s", bin)
+	}
+	logs := &testkit.SyncBuffer{}
+	progress := &testkit.SyncBuffer{}
+	o := Options{DataDir: t.TempDir(), BinDir: bin, GatewayAddr: testkit.FreeAddr(t), ProxyAddr: testkit.FreeAddr(t),
+		GatewayIPs: []net.IP{net.ParseIP("10.98.0.1")}, Progress: progress,
+		Logger: funcr.New(func(prefix, args string) { fmt.Fprintln(logs, prefix, args) }, funcr.Options{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, o) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	testkit.Eventually(t, 3*time.Minute, 200*time.Millisecond, "the embedded hub ready", func() error {
+		select {
+		case err := <-done:
+			done <- err
+			t.Fatalf("Run returned before it was ready: %v\n%s", err, progress.String())
+		default:
+		}
+		if !strings.Contains(progress.String(), " is ready") {
+			return fmt.Errorf("progress: %q", progress.String())
+		}
+		return nil
+	})
+	if want := "edge reach: " + o.ProxyAddr; !strings.Contains(progress.String(), want) {
+		t.Errorf("the ready lines lack %q:\n%s", want, progress.String())
+	}
+
+	conn, err := net.DialTimeout("tcp", o.ProxyAddr, 5*time.Second)
+	if err != nil {
+		t.Fatalf("the edge-reach proxy is not listening on %s: %v", o.ProxyAddr, err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(conn, "CONNECT demo.default.fleet.internal:6443 HTTP/1.1\r\nHost: demo.default.fleet.internal:6443\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("reading the proxy's answer: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusProxyAuthRequired {
+		t.Errorf("CONNECT without credentials: %s, want 407", resp.Status)
+	}
+
+	testkit.Eventually(t, time.Minute, 200*time.Millisecond, "the KubeadmControlPlane controller started", func() error {
+		for _, l := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(l, "Starting workers") && strings.Contains(l, `"controller"="kubeadmcontrolplane"`) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no kubeadmcontrolplane workers in the log yet")
+	})
+}
