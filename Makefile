@@ -188,6 +188,7 @@ bench: k8s ## Run every benchmark against a real API server and write docs/PERFO
 	$(GO) test ./bench -run '^$$' -bench 'AgentFootprint' -benchtime 1x -count 1 -timeout 20m
 	$(GO) test ./bench -run '^$$' -bench 'HubScale' -benchtime 1x -count 1 -timeout 300m -args -agents=$(BENCH_AGENTS) -idle=$(BENCH_IDLE)
 	$(GO) test ./bench -run '^$$' -bench 'Provisioning' -benchtime 1x -count 1 -timeout 60m -args -machines=$(BENCH_MACHINES)
+	$(GO) test ./bench -run '^$$' -bench 'RealNodes' -benchtime 1x -count 1 -timeout 30m
 	$(GO) run ./bench/report
 
 FUZZTIME ?= 10m

@@ -62,8 +62,19 @@ func BenchmarkProvisioning(b *testing.B) {
 	if _, err := load.RaiseFileLimit(); err != nil {
 		b.Fatal(err)
 	}
-	ctx := context.Background()
 	ctrl.SetLogger(logr.Discard())
+	startClusterAPI(b)
+	bin := buildHub(b)
+	for range b.N {
+		provisioning(b, bin, *machineCount)
+	}
+}
+
+// startClusterAPI runs the real Cluster API core and kubeadm bootstrap
+// reconcilers in this process, once.
+func startClusterAPI(b *testing.B) {
+	b.Helper()
+	ctx := context.Background()
 	// Cluster API as its own binaries talk to the API server (the in-memory
 	// provider's scale tests use the same 100/200).
 	capiCfg := rest.CopyConfig(env.Config)
@@ -83,10 +94,6 @@ func BenchmarkProvisioning(b *testing.B) {
 		go func() { _ = core.Start(ctx) }()
 		go func() { _ = cabpk.Start(ctx) }()
 	})
-	bin := buildHub(b)
-	for range b.N {
-		provisioning(b, bin, *machineCount)
-	}
 }
 
 // agentStateDir is where the driver's agents keep their state: on a
