@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
 )
 
@@ -15,7 +16,8 @@ import (
 const MinInterval = 500 * time.Millisecond
 
 // Manager holds the latest full status and sends it whenever it changes
-// (at most every MinInterval), and again on every new session.
+// (at most every MinInterval, except that the end of a bootstrap or reset
+// goes out at once), and again on every new session.
 type Manager struct {
 	mu      sync.Mutex
 	current *wire.Status
@@ -25,6 +27,11 @@ type Manager struct {
 	// has since been replaced is not mistaken for one on the new session.
 	epoch uint64
 	kick  chan struct{}
+	// settled cuts the wait between reports short: a bootstrap or reset
+	// just ended, and the hub (Cluster API behind it) waits on that news.
+	settled chan struct{}
+	// pause is MinInterval; tests stretch it.
+	pause time.Duration
 	// sendingSince is when the send in progress started (nil when none),
 	// for the watchdog; it keeps its monotonic reading.
 	sendingSince atomic.Pointer[time.Time]
@@ -32,18 +39,38 @@ type Manager struct {
 
 // New makes a manager with nothing to send and no session.
 func New() *Manager {
-	return &Manager{kick: make(chan struct{}, 1)}
+	return &Manager{kick: make(chan struct{}, 1), settled: make(chan struct{}, 1), pause: MinInterval}
 }
 
 // Set makes st the latest status; it goes out if it differs from the last.
 func (m *Manager) Set(st *wire.Status) {
 	m.mu.Lock()
 	changed := m.current == nil || !equality.Semantic.DeepEqual(m.current, st)
+	settles := changed && settles(m.current, st)
 	m.current = st
 	m.mu.Unlock()
+	if settles {
+		select {
+		case m.settled <- struct{}{}:
+		default:
+		}
+	}
 	if changed {
 		m.poke()
 	}
+}
+
+// settles tells whether st ends the bootstrap or reset that prev showed
+// under way.
+func settles(prev, st *wire.Status) bool {
+	state := func(s *wire.Status) infrav1.ProvisioningState {
+		if s == nil || s.Provisioning == nil {
+			return ""
+		}
+		return s.Provisioning.State
+	}
+	was, is := state(prev), state(st)
+	return (was == infrav1.ProvisioningRunning || was == infrav1.ProvisioningResetting) && is != was
 }
 
 // Current returns the latest status (nil before the first Set).
@@ -107,7 +134,8 @@ func (m *Manager) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(MinInterval):
+		case <-time.After(m.pause):
+		case <-m.settled:
 		}
 		if changed {
 			m.poke()

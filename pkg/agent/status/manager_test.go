@@ -55,3 +55,42 @@ func TestStatusReportsAreCoalesced(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// The end of a bootstrap goes out without waiting out the pause between
+// reports: the hub, and Cluster API behind it, wait on that news. Step
+// changes still wait (here, for an hour).
+func TestTheEndOfABootstrapIsNotHeldBack(t *testing.T) {
+	m := New()
+	m.pause = time.Hour
+	sent := make(chan *wire.Status, 10)
+	m.Attach(func(st *wire.Status) error { sent <- st; return nil })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go m.Run(ctx)
+	state := func(s infrav1.ProvisioningState, step string) *wire.Status {
+		return &wire.Status{Provisioning: &infrav1.HostProvisioningStatus{ClaimUID: "c", State: s, Step: step}}
+	}
+	next := func() *wire.Status {
+		select {
+		case st := <-sent:
+			return st
+		case <-time.After(10 * time.Second):
+			t.Fatal("no report: the end of the bootstrap waited for the pause")
+			return nil
+		}
+	}
+	m.Set(state(infrav1.ProvisioningRunning, "runcmd 1/1"))
+	if st := next(); st.Provisioning.State != infrav1.ProvisioningRunning {
+		t.Fatalf("first report %+v", st.Provisioning)
+	}
+	m.Set(state(infrav1.ProvisioningRunning, "sentinel"))
+	m.Set(state(infrav1.ProvisioningSucceeded, ""))
+	if st := next(); st.Provisioning.State != infrav1.ProvisioningSucceeded {
+		t.Fatalf("second report %+v, want the bootstrap's end", st.Provisioning)
+	}
+	m.Set(state(infrav1.ProvisioningResetting, ""))
+	m.Set(&wire.Status{})
+	if st := next(); st.Provisioning != nil {
+		t.Fatalf("third report %+v, want the reset's end", st.Provisioning)
+	}
+}
