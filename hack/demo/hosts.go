@@ -130,27 +130,8 @@ func (d *demo) startHosts(ctx context.Context) error {
 		return err
 	}
 
-	if d.real() {
-		d.step("starting fleet-agent.service on %d hosts (its config written as an image's first boot would: hub URL, CA pin, token)", len(d.hosts))
-		for _, h := range d.hosts {
-			if err := h.th.StartAgent(ctx, testhost.AgentConfig{Hub: hubURL, Token: tokens[h.role], CACertHash: pin}); err != nil {
-				return err
-			}
-		}
-	} else {
-		// Dropped in as an image's first boot would; the agent deletes
-		// nothing, the token is simply spent.
-		for _, h := range fresh {
-			if err := os.WriteFile(h.tokenFile(), []byte(tokens[h.role]+"\n"), 0o600); err != nil {
-				return err
-			}
-		}
-		d.step("starting %d fleet-agent processes (sandboxes in %s)", len(d.hosts), filepath.Join(d.dataDir, "demo", "hosts"))
-		for _, h := range d.hosts {
-			if err := h.start(ctx); err != nil {
-				return err
-			}
-		}
+	if err := d.startAgents(ctx, fresh, tokens, hubURL, pin); err != nil {
+		return err
 	}
 	err = waitFor(ctx, 3*time.Minute, "edge hosts connected", func(s string) { fmt.Fprintf(d.out, "    %s\n", s) }, func() (string, error) {
 		n, err := d.connectedHosts(ctx)
@@ -166,6 +147,33 @@ func (d *demo) startHosts(ctx context.Context) error {
 		return fmt.Errorf("%w (agent logs: %s)", err, d.agentLogs())
 	}
 	return d.kubectlFleet(ctx, "get", "hosts")
+}
+
+// startAgents starts every host's agent, the fresh ones with a token.
+func (d *demo) startAgents(ctx context.Context, fresh []*host, tokens map[string]string, hubURL, pin string) error {
+	if d.real() {
+		d.step("starting fleet-agent.service on %d hosts (its config written as an image's first boot would: hub URL, CA pin, token)", len(d.hosts))
+		for _, h := range d.hosts {
+			if err := h.th.StartAgent(ctx, testhost.AgentConfig{Hub: hubURL, Token: tokens[h.role], CACertHash: pin}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	// Dropped in as an image's first boot would; the agent deletes
+	// nothing, the token is simply spent.
+	for _, h := range fresh {
+		if err := os.WriteFile(h.tokenFile(), []byte(tokens[h.role]+"\n"), 0o600); err != nil {
+			return err
+		}
+	}
+	d.step("starting %d fleet-agent processes (sandboxes in %s)", len(d.hosts), filepath.Join(d.dataDir, "demo", "hosts"))
+	for _, h := range d.hosts {
+		if err := h.start(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // prepareSandboxes makes each host's sandbox root for the node simulator.
