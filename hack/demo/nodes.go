@@ -2,17 +2,14 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/edgefleet/fleet/internal/localkube"
@@ -40,22 +37,7 @@ const agentUnit = "fleet-agent.service"
 // realNodesMissing lists what this machine lacks to run real edge hosts:
 // the Debian packages testhost uses and what `make k8s` builds into
 // bin/k8s. Empty: it can.
-func realNodesMissing(binDir string) []string {
-	var missing []string
-	for _, p := range []string{"containerd", "runc", "ctr", "dbus-daemon", "nsenter", "unshare", "ip"} {
-		if _, err := exec.LookPath(p); err != nil {
-			missing = append(missing, p)
-		}
-	}
-	k8s := filepath.Join(binDir, "k8s")
-	for _, p := range []string{"/usr/lib/cni/bridge", "/usr/lib/cni/host-local", "/usr/lib/cni/loopback",
-		filepath.Join(k8s, "kubelet"), filepath.Join(k8s, "kubeadm"), filepath.Join(k8s, "images", "kube-apiserver.tar")} {
-		if _, err := os.Stat(p); err != nil {
-			missing = append(missing, p)
-		}
-	}
-	return missing
-}
+func realNodesMissing(binDir string) []string { return testhost.Missing(filepath.Join(binDir, "k8s")) }
 
 // chooseNodes settles --nodes=auto and says, in one line, what runs and
 // why.
@@ -96,7 +78,7 @@ func (d *demo) sweep() error {
 	if err != nil {
 		return err
 	}
-	if pid := liveOwner("site", siteName); pid != 0 {
+	if pid := testhost.Owner("site", siteName); pid != 0 && pid != os.Getpid() {
 		return fmt.Errorf("another demo (pid %d) runs the real edge hosts of site %s: stop it first", pid, siteName)
 	}
 	return nil
@@ -115,23 +97,6 @@ func (d *demo) startSite() error {
 	return nil
 }
 
-// liveOwner is the pid of the running process that made a testhost site
-// or host of that name, or 0. Sweep has removed those of dead ones.
-func liveOwner(kind, name string) int {
-	b, err := os.ReadFile(filepath.Join(testhost.RecordDir, kind+"-"+name+".json"))
-	if err != nil {
-		return 0
-	}
-	var r testhost.Record
-	if json.Unmarshal(b, &r) != nil || r.Owner == os.Getpid() {
-		return 0
-	}
-	if err := syscall.Kill(r.Owner, 0); err != nil && errors.Is(err, syscall.ESRCH) {
-		return 0
-	}
-	return r.Owner
-}
-
 // makeRealHosts boots the hosts on the site at once: each imports the
 // control-plane images into its own containerd, the slow part.
 func (d *demo) makeRealHosts(ctx context.Context) error {
@@ -144,12 +109,14 @@ func (d *demo) makeRealHosts(ctx context.Context) error {
 		Agent: filepath.Join(d.binDir, "fleet-agent"), Unitd: filepath.Join(d.binDir, "fleet-unitd")}
 	d.step("booting %d edge hosts on site %s (LAN %s.0/24; the router forwards :%s to the hub's gateway): each with its own containerd and a service manager in place of systemd, control-plane images imported",
 		len(d.hosts), siteName, siteLAN, routerPort)
+	for _, h := range d.hosts {
+		if pid := testhost.Owner("host", h.name); pid != 0 && pid != os.Getpid() {
+			return fmt.Errorf("another process (pid %d) runs edge host %s: stop it first", pid, h.name)
+		}
+	}
 	var wg sync.WaitGroup
 	errs := make([]error, len(d.hosts))
 	for i, h := range d.hosts {
-		if pid := liveOwner("host", h.name); pid != 0 {
-			return fmt.Errorf("another process (pid %d) runs edge host %s: stop it first", pid, h.name)
-		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -34,6 +34,7 @@ type HostOptions struct {
 	Name string
 	// Dir is where the host's state lives on the machine (Dir/<Name>).
 	Dir string
+	// Bin is what its image carries.
 	Bin Binaries
 	// Without leaves parts out of the host's image: "containerd" (no
 	// containerd unit) or "kubelet" (no kubelet binary or unit).
@@ -45,6 +46,7 @@ type HostOptions struct {
 
 // Host is a running edge host.
 type Host struct {
+	// Name is its hostname (and Node name).
 	Name string
 	// Addr is the host's address on the site's LAN.
 	Addr string
@@ -87,6 +89,9 @@ var sysctls = map[string]string{
 func (s *Site) NewHost(ctx context.Context, o HostOptions) (*Host, error) {
 	if err := checkName(o.Name); err != nil {
 		return nil, err
+	}
+	if !cgroupV1() {
+		return nil, fmt.Errorf("host %s: hosts need cgroup v1; this machine mounts cgroup v2 at %s", o.Name, cgroupFS)
 	}
 	addr, n, err := s.nextAddr()
 	if err != nil {

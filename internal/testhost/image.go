@@ -180,7 +180,7 @@ type AgentConfig struct {
 func (h *Host) StartAgent(ctx context.Context, c AgentConfig) error {
 	b, err := yaml.Marshal(c)
 	if err != nil {
-		return err
+		return fmt.Errorf("host %s: the agent's config: %w", h.Name, err)
 	}
 	if err := os.WriteFile(h.Root("etc/fleet-agent/config.yaml"), b, 0o600); err != nil {
 		return fmt.Errorf("host %s: writing the agent's config: %w", h.Name, err)

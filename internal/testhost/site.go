@@ -29,6 +29,7 @@ type Site struct {
 	mu    sync.Mutex
 	hosts int
 	lns   []net.Listener
+	conns map[net.Conn]bool // both ends of every forwarded connection
 }
 
 // NewSite makes a site whose LAN is lan.0/24 (lan such as "10.99.0"), with
@@ -40,11 +41,11 @@ func NewSite(name, lan string) (*Site, error) {
 	if ip := net.ParseIP(lan + ".1"); ip == nil || ip.To4() == nil || !ip.IsPrivate() {
 		return nil, fmt.Errorf("site LAN %q: want the first three octets of a private IPv4 /24, such as 10.99.0", lan)
 	}
-	s := &Site{Name: name, Router: lan + ".1", lan: lan}
-	_ = exec.Command("ip", "netns", "del", name).Run()
+	s := &Site{Name: name, Router: lan + ".1", lan: lan, conns: map[net.Conn]bool{}}
 	if err := record(Record{Kind: "site", Name: name, NetNS: name}); err != nil {
 		return nil, err
 	}
+	_ = exec.Command("ip", "netns", "del", name).Run()
 	err := ipAll(
 		[]string{"netns", "add", name},
 		[]string{"-n", name, "link", "set", "lo", "up"},
@@ -94,21 +95,49 @@ func (s *Site) Forward(addr, target string) (string, error) {
 			if err != nil {
 				return
 			}
-			go splice(c, target)
+			go s.splice(c, target)
 		}
 	}()
 	return ln.Addr().String(), nil
 }
 
-func splice(c net.Conn, target string) {
+// splice carries one connection to target until either end closes it or
+// the site does.
+func (s *Site) splice(c net.Conn, target string) {
 	defer c.Close()
 	up, err := net.Dial("tcp", target)
 	if err != nil {
 		return
 	}
 	defer up.Close()
+	if !s.track(c, up) {
+		return
+	}
+	defer s.untrack(c, up)
 	go func() { _, _ = io.Copy(up, c); _ = up.(*net.TCPConn).CloseWrite() }()
 	_, _ = io.Copy(c, up)
+}
+
+// track notes a connection's ends so Close can cut them; false once the
+// site is closed.
+func (s *Site) track(cs ...net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conns == nil {
+		return false
+	}
+	for _, c := range cs {
+		s.conns[c] = true
+	}
+	return true
+}
+
+func (s *Site) untrack(cs ...net.Conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range cs {
+		delete(s.conns, c)
+	}
 }
 
 // Inside runs fn on a thread that has entered the site's network
@@ -122,11 +151,16 @@ func (s *Site) Close() error {
 	for _, ln := range s.lns {
 		_ = ln.Close()
 	}
-	s.lns = nil
+	// The hub must see its sessions through the site end, as when a
+	// site's router goes away.
+	for c := range s.conns {
+		_ = c.Close()
+	}
+	s.lns, s.conns = nil, nil
 	s.mu.Unlock()
 	var errs []error
 	if out, err := exec.Command("ip", "netns", "del", s.Name).CombinedOutput(); err != nil && !strings.Contains(string(out), "No such file") {
-		errs = append(errs, fmt.Errorf("ip netns del %s: %v: %s", s.Name, err, strings.TrimSpace(string(out))))
+		errs = append(errs, fmt.Errorf("ip netns del %s: %w: %s", s.Name, err, strings.TrimSpace(string(out))))
 	}
 	errs = append(errs, forget("site", s.Name))
 	return errors.Join(errs...)

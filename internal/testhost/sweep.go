@@ -2,6 +2,7 @@ package testhost
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +23,9 @@ import (
 // run left behind can be found and removed.
 const RecordDir = "/run/fleet-testhost"
 
+// recordDir is RecordDir; tests of the records use their own.
+var recordDir = RecordDir
+
 // cgroupFS is where the machine's cgroup hierarchies are mounted.
 const cgroupFS = "/sys/fs/cgroup"
 
@@ -30,18 +34,26 @@ type Record struct {
 	Kind  string `json:"kind"` // "site" or "host"
 	Name  string `json:"name"`
 	Owner int    `json:"owner"` // the pid of the process that made it
-	NetNS string `json:"netns,omitempty"`
+	// OwnerStart is when Owner started (clock ticks since boot), so a pid
+	// the machine has given to another process is not taken for the maker.
+	OwnerStart uint64 `json:"ownerStart"`
+	NetNS      string `json:"netns,omitempty"`
 	// Cgroup is the host's cgroup parent, in every hierarchy.
 	Cgroup string `json:"cgroup,omitempty"`
 	// Dir is the host's state on the machine, removed with it.
 	Dir string `json:"dir,omitempty"`
 }
 
-func recordPath(kind, name string) string { return filepath.Join(RecordDir, kind+"-"+name+".json") }
+func recordPath(kind, name string) string { return filepath.Join(recordDir, kind+"-"+name+".json") }
 
+// record notes what r names, refusing when a live run holds a record of
+// the same kind and name: its site or host must not be taken over.
 func record(r Record) error {
-	r.Owner = os.Getpid()
-	if err := os.MkdirAll(RecordDir, 0o700); err != nil {
+	if old, err := readRecord(recordPath(r.Kind, r.Name)); err == nil && old.alive() && old.Owner != os.Getpid() {
+		return fmt.Errorf("%s %s belongs to a run that is still going (pid %d)", r.Kind, r.Name, old.Owner)
+	}
+	r.Owner, r.OwnerStart = os.Getpid(), startTime(os.Getpid())
+	if err := os.MkdirAll(recordDir, 0o700); err != nil {
 		return fmt.Errorf("recording %s %s: %w", r.Kind, r.Name, err)
 	}
 	b, _ := json.Marshal(r)
@@ -49,6 +61,31 @@ func record(r Record) error {
 		return fmt.Errorf("recording %s %s: %w", r.Kind, r.Name, err)
 	}
 	return nil
+}
+
+func readRecord(path string) (Record, error) {
+	var r Record
+	b, err := os.ReadFile(path)
+	if err == nil {
+		err = json.Unmarshal(b, &r)
+	}
+	return r, err
+}
+
+// check refuses a record that names anything but what a site or host of
+// its name makes: Sweep kills and deletes what a record names.
+func (r Record) check() error {
+	if err := checkName(r.Name); err != nil {
+		return err
+	}
+	switch {
+	case r.Kind == "site" && r.NetNS == r.Name && r.Cgroup == "" && r.Dir == "":
+		return nil
+	case r.Kind == "host" && r.NetNS == "fleet-"+r.Name && r.Cgroup == "/fleet-"+r.Name &&
+		filepath.IsAbs(r.Dir) && filepath.Clean(r.Dir) == r.Dir && filepath.Base(r.Dir) == r.Name && r.Dir != "/"+r.Name:
+		return nil
+	}
+	return fmt.Errorf("record of %s %s names what no site or host makes (%+v)", r.Kind, r.Name, r)
 }
 
 func forget(kind, name string) error {
@@ -61,21 +98,22 @@ func forget(kind, name string) error {
 // Sweep removes every site and host whose maker is no longer running (a
 // run killed before it cleaned up) and returns one line per thing removed.
 func Sweep() ([]string, error) {
-	entries, err := os.ReadDir(RecordDir)
+	entries, err := os.ReadDir(recordDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", RecordDir, err)
+		return nil, fmt.Errorf("reading %s: %w", recordDir, err)
 	}
 	var recs []Record
+	var errs []error
 	for _, e := range entries {
-		b, err := os.ReadFile(filepath.Join(RecordDir, e.Name()))
-		if err != nil {
+		r, err := readRecord(filepath.Join(recordDir, e.Name()))
+		if err != nil || r.alive() {
 			continue
 		}
-		var r Record
-		if json.Unmarshal(b, &r) != nil || alive(r.Owner) {
+		if err := r.check(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w; left alone", e.Name(), err))
 			continue
 		}
 		recs = append(recs, r)
@@ -83,7 +121,6 @@ func Sweep() ([]string, error) {
 	// Hosts before the sites their links hang off.
 	sort.SliceStable(recs, func(i, j int) bool { return recs[i].Kind == "host" && recs[j].Kind != "host" })
 	var done []string
-	var errs []error
 	for _, r := range recs {
 		if err := r.remove(); err != nil {
 			errs = append(errs, err)
@@ -104,7 +141,7 @@ func (r Record) remove() error {
 	if r.NetNS != "" {
 		killNetNS(r.NetNS)
 		if out, err := exec.Command("ip", "netns", "del", r.NetNS).CombinedOutput(); err != nil && !strings.Contains(string(out), "No such file") {
-			errs = append(errs, fmt.Errorf("ip netns del %s: %v: %s", r.NetNS, err, strings.TrimSpace(string(out))))
+			errs = append(errs, fmt.Errorf("ip netns del %s: %w: %s", r.NetNS, err, strings.TrimSpace(string(out))))
 		}
 	}
 	if r.Dir != "" {
@@ -119,12 +156,35 @@ func (r Record) remove() error {
 	return forget(r.Kind, r.Name)
 }
 
-func alive(pid int) bool {
-	if pid <= 0 {
+// alive tells whether the record's maker still runs: its pid, started
+// when the record says.
+func (r Record) alive() bool {
+	if r.Owner <= 0 {
 		return false
 	}
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
+	if err := syscall.Kill(r.Owner, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return false
+	}
+	return r.OwnerStart == 0 || startTime(r.Owner) == r.OwnerStart
+}
+
+// startTime is when pid started, in clock ticks since boot (0 if unknown).
+func startTime(pid int) uint64 {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// pid (comm) state ppid … starttime is the 22nd field; comm may hold spaces.
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(stat[i+1:]))
+	if len(f) < 20 {
+		return 0
+	}
+	t, _ := strconv.ParseUint(f[19], 10, 64)
+	return t
 }
 
 // hierarchies lists the machine's cgroup mounts (v1 hierarchies and the v2
@@ -236,4 +296,14 @@ func unmountUnder(dir string) {
 	for _, p := range points {
 		_ = unix.Unmount(p, unix.MNT_DETACH)
 	}
+}
+
+// Owner is the pid of the running process that holds the site or host
+// (kind "site" or "host") of that name, or 0 when none does.
+func Owner(kind, name string) int {
+	r, err := readRecord(recordPath(kind, name))
+	if err != nil || !r.alive() {
+		return 0
+	}
+	return r.Owner
 }

@@ -19,12 +19,10 @@ import (
 func kit(t *testing.T) Binaries {
 	t.Helper()
 	var missing []string
-	if os.Geteuid() != 0 {
-		missing = append(missing, "root")
-	}
-	for _, p := range []string{"containerd", "runc", "ctr", "dbus-daemon", "nsenter", "unshare", "ip"} {
-		if _, err := exec.LookPath(p); err != nil {
-			missing = append(missing, p)
+	for _, m := range Missing(filepath.Join("..", "..", "bin", "k8s")) {
+		// This package's hosts run no kubelet: bin/k8s is not needed.
+		if !strings.Contains(m, "bin/k8s") {
+			missing = append(missing, m)
 		}
 	}
 	if len(missing) > 0 {
@@ -182,5 +180,45 @@ func assertGone(t *testing.T, h *Host) {
 	}
 	if pids := cgroupPids(h.cgroup); len(pids) > 0 {
 		t.Errorf("processes %v outlived the host", pids)
+	}
+}
+
+// A site or host a live run holds is not taken over, and Sweep leaves a
+// record alone that names anything but what a host of its name makes.
+func TestRecordsGuardWhatTheyName(t *testing.T) {
+	// Records of its own: other packages' real-node tests sweep the
+	// machine's at the same time.
+	recordDir = t.TempDir()
+	t.Cleanup(func() { recordDir = RecordDir })
+	name := fmt.Sprintf("tr%d", os.Getpid()%100000)
+	// Held by a live process (this test's parent) that is not this one.
+	live := Record{Kind: "host", Name: name, Owner: os.Getppid(), OwnerStart: startTime(os.Getppid()),
+		NetNS: "fleet-" + name, Cgroup: "/fleet-" + name, Dir: "/nonexistent/" + name}
+	b, _ := json.Marshal(live)
+	if err := os.WriteFile(recordPath("host", name), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := record(Record{Kind: "host", Name: name}); err == nil || !strings.Contains(err.Error(), "still going") {
+		t.Errorf("record over a live run's host = %v, want a refusal", err)
+	}
+	if got := Owner("host", name); got != os.Getppid() {
+		t.Errorf("Owner = %d, want %d", got, os.Getppid())
+	}
+	// The same pid with another start time is another process: not alive.
+	live.OwnerStart++
+	if live.alive() {
+		t.Error("a reused pid counts as the record's maker")
+	}
+	// A dead maker's record that names the whole cgroup tree is refused.
+	bad := Record{Kind: "host", Name: name, Owner: 0, NetNS: "fleet-" + name, Cgroup: "/", Dir: "/nonexistent/" + name}
+	b, _ = json.Marshal(bad)
+	if err := os.WriteFile(recordPath("host", name), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Sweep(); err == nil || !strings.Contains(err.Error(), "left alone") {
+		t.Errorf("Sweep of a record naming cgroup / = %v, want it left alone", err)
+	}
+	if _, err := os.Stat(recordPath("host", name)); err != nil {
+		t.Errorf("the bad record was removed: %v", err)
 	}
 }

@@ -1,6 +1,7 @@
 package unitd
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"maps"
@@ -149,6 +150,11 @@ func (m *Manager) job(name string, stop, start bool) error {
 	s.op <- struct{}{}
 	defer func() { <-s.op }()
 	m.mu.Lock()
+	if m.shutdown && start {
+		// Shutdown began while this job waited for the unit.
+		m.mu.Unlock()
+		return ErrShutdown
+	}
 	s.gen++
 	if s.restart != nil {
 		s.restart.Stop()
@@ -381,9 +387,12 @@ func (m *Manager) killGroup(name string, pgid int, grace time.Duration) {
 }
 
 // GroupMembers lists the live (not zombie) processes of process group
-// pgid. Orphans are reparented to a PID 1 that need not reap them, so
-// kill(-pgid, 0) alone would count zombies as alive.
+// pgid that share unitd's cgroups. Orphans are reparented to a PID 1 that
+// need not reap them, so kill(-pgid, 0) alone would count zombies as
+// alive; and a group number the machine has since given to a process
+// outside this host is not this unit's.
 func GroupMembers(pgid int) []int {
+	own, _ := os.ReadFile("/proc/self/cgroup")
 	entries, _ := os.ReadDir("/proc")
 	var pids []int
 	for _, e := range entries {
@@ -401,7 +410,10 @@ func GroupMembers(pgid int) []int {
 			continue
 		}
 		f := strings.Fields(string(stat[i+1:]))
-		if len(f) >= 3 && f[0] != "Z" && f[2] == strconv.Itoa(pgid) {
+		if len(f) < 3 || f[0] == "Z" || f[2] != strconv.Itoa(pgid) {
+			continue
+		}
+		if cg, err := os.ReadFile("/proc/" + e.Name() + "/cgroup"); err == nil && bytes.Equal(cg, own) {
 			pids = append(pids, pid)
 		}
 	}

@@ -33,9 +33,8 @@ import (
 	"github.com/edgefleet/fleet/pkg/hub/inventory"
 )
 
-// realNodesWait bounds each step on real nodes: a kubeadm init with
-// images already imported takes seconds, but two cores shared with the
-// hub, etcd and the API servers can make it a minute or more.
+// realNodesWait bounds each step on real nodes: a kubeadm init shares the
+// machine with the hub, both API servers and the other suites.
 const realNodesWait = 6 * time.Minute
 
 // realKit is what real hosts need from this machine; it says what is
@@ -45,18 +44,7 @@ func realKit(t *testing.T) testhost.Binaries {
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	must(t, err)
 	k8s := filepath.Join(root, "bin", "k8s")
-	var missing []string
-	for _, p := range []string{"containerd", "runc", "ctr", "dbus-daemon", "nsenter", "unshare", "ip"} {
-		if _, err := exec.LookPath(p); err != nil {
-			missing = append(missing, p)
-		}
-	}
-	for _, p := range []string{"/usr/lib/cni/bridge", "/usr/lib/cni/host-local", "/usr/lib/cni/loopback",
-		filepath.Join(k8s, "kubelet"), filepath.Join(k8s, "kubeadm"), filepath.Join(k8s, "images", "kube-apiserver.tar")} {
-		if _, err := os.Stat(p); err != nil {
-			missing = append(missing, p)
-		}
-	}
+	missing := testhost.Missing(k8s)
 	if len(missing) > 0 {
 		msg := "real nodes need " + strings.Join(missing, ", ") + " (.ci/run installs containerd, runc, dbus and containernetworking-plugins; make k8s builds bin/k8s)"
 		if os.Getenv("CI") == "true" {

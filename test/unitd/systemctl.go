@@ -20,7 +20,7 @@ func systemctl(args []string, stdout, stderr io.Writer) int {
 	var units []string
 	for _, a := range args {
 		switch {
-		case strings.HasPrefix(a, "-"): // --no-pager, -q and the like change nothing here
+		case strings.HasPrefix(a, "-"): // --no-pager, -q and the like change nothing here; options with values are not supported
 		case verb == "":
 			verb = a
 		default:
@@ -29,6 +29,10 @@ func systemctl(args []string, stdout, stderr io.Writer) int {
 			}
 			units = append(units, a)
 		}
+	}
+	if verb != "daemon-reload" && len(units) == 0 {
+		fmt.Fprintf(stderr, "systemctl (unitd): too few arguments: %q needs a unit\n", verb)
+		return 1
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -48,7 +52,7 @@ func systemctl(args []string, stdout, stderr io.Writer) int {
 	case "start", "stop", "restart", "try-restart":
 		return jobs(ctx, conn, verb, units, stderr)
 	case "is-active", "is-enabled", "status":
-		return query(ctx, conn, verb, units, stdout)
+		return query(ctx, conn, verb, units, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "systemctl (unitd): %q is not supported here; daemon-reload, start, stop, restart, is-active, is-enabled and status are\n", verb)
 		return 1
@@ -58,6 +62,9 @@ func systemctl(args []string, stdout, stderr io.Writer) int {
 func jobs(ctx context.Context, conn *sddbus.Conn, verb string, units []string, stderr io.Writer) int {
 	code := 0
 	for _, u := range units {
+		if verb == "try-restart" && !active(ctx, conn, u) {
+			continue // try-restart leaves a stopped unit stopped
+		}
 		done := make(chan string, 1)
 		var err error
 		switch verb {
@@ -88,10 +95,10 @@ func jobs(ctx context.Context, conn *sddbus.Conn, verb string, units []string, s
 
 // query answers with systemctl's words and exit codes: 0 when every unit
 // is active (enabled), 3 when one is not, 4 when one does not exist.
-func query(ctx context.Context, conn *sddbus.Conn, verb string, units []string, stdout io.Writer) int {
+func query(ctx context.Context, conn *sddbus.Conn, verb string, units []string, stdout, stderr io.Writer) int {
 	statuses, err := conn.ListUnitsByNamesContext(ctx, units)
 	if err != nil {
-		fmt.Fprintf(stdout, "systemctl (unitd): %v\n", err)
+		fmt.Fprintf(stderr, "systemctl (unitd): %v\n", err)
 		return 1
 	}
 	code := 0
@@ -123,4 +130,9 @@ func query(ctx context.Context, conn *sddbus.Conn, verb string, units []string, 
 		}
 	}
 	return code
+}
+
+func active(ctx context.Context, conn *sddbus.Conn, unit string) bool {
+	st, err := conn.ListUnitsByNamesContext(ctx, []string{unit})
+	return err == nil && len(st) == 1 && st[0].ActiveState == "active"
 }

@@ -111,6 +111,11 @@ func (o *Options) completeKubeadm() error {
 	}{{"initConfiguration.nodeRegistration", init}, {"joinConfiguration.nodeRegistration", join}} {
 		errs = append(errs, checkNodeRegistration(nr.path, nr.nr)...)
 	}
+	// fleet-agent runs cloud-config; an Ignition bootstrap would fail on
+	// every host.
+	if f := spec.Format; f != "" && f != bootstrapv1.CloudConfig {
+		errs = append(errs, fmt.Errorf("format %q: fleet-agent runs %q bootstraps only", f, bootstrapv1.CloudConfig))
+	}
 	o.spec.Kubeadm = spec
 	return errors.Join(errs...)
 }
@@ -129,6 +134,10 @@ func checkNodeRegistration(path string, nr *bootstrapv1.NodeRegistrationOptions)
 			path, nr.Name, nodeNameTemplate))
 	}
 	for _, a := range nr.KubeletExtraArgs {
+		if a.Name == "hostname-override" {
+			errs = append(errs, fmt.Errorf("%s.kubeletExtraArgs hostname-override: it renames the node, which create names after its host (%q); leave it out",
+				path, nodeNameTemplate))
+		}
 		if a.Name == providerIDArg && ptr.Deref(a.Value, "") != providerIDTemplate {
 			errs = append(errs, fmt.Errorf("%s.kubeletExtraArgs %s=%q: create sets it to %q, the providerID fleet gives the host, so Cluster API finds the Node; leave it out",
 				path, providerIDArg, ptr.Deref(a.Value, ""), providerIDTemplate))
