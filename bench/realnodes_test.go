@@ -249,6 +249,10 @@ func realNodes(b *testing.B, kit realNodesBinaries) {
 		// encoding is to the second, too coarse for the shares measured here.
 		must(b, os.WriteFile(h.Root("etc/systemd/system/fleet-agent.service.d/20-bench-timestamps.conf"), []byte(
 			"[Service]\nExecStart=\nExecStart=/usr/local/bin/fleet-agent --config /etc/fleet-agent/config.yaml --zap-time-encoding=rfc3339nano\n"), 0o644))
+		// As with systemd, a new drop-in counts after a daemon-reload.
+		if out, err := h.Command(ctx, "systemctl", "daemon-reload").CombinedOutput(); err != nil {
+			b.Fatalf("systemctl daemon-reload on %s: %v: %s", h.Name, err, out)
+		}
 		must(b, h.StartAgent(ctx, testhost.AgentConfig{Hub: hubURL, Token: token, CACertHash: gw.CA().Pin(), ResyncInterval: "2s"}))
 		hosts[r] = h
 	}
@@ -668,6 +672,11 @@ func shareTables(b *testing.B, rep *results.Report, m *marks, start time.Time) (
 				b.Fatalf("%s: no time for %q or %q", r, s.from, s.to)
 			}
 			d := to.Sub(from).Seconds()
+			if d < 0 {
+				// Marks out of order: a clock read too coarsely (say, the
+				// journal without its nanoseconds) would make shares up.
+				b.Fatalf("%s: %q came %.3f s before %q", r, s.to, -d, s.from)
+			}
 			row = append(row, strconv.FormatFloat(d, 'f', 3, 64))
 			if s.fleet {
 				fleet += d
