@@ -77,12 +77,7 @@ func WaitForMachines(ctx context.Context, c client.Client, out io.Writer, ns, cl
 				running++
 			}
 		}
-		var parts []string
-		for p, n := range phases {
-			parts = append(parts, fmt.Sprintf("%d %s", n, p))
-		}
-		slices.Sort(parts)
-		line := fmt.Sprintf("machines: %d/%d Running (%s)", running, want, strings.Join(parts, ", "))
+		line := machinesLine(running, want, phases)
 		if line != last {
 			fmt.Fprintln(out, line)
 			last = line
@@ -97,4 +92,18 @@ func WaitForMachines(ctx context.Context, c client.Client, out io.Writer, ns, cl
 		case <-time.After(2 * time.Second):
 		}
 	}
+}
+
+// machinesLine is the progress line: how many Machines run, and how many
+// are in each phase ("no Machines yet" before Cluster API made any).
+func machinesLine(running, want int, phases map[string]int) string {
+	parts := make([]string, 0, len(phases))
+	for p, n := range phases {
+		parts = append(parts, fmt.Sprintf("%d %s", n, p))
+	}
+	slices.Sort(parts)
+	if len(parts) == 0 {
+		parts = []string{"no Machines yet"}
+	}
+	return fmt.Sprintf("machines: %d/%d Running (%s)", running, want, strings.Join(parts, ", "))
 }
