@@ -97,8 +97,12 @@ func (s *Site) NewHost(ctx context.Context, o HostOptions) (*Host, error) {
 	if err != nil {
 		return nil, err
 	}
+	dir, err := filepath.Abs(filepath.Join(o.Dir, o.Name))
+	if err != nil {
+		return nil, fmt.Errorf("host %s: %w", o.Name, err)
+	}
 	h := &Host{Name: o.Name, Addr: addr, PodCIDR: fmt.Sprintf("10.244.%d.0/24", 10+n),
-		Dir: filepath.Join(o.Dir, o.Name), netns: "fleet-" + o.Name, cgroup: "/fleet-" + o.Name, bootDone: make(chan struct{})}
+		Dir: dir, netns: "fleet-" + o.Name, cgroup: "/fleet-" + o.Name, bootDone: make(chan struct{})}
 	if err := record(Record{Kind: "host", Name: o.Name, NetNS: h.netns, Cgroup: h.cgroup, Dir: h.Dir}); err != nil {
 		return nil, err
 	}
