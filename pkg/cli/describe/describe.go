@@ -235,13 +235,23 @@ func health(m *clusterv1.Machine) string {
 	}
 	s := "unhealthy: " + oneLine(strings.TrimPrefix(hc.Message, "Health check failed:"))
 	if or := meta.FindStatusCondition(m.Status.Conditions, clusterv1.MachineOwnerRemediatedCondition); or != nil && or.Status == metav1.ConditionFalse {
-		if or.Reason == clusterv1.MachineOwnerRemediatedWaitingForRemediationReason {
+		switch {
+		case ownerHasNotAnswered(or):
+			s += "; waiting for its owner to remediate it"
+		case or.Reason == clusterv1.MachineOwnerRemediatedWaitingForRemediationReason:
 			s += "; not remediated: " + oneLine(or.Message)
-		} else {
+		default:
 			s += "; remediation: " + oneLine(or.Message)
 		}
 	}
 	return s
+}
+
+// ownerHasNotAnswered tells an OwnerRemediated condition as the
+// MachineHealthCheck sets it (its owner has not looked yet) from one the
+// owner rewrote with its reason for waiting.
+func ownerHasNotAnswered(or *metav1.Condition) bool {
+	return or.Message == "" || or.Message == "Waiting for remediation"
 }
 
 // notRemediated is the control plane's line for an unhealthy
@@ -256,7 +266,8 @@ func notRemediated(machines []clusterv1.Machine) string {
 		}
 		replicas++
 		or := meta.FindStatusCondition(m.Status.Conditions, clusterv1.MachineOwnerRemediatedCondition)
-		if why == "" && or != nil && or.Status == metav1.ConditionFalse && or.Reason == clusterv1.MachineOwnerRemediatedWaitingForRemediationReason {
+		if why == "" && or != nil && or.Status == metav1.ConditionFalse &&
+			or.Reason == clusterv1.MachineOwnerRemediatedWaitingForRemediationReason && !ownerHasNotAnswered(or) {
 			why = fmt.Sprintf("Machine %s unhealthy, not remediated: %s", m.Name, oneLine(or.Message))
 		}
 	}
