@@ -78,7 +78,8 @@ func TestRealNodesRemediation(t *testing.T) {
 	realEventually(t, "Cluster Available on real nodes", func() error { return clusterAvailable(ctx, c, ns) })
 	kc := fleetKubeconfig(t, ns)
 	var first *clusterv1.Machine
-	realEventually(t, "the worker Running, its Node Ready", func() error {
+	var deadName string
+	realEventually(t, "the worker Running", func() error {
 		m, err := liveWorker(ctx, c, ns)
 		if err != nil {
 			return err
@@ -87,9 +88,9 @@ func TestRealNodesRemediation(t *testing.T) {
 			return fmt.Errorf("worker Machine %s is %s", m.Name, m.Status.Phase)
 		}
 		first = m
-		return nil
+		deadName, err = hostOf(ctx, c, ns, m)
+		return err
 	})
-	deadName := hostOf(ctx, t, c, ns, first)
 	dead := hosts[deadName]
 	spareName := prefix + "-w1"
 	if deadName == spareName {
@@ -114,8 +115,8 @@ func TestRealNodesRemediation(t *testing.T) {
 		if m.Name == first.Name || m.Status.Phase != string(clusterv1.MachinePhaseRunning) {
 			return fmt.Errorf("worker Machine %s is %s (%s)", m.Name, m.Status.Phase, conditionsLine(m))
 		}
-		if got := hostOf(ctx, t, c, ns, m); got != spareName {
-			return fmt.Errorf("the replacement is on %s", got)
+		if got, err := hostOf(ctx, c, ns, m); err != nil || got != spareName {
+			return fmt.Errorf("the replacement is on %q: %v", got, err)
 		}
 		return nil
 	})
@@ -224,11 +225,15 @@ func liveWorker(ctx context.Context, c client.Client, ns string) (*clusterv1.Mac
 }
 
 // hostOf is the host a Machine's EdgeMachine holds.
-func hostOf(ctx context.Context, t *testing.T, c client.Client, ns string, m *clusterv1.Machine) string {
-	t.Helper()
+func hostOf(ctx context.Context, c client.Client, ns string, m *clusterv1.Machine) (string, error) {
 	em := &infrav1.EdgeMachine{}
-	must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: m.Spec.InfrastructureRef.Name}, em))
-	return em.Status.HostRef
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: m.Spec.InfrastructureRef.Name}, em); err != nil {
+		return "", err
+	}
+	if em.Status.HostRef == "" {
+		return "", fmt.Errorf("EdgeMachine %s holds no host yet", em.Name)
+	}
+	return em.Status.HostRef, nil
 }
 
 func conditionsLine(m *clusterv1.Machine) string {
