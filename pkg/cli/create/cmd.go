@@ -23,7 +23,8 @@ func newClusterCmd(flags *genericclioptions.ConfigFlags, streams genericiooption
 		Use:   "cluster NAME --kubernetes-version VERSION",
 		Short: "Create a Cluster API cluster whose machines are edge hosts",
 		Long: "Writes the Cluster, EdgeCluster, control plane (KubeadmControlPlane, or plain Machines with\n" +
-			"--control-plane=machines), EdgeMachineTemplates, MachineDeployment and KubeadmConfigTemplate, with the\n" +
+			"--control-plane=machines), EdgeMachineTemplates, MachineDeployment, KubeadmConfigTemplate and\n" +
+			"MachineHealthChecks, with the "+
 			"kubelet's provider-id wired to what fleet's agent reports. Server-side apply: re-running is harmless;\n" +
 			"the API server checks every object (server-side dry run) before any is written.\n" +
 			"The host selectors take kubectl's -l syntax; given more than once, all must match. The cluster's failure\n" +
