@@ -24,9 +24,9 @@ func newClusterCmd(flags *genericclioptions.ConfigFlags, streams genericiooption
 		Short: "Create a Cluster API cluster whose machines are edge hosts",
 		Long: "Writes the Cluster, EdgeCluster, control plane (KubeadmControlPlane, or plain Machines with\n" +
 			"--control-plane=machines), EdgeMachineTemplates, MachineDeployment, KubeadmConfigTemplate and\n" +
-			"MachineHealthChecks, with the "+
-			"kubelet's provider-id wired to what fleet's agent reports. Server-side apply: re-running is harmless;\n" +
-			"the API server checks every object (server-side dry run) before any is written.\n" +
+			"MachineHealthChecks, with the kubelet's provider-id wired to what fleet's agent reports. Server-side\n" +
+			"apply: re-running is harmless; the API server checks every object (server-side dry run) before any is\n" +
+			"written.\n" +
 			"The host selectors take kubectl's -l syntax; given more than once, all must match. The cluster's failure\n" +
 			"domains are the zones of the hosts its control plane may use.\n\n" +
 			"--kubeadm-config takes a partial KubeadmConfigSpec (bootstrap.cluster.x-k8s.io/v1beta2 field names, YAML or\n" +
