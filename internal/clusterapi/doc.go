@@ -1,5 +1,6 @@
 // Package clusterapi runs upstream Cluster API in-process: the real core
-// reconcilers (Cluster, Machine, MachineSet, MachineDeployment) and the
+// reconcilers (Cluster, Machine, MachineSet, MachineDeployment,
+// MachineHealthCheck), the kubeadm control plane reconciler (KCP) and the
 // real kubeadm bootstrap reconciler, each in its own controller-runtime
 // manager wired the way their own binaries wire them, plus the CRDs they
 // need (bundled from the Cluster API module by hack/capicrds).

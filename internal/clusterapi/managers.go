@@ -16,6 +16,7 @@ import (
 	capicluster "sigs.k8s.io/cluster-api/core/reconcilers/cluster"
 	capimachine "sigs.k8s.io/cluster-api/core/reconcilers/machine"
 	capimd "sigs.k8s.io/cluster-api/core/reconcilers/machinedeployment"
+	capimhc "sigs.k8s.io/cluster-api/core/reconcilers/machinehealthcheck"
 	capims "sigs.k8s.io/cluster-api/core/reconcilers/machineset"
 	capisetup "sigs.k8s.io/cluster-api/core/setup"
 	"sigs.k8s.io/cluster-api/util/index"
@@ -68,7 +69,8 @@ func (o Options) setRetry(cc clustercache.ClusterCache) {
 	}
 }
 
-// NewCoreManager wires the real Cluster API core reconcilers the way
+// NewCoreManager wires the real Cluster API core reconcilers (Cluster,
+// Machine, MachineSet, MachineDeployment, MachineHealthCheck) the way
 // capi-controller-manager does, with core's own cache and client options.
 func NewCoreManager(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, o Options) (ctrl.Manager, error) {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
@@ -114,6 +116,11 @@ func NewCoreManager(ctx context.Context, cfg *rest.Config, scheme *runtime.Schem
 	if err := (&capimd.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()}).
 		SetupWithManager(ctx, mgr, copts); err != nil {
 		return nil, fmt.Errorf("setting up MachineDeployment reconciler: %w", err)
+	}
+	// MachineHealthCheck reads Nodes through ClusterCache, as the others.
+	if err := (&capimhc.Reconciler{Client: mgr.GetClient(), ClusterCache: cc}).
+		SetupWithManager(ctx, mgr, copts); err != nil {
+		return nil, fmt.Errorf("setting up MachineHealthCheck reconciler: %w", err)
 	}
 	return mgr, nil
 }

@@ -44,7 +44,7 @@ func TestCreateClusterDryRun(t *testing.T) {
 			kinds = append(kinds, k)
 		}
 	}
-	want := "Cluster EdgeCluster EdgeMachineTemplate KubeadmControlPlane EdgeMachineTemplate KubeadmConfigTemplate MachineDeployment"
+	want := "Cluster EdgeCluster EdgeMachineTemplate KubeadmControlPlane EdgeMachineTemplate KubeadmConfigTemplate MachineDeployment MachineHealthCheck MachineHealthCheck"
 	if strings.Join(kinds, " ") != want {
 		t.Errorf("kinds %v, want %s", kinds, want)
 	}

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -211,5 +212,58 @@ func TestDescribeShowConditionsAndYAML(t *testing.T) {
 	out, _, err = fleet(t, "describe", "cluster", "store", "-n", ns, "-o", "yaml")
 	if err != nil || !strings.Contains(out, "kind: Cluster") || !strings.Contains(out, "host: host-01") {
 		t.Errorf("-o yaml: %v\n%s", err, out)
+	}
+}
+
+// A one-machine KubeadmControlPlane whose Machine a MachineHealthCheck
+// found unhealthy is never remediated; Cluster API says why only in the
+// Machine's OwnerRemediated condition, and describe shows it on the
+// Machine and the control plane (the conditions are the ones the real
+// MachineHealthCheck and KCP reconcilers write: TestRealNodesRemediation).
+func TestDescribeSaysWhyNotRemediated(t *testing.T) {
+	ctx := context.Background()
+	ns := "describe-not-remediated"
+	fleetOf(t, ns, 1)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	lbl := map[string]string{clusterv1.ClusterNameLabel: "store"}
+	must(env.Client.Create(ctx, &controlplanev1.KubeadmControlPlane{
+		ObjectMeta: metav1.ObjectMeta{Name: "store-control-plane", Namespace: ns, Labels: lbl},
+		Spec: controlplanev1.KubeadmControlPlaneSpec{Replicas: ptr.To(int32(1)), Version: "v1.36.3",
+			MachineTemplate: controlplanev1.KubeadmControlPlaneMachineTemplate{Spec: controlplanev1.KubeadmControlPlaneMachineTemplateSpec{
+				InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "EdgeMachineTemplate", Name: "t"}}}}}))
+	cl := &clusterv1.Cluster{}
+	must(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "store"}, cl))
+	cl.Spec.ControlPlaneRef = clusterv1.ContractVersionedObjectReference{APIGroup: controlplanev1.GroupVersion.Group,
+		Kind: "KubeadmControlPlane", Name: "store-control-plane"}
+	must(env.Client.Update(ctx, cl))
+	m := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "store-cp-0"}}
+	must(setStatus(m, func() {
+		now := metav1.NewTime(fixedNow)
+		m.Status.Conditions = append(m.Status.Conditions,
+			metav1.Condition{Type: clusterv1.MachineHealthCheckSucceededCondition, Status: metav1.ConditionFalse,
+				Reason: clusterv1.MachineHealthCheckUnhealthyNodeReason, LastTransitionTime: now,
+				Message: "Health check failed:\n  * Condition Ready on Node is reporting status Unknown with reason NodeStatusUnknown for more than 20s"},
+			metav1.Condition{Type: clusterv1.MachineOwnerRemediatedCondition, Status: metav1.ConditionFalse,
+				Reason: clusterv1.MachineOwnerRemediatedWaitingForRemediationReason, LastTransitionTime: now,
+				Message: "KubeadmControlPlane can't remediate if current replicas are less or equal to 1"})
+	}))
+	out, _, err := fleet(t, "describe", "cluster", "store", "-n", ns)
+	must(err)
+	for _, want := range []string{
+		"KubeadmControlPlane/store-control-plane", "1 machine: Machine store-cp-0 unhealthy, not remediated: KubeadmControlPlane can't remediate if current replicas are less or equal to 1",
+		"unhealthy: Condition Ready on Node is reporting status Unknown with reason NodeStatusUnknown for more than 20s; not remediated: KubeadmControlPlane can't remediate",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("describe lacks %q:\n%s", want, out)
+		}
+	}
+	out, _, err = fleet(t, "describe", "cluster", "store", "-n", ns, "-o", "json")
+	if err != nil || !strings.Contains(out, `"health": "unhealthy: Condition Ready on Node`) {
+		t.Errorf("describe -o json: %v\n%s", err, out)
 	}
 }

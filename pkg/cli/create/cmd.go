@@ -23,9 +23,10 @@ func newClusterCmd(flags *genericclioptions.ConfigFlags, streams genericiooption
 		Use:   "cluster NAME --kubernetes-version VERSION",
 		Short: "Create a Cluster API cluster whose machines are edge hosts",
 		Long: "Writes the Cluster, EdgeCluster, control plane (KubeadmControlPlane, or plain Machines with\n" +
-			"--control-plane=machines), EdgeMachineTemplates, MachineDeployment and KubeadmConfigTemplate, with the\n" +
-			"kubelet's provider-id wired to what fleet's agent reports. Server-side apply: re-running is harmless;\n" +
-			"the API server checks every object (server-side dry run) before any is written.\n" +
+			"--control-plane=machines), EdgeMachineTemplates, MachineDeployment, KubeadmConfigTemplate and\n" +
+			"MachineHealthChecks, with the kubelet's provider-id wired to what fleet's agent reports. Server-side\n" +
+			"apply: re-running is harmless; the API server checks every object (server-side dry run) before any is\n" +
+			"written.\n" +
 			"The host selectors take kubectl's -l syntax; given more than once, all must match. The cluster's failure\n" +
 			"domains are the zones of the hosts its control plane may use.\n\n" +
 			"--kubeadm-config takes a partial KubeadmConfigSpec (bootstrap.cluster.x-k8s.io/v1beta2 field names, YAML or\n" +
@@ -34,13 +35,25 @@ func newClusterCmd(flags *genericclioptions.ConfigFlags, streams genericiooption
 			"adds the node name and provider-id to both nodeRegistrations, keeping the file's other settings there (a\n" +
 			"file that sets either differently is refused); the file's lists are taken as they are. The flags below\n" +
 			"add to the file's lists (--ignore-preflight-errors, --skip-init-phases) or replace its value\n" +
-			"(--image-pull-policy). docs/templates holds examples; docs/PROVISIONING.md says which settings a host needs.",
+			"(--image-pull-policy). docs/templates holds examples; docs/PROVISIONING.md says which settings a host needs.\n\n" +
+			"Health checks: unless --health-check=false, a MachineHealthCheck for the workers and one for a\n" +
+			"KubeadmControlPlane replace a Machine whose Node has not joined within --node-startup-timeout (20m), whose\n" +
+			"Node has been NotReady or unreachable for --unhealthy-timeout (5m), or whose host has not been ready for\n" +
+			"--host-unready-timeout (30m: its agent disconnected, the host lost, the bootstrap failed). A replaced worker\n" +
+			"goes to another Available host; its old host returns to the pool only after its agent has reset it. A\n" +
+			"KubeadmControlPlane of one machine is never remediated (Cluster API refuses; `kubectl fleet describe\n" +
+			"cluster` says so). The checks stop while the hub cannot reach the cluster, e.g. a site offline.",
 		Example: `  kubectl fleet create cluster store-17 --kubernetes-version v1.36.3 \
     --control-plane-machines 1 --worker-machines 2 --host-selector site=store-17
 
   # Workers on either of two racks, never on an interruptible host
   kubectl fleet create cluster store-17 --kubernetes-version v1.36.3 --worker-machines 2 \
     --host-selector site=store-17 --worker-host-selector 'rack in (r1,r2),!fleet.edgefleet.io/interruptible'
+
+  # Faster remediation on a site with spare hosts; no health checks on a lab cluster
+  kubectl fleet create cluster store-17 --kubernetes-version v1.36.3 --worker-machines 2 \
+    --host-selector site=store-17 --unhealthy-timeout 2m --host-unready-timeout 10m
+  kubectl fleet create cluster lab --kubernetes-version v1.36.3 --health-check=false
 
   # See what would be written
   kubectl fleet create cluster store-17 --kubernetes-version v1.36.3 --dry-run=client -o yaml
@@ -68,6 +81,11 @@ func newClusterCmd(flags *genericclioptions.ConfigFlags, streams genericiooption
 	f.StringSliceVar(&o.SkipInitPhases, "skip-init-phases", nil, "kubeadm init phases to skip, e.g. addon/kube-proxy (added to the file's initConfiguration.skipPhases).")
 	f.StringVar(&o.DryRun, "dry-run", "none", `"client" prints the objects without writing them.`)
 	f.StringVarP(&o.Output, "output", "o", "", "With --dry-run=client: yaml or json.")
+	f.BoolVar(&o.HealthCheck, "health-check", true, "Create MachineHealthChecks for the control plane and the workers (false: none).")
+	f.DurationVar(&o.NodeStartupTimeout, "node-startup-timeout", DefaultNodeStartupTimeout, "Replace a Machine whose Node has not joined this long after its creation (0: never).")
+	f.DurationVar(&o.UnhealthyTimeout, "unhealthy-timeout", DefaultUnhealthyTimeout, "Replace a Machine whose Node has been NotReady or unreachable this long (0: never).")
+	f.DurationVar(&o.HostUnreadyTimeout, "host-unready-timeout", DefaultHostUnreadyTimeout, "Replace a Machine whose host has not been ready this long: agent disconnected, host lost, bootstrap failed (0: never).")
+	f.StringVar(&o.MaxUnhealthy, "max-unhealthy", DefaultMaxUnhealthy, "Remediate only while at most this many of a health check's Machines are unhealthy: a count or a percentage.")
 	f.BoolVar(&o.Wait, "wait", false, "Wait until every machine is Running, showing progress.")
 	f.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "How long --wait waits.")
 	return cmd

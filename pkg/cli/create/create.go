@@ -45,6 +45,12 @@ type Options struct {
 	Output                string
 	Wait                  bool
 	Timeout               time.Duration
+	// HealthCheck turns the MachineHealthChecks on; the rest tune them.
+	HealthCheck        bool
+	NodeStartupTimeout time.Duration
+	UnhealthyTimeout   time.Duration
+	HostUnreadyTimeout time.Duration
+	MaxUnhealthy       string
 
 	spec Spec
 	conn *kube.Connection
@@ -91,6 +97,7 @@ func (o *Options) Validate() error {
 	if err := o.completeKubeadm(); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, o.completeHealthCheck()...)
 	for flag, cidr := range map[string]string{"--pod-cidr": o.PodCIDR, "--service-cidr": o.ServiceCIDR} {
 		if _, _, err := net.ParseCIDR(cidr); cidr != "" && err != nil {
 			errs = append(errs, fmt.Errorf("%s %q: want an address range such as 10.96.0.0/12", flag, cidr))
@@ -199,4 +206,25 @@ func apply(ctx context.Context, c client.Client, obj client.Object, opts ...clie
 	}
 	ac := client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: u})
 	return c.Apply(ctx, ac, append([]client.ApplyOption{client.FieldOwner("kubectl-fleet"), client.ForceOwnership}, opts...)...)
+}
+
+// completeHealthCheck checks the health-check flags into the Spec.
+func (o *Options) completeHealthCheck() []error {
+	if !o.HealthCheck {
+		return nil
+	}
+	hc := HealthCheck{NodeStartupTimeout: o.NodeStartupTimeout, UnhealthyTimeout: o.UnhealthyTimeout, HostUnreadyTimeout: o.HostUnreadyTimeout}
+	var errs []error
+	for flag, d := range map[string]time.Duration{"--node-startup-timeout": o.NodeStartupTimeout,
+		"--unhealthy-timeout": o.UnhealthyTimeout, "--host-unready-timeout": o.HostUnreadyTimeout} {
+		if err := validateTimeout(flag, d); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	var err error
+	if hc.MaxUnhealthy, err = ParseMaxUnhealthy(o.MaxUnhealthy); err != nil {
+		errs = append(errs, err)
+	}
+	o.spec.HealthCheck = &hc
+	return errs
 }

@@ -1,6 +1,8 @@
 package create
 
 import (
+	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,11 +13,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/utils/ptr"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/edgefleet/fleet/pkg/cli/command"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
@@ -434,6 +440,107 @@ func TestMachinesLine(t *testing.T) {
 	} {
 		if got := machinesLine(tc.running, tc.want, tc.phases); got != tc.line {
 			t.Errorf("machinesLine = %q, want %q", got, tc.line)
+		}
+	}
+}
+
+// healthChecksOf runs `create cluster` with args as a client-side dry run
+// and returns the MachineHealthChecks it would write.
+func healthChecksOf(t *testing.T, args ...string) []clusterv1.MachineHealthCheck {
+	t.Helper()
+	var out bytes.Buffer
+	cmd := newClusterCmd(genericclioptions.NewConfigFlags(false), genericiooptions.IOStreams{Out: &out, ErrOut: io.Discard})
+	cmd.SetArgs(append([]string{"store", "--kubernetes-version", "v1.36.3", "--dry-run=client", "-o", "yaml"}, args...))
+	cmd.SetOut(io.Discard)
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	var mhcs []clusterv1.MachineHealthCheck
+	for _, doc := range strings.Split(out.String(), "\n---\n") {
+		if !strings.Contains(doc, "kind: MachineHealthCheck") {
+			continue
+		}
+		var m clusterv1.MachineHealthCheck
+		if err := yaml.UnmarshalStrict([]byte(doc), &m); err != nil {
+			t.Fatalf("%v\n%s", err, doc)
+		}
+		mhcs = append(mhcs, m)
+	}
+	return mhcs
+}
+
+// The flags' defaults make a MachineHealthCheck for the KubeadmControlPlane
+// and one for the workers, each selecting only its own Machines, with the
+// Node, startup and host checks and Cluster API's short-circuit default.
+func TestHealthChecksByDefault(t *testing.T) {
+	mhcs := healthChecksOf(t, "--worker-machines", "1")
+	if len(mhcs) != 2 {
+		t.Fatalf("%d MachineHealthChecks, want 2", len(mhcs))
+	}
+	cp, w := mhcs[0], mhcs[1]
+	if cp.Name != "store-control-plane" || len(cp.Spec.Selector.MatchLabels) != 1 || cp.Spec.Selector.MatchLabels[clusterv1.MachineControlPlaneLabel] != "" {
+		t.Errorf("control-plane check %s selects %v", cp.Name, cp.Spec.Selector.MatchLabels)
+	}
+	if w.Name != "store-md-0" || w.Spec.Selector.MatchLabels[clusterv1.MachineDeploymentNameLabel] != "store-md-0" {
+		t.Errorf("workers' check %s selects %v", w.Name, w.Spec.Selector.MatchLabels)
+	}
+	for _, m := range mhcs {
+		c := m.Spec.Checks
+		if m.Spec.ClusterName != "store" || ptr.Deref(c.NodeStartupTimeoutSeconds, -1) != 1200 {
+			t.Errorf("%s: cluster %q, node startup %v", m.Name, m.Spec.ClusterName, c.NodeStartupTimeoutSeconds)
+		}
+		if len(c.UnhealthyNodeConditions) != 2 || c.UnhealthyNodeConditions[0].Type != corev1.NodeReady ||
+			c.UnhealthyNodeConditions[0].Status != corev1.ConditionFalse || c.UnhealthyNodeConditions[1].Status != corev1.ConditionUnknown ||
+			ptr.Deref(c.UnhealthyNodeConditions[1].TimeoutSeconds, 0) != 300 {
+			t.Errorf("%s: node conditions %+v", m.Name, c.UnhealthyNodeConditions)
+		}
+		if len(c.UnhealthyMachineConditions) != 1 || c.UnhealthyMachineConditions[0].Type != clusterv1.MachineInfrastructureReadyCondition ||
+			c.UnhealthyMachineConditions[0].Status != metav1.ConditionFalse || ptr.Deref(c.UnhealthyMachineConditions[0].TimeoutSeconds, 0) != 1800 {
+			t.Errorf("%s: machine conditions %+v", m.Name, c.UnhealthyMachineConditions)
+		}
+		if got := m.Spec.Remediation.TriggerIf.UnhealthyLessThanOrEqualTo; got == nil || got.String() != "100%" {
+			t.Errorf("%s: unhealthyLessThanOrEqualTo %v", m.Name, got)
+		}
+	}
+}
+
+// The flags tune every check, 0 turns one off, and --health-check=false
+// writes none; plain control-plane Machines, which Cluster API cannot
+// remediate, get none either.
+func TestHealthCheckFlags(t *testing.T) {
+	mhcs := healthChecksOf(t, "--node-startup-timeout", "0", "--unhealthy-timeout", "45s", "--host-unready-timeout", "0",
+		"--max-unhealthy", "2", "--control-plane=machines")
+	if len(mhcs) != 1 || mhcs[0].Name != "store-md-0" {
+		t.Fatalf("MachineHealthChecks %v, want only the workers'", mhcs)
+	}
+	c := mhcs[0].Spec.Checks
+	if ptr.Deref(c.NodeStartupTimeoutSeconds, -1) != 0 || len(c.UnhealthyMachineConditions) != 0 ||
+		len(c.UnhealthyNodeConditions) != 2 || ptr.Deref(c.UnhealthyNodeConditions[0].TimeoutSeconds, 0) != 45 {
+		t.Errorf("checks %+v", c)
+	}
+	if got := mhcs[0].Spec.Remediation.TriggerIf.UnhealthyLessThanOrEqualTo; got == nil || got.String() != "2" || got.Type != intstr.Int {
+		t.Errorf("unhealthyLessThanOrEqualTo %v", got)
+	}
+	if mhcs := healthChecksOf(t, "--health-check=false"); len(mhcs) != 0 {
+		t.Errorf("--health-check=false wrote %d MachineHealthChecks", len(mhcs))
+	}
+}
+
+func TestHealthCheckFlagsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		change func(*Options)
+		want   string
+	}{
+		{func(o *Options) { o.UnhealthyTimeout = -time.Second }, "--unhealthy-timeout -1s: want a duration ≥ 0"},
+		{func(o *Options) { o.NodeStartupTimeout = 100 * 365 * 24 * time.Hour }, "--node-startup-timeout"},
+		{func(o *Options) { o.MaxUnhealthy = "120%" }, `--max-unhealthy "120%": want a number of machines (2) or a percentage (40%)`},
+		{func(o *Options) { o.MaxUnhealthy = "some" }, `--max-unhealthy "some"`},
+	} {
+		o := &Options{KubernetesVersion: "v1.36.3", ControlPlane: "kubeadm", ControlPlaneMachines: 1, DryRun: "none",
+			Endpoint: "s:6443", spec: Spec{Name: "s"}, HealthCheck: true, MaxUnhealthy: "100%"}
+		tc.change(o)
+		if err := o.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Validate() = %v, want %q", err, tc.want)
 		}
 	}
 }

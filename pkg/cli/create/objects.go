@@ -28,6 +28,9 @@ type Spec struct {
 	// Kubeadm is the user's kubeadm settings (--kubeadm-config and the
 	// flags over it); every machine's bootstrap config starts from it.
 	Kubeadm bootstrapv1.KubeadmConfigSpec
+	// HealthCheck, when set, adds MachineHealthChecks for the control
+	// plane and the workers.
+	HealthCheck *HealthCheck
 }
 
 // kubeadmConfig is the user's kubeadm settings with create's node wiring
@@ -61,7 +64,8 @@ func Objects(s Spec) []client.Object {
 		Spec: infrav1.EdgeClusterSpec{ControlPlaneEndpoint: s.Endpoint, HostSelector: s.ControlPlaneSelector.DeepCopy()},
 	}}
 	objs = append(objs, s.controlPlane()...)
-	return append(objs, s.workers()...)
+	objs = append(objs, s.workers()...)
+	return append(objs, s.healthChecks()...)
 }
 
 func (s Spec) controlPlaneName() string { return s.Name + "-control-plane" }

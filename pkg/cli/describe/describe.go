@@ -11,6 +11,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -90,6 +91,9 @@ type MachineInfo struct {
 	Addresses      []string `json:"addresses,omitempty"`
 	CertExpiry     string   `json:"certificatesExpiry,omitempty"`
 	CertWarning    bool     `json:"certificatesExpiryWarning,omitempty"`
+	// Health is what a MachineHealthCheck found wrong with the machine and
+	// what its owner did about it, when the check failed.
+	Health string `json:"health,omitempty"`
 }
 
 func ready(conds []metav1.Condition) (string, string) {
@@ -144,6 +148,9 @@ func Build(ctx context.Context, c client.Client, ns, name string, now time.Time)
 		root.Children = append(root.Children, ec)
 	}
 	cp := controlPlaneNode(ctx, c, ns, cluster)
+	if why := notRemediated(machines.Items); why != "" && cp.Kind == "KubeadmControlPlane" {
+		cp.Message = strings.TrimSuffix(why+"; "+cp.Message, "; ")
+	}
 	mdList, mdNodes := machineDeploymentNodes(mds.Items)
 	sort.Slice(machines.Items, func(i, j int) bool { return machines.Items[i].Name < machines.Items[j].Name })
 	for i := range machines.Items {
@@ -196,6 +203,9 @@ func (f *fleetView) machineNode(m *clusterv1.Machine) *Node {
 			}
 		}
 	}
+	if info.Health = health(m); info.Health != "" {
+		msg = strings.TrimSuffix(info.Health+"; "+msg, "; ")
+	}
 	if !expiry.IsZero() {
 		info.CertExpiry = expiry.UTC().Format("2006-01-02")
 		info.CertWarning = expiry.Sub(f.now) < CertWarning
@@ -212,6 +222,77 @@ func (f *fleetView) machineNode(m *clusterv1.Machine) *Node {
 		}
 	}
 	return &Node{Kind: "Machine", Name: m.Name, Ready: r, Phase: m.Status.Phase, Message: msg, Machine: info, Conditions: m.Status.Conditions}
+}
+
+// health says why a MachineHealthCheck found m unhealthy, on one line,
+// and what its owner (MachineSet, KubeadmControlPlane) did about it: a
+// control plane of one machine is never remediated, and Cluster API only
+// says so in the Machine's OwnerRemediated condition.
+func health(m *clusterv1.Machine) string {
+	hc := meta.FindStatusCondition(m.Status.Conditions, clusterv1.MachineHealthCheckSucceededCondition)
+	if hc == nil || hc.Status != metav1.ConditionFalse {
+		return ""
+	}
+	s := "unhealthy: " + oneLine(strings.TrimPrefix(hc.Message, "Health check failed:"))
+	if or := meta.FindStatusCondition(m.Status.Conditions, clusterv1.MachineOwnerRemediatedCondition); or != nil && or.Status == metav1.ConditionFalse {
+		switch {
+		case ownerHasNotAnswered(or):
+			s += "; waiting for its owner to remediate it"
+		case or.Reason == clusterv1.MachineOwnerRemediatedWaitingForRemediationReason:
+			s += "; not remediated: " + oneLine(or.Message)
+		default:
+			s += "; remediation: " + oneLine(or.Message)
+		}
+	}
+	return s
+}
+
+// ownerHasNotAnswered tells an OwnerRemediated condition as the
+// MachineHealthCheck sets it (its owner has not looked yet) from one the
+// owner rewrote with its reason for waiting.
+func ownerHasNotAnswered(or *metav1.Condition) bool {
+	return or.Message == "" || or.Message == "Waiting for remediation"
+}
+
+// notRemediated is the control plane's line for an unhealthy
+// control-plane Machine its owner will not remediate, or "".
+func notRemediated(machines []clusterv1.Machine) string {
+	replicas := 0
+	var why string
+	for i := range machines {
+		m := &machines[i]
+		if _, isCP := m.Labels[clusterv1.MachineControlPlaneLabel]; !isCP {
+			continue
+		}
+		replicas++
+		or := meta.FindStatusCondition(m.Status.Conditions, clusterv1.MachineOwnerRemediatedCondition)
+		if why == "" && or != nil && or.Status == metav1.ConditionFalse &&
+			or.Reason == clusterv1.MachineOwnerRemediatedWaitingForRemediationReason && !ownerHasNotAnswered(or) {
+			why = fmt.Sprintf("Machine %s unhealthy, not remediated: %s", m.Name, oneLine(or.Message))
+		}
+	}
+	if why == "" {
+		return ""
+	}
+	return fmt.Sprintf("%d %s: %s", replicas, plural(replicas, "machine", "machines"), why)
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// oneLine joins a condition's message lines ("* a", "* b") with "; ".
+func oneLine(msg string) string {
+	var parts []string
+	for _, l := range strings.Split(msg, "\n") {
+		if l = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(l), "*")); l != "" {
+			parts = append(parts, l)
+		}
+	}
+	return strings.Join(parts, "; ")
 }
 
 // edgeClusterNode is the cluster's EdgeCluster with its endpoint, or nil.

@@ -124,6 +124,22 @@ const (
 	// session to the hub, judged by the hub's clock.
 	AgentConnectedCondition = "AgentConnected"
 
+	// HostAgentConnectedCondition on an EdgeMachine mirrors the
+	// AgentConnected condition of the host it holds. It is part of the
+	// machine's Ready, which Cluster API mirrors into the Machine's
+	// InfrastructureReady: a MachineHealthCheck with
+	// unhealthyMachineConditions InfrastructureReady=False thus replaces a
+	// machine whose agent has been gone too long.
+	HostAgentConnectedCondition = "HostAgentConnected"
+	// AgentConnectedReason: the host's agent holds a session to the hub.
+	AgentConnectedReason = "AgentConnected"
+	// AgentDisconnectedReason: the host's agent has been gone longer than
+	// the hub's disconnect grace.
+	AgentDisconnectedReason = "AgentDisconnected"
+	// AgentConnectivityUnknownReason: the hub cannot tell (the replica
+	// that held the session stopped, or nothing was recorded yet).
+	AgentConnectivityUnknownReason = "AgentConnectivityUnknown"
+
 	// LinkDegradedCondition on an EdgeHost is True while the link health
 	// its agent reports is over the hub's thresholds (retransmissions to
 	// the hub per minute, round-trip time), Unknown before any report.

@@ -2,8 +2,9 @@
 // process, for trying fleet and for its demo: a local etcd and
 // kube-apiserver whose data lives in a directory, the Cluster API core,
 // kubeadm bootstrap, kubeadm control-plane and fleet CRDs, the real
-// Cluster API core, kubeadm bootstrap and KubeadmControlPlane reconcilers,
-// and fleet's hub (reconcilers, agent gateway and edge-reach proxy).
+// Cluster API core (MachineHealthCheck included), kubeadm bootstrap and
+// KubeadmControlPlane reconcilers, and fleet's hub (reconcilers, agent
+// gateway and edge-reach proxy).
 //
 // `fleet-hub dev` is its command. What it runs is what the tests run
 // (internal/clusterapi). The KubeadmControlPlane reconciler reaches each

@@ -38,8 +38,8 @@ func TestGatewayNames(t *testing.T) {
 	}
 }
 
-// The embedded hub runs the KubeadmControlPlane reconciler and the
-// edge-reach proxy, which asks a CONNECT without credentials for them.
+// The embedded hub runs the KubeadmControlPlane and MachineHealthCheck
+// reconcilers and the edge-reach proxy, which asks a CONNECT without credentials for them.
 func TestRunServesEdgeReachAndKubeadmControlPlane(t *testing.T) {
 	bin := os.Getenv("KUBEBUILDER_ASSETS")
 	if bin == "" {
@@ -97,12 +97,14 @@ func TestRunServesEdgeReachAndKubeadmControlPlane(t *testing.T) {
 		t.Errorf("CONNECT without credentials: %s, want 407", resp.Status)
 	}
 
-	testkit.Eventually(t, time.Minute, 200*time.Millisecond, "the KubeadmControlPlane controller started", func() error {
-		for _, l := range strings.Split(logs.String(), "\n") {
-			if strings.Contains(l, "Starting workers") && strings.Contains(l, `"controller"="kubeadmcontrolplane"`) {
-				return nil
+	for _, controller := range []string{"kubeadmcontrolplane", "machinehealthcheck"} {
+		testkit.Eventually(t, time.Minute, 200*time.Millisecond, "the "+controller+" controller started", func() error {
+			for _, l := range strings.Split(logs.String(), "\n") {
+				if strings.Contains(l, "Starting workers") && strings.Contains(l, `"controller"="`+controller+`"`) {
+					return nil
+				}
 			}
-		}
-		return fmt.Errorf("no kubeadmcontrolplane workers in the log yet")
-	})
+			return fmt.Errorf("no %s workers in the log yet", controller)
+		})
+	}
 }

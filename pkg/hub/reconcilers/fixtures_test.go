@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
@@ -280,6 +281,10 @@ func (a *fakeAgent) sync() {
 			}
 			h.Status.CertificatesExpiryDate = a.certExpiry.Load()
 			h.Status.AgentObservedGeneration = h.Generation
+			if conditions.Get(h, infrav1.AgentConnectedCondition) == nil {
+				// What the gateway records on the agent's first session.
+				conditions.Set(h, metav1.Condition{Type: infrav1.AgentConnectedCondition, Status: metav1.ConditionTrue, Reason: "Connected"})
+			}
 			_ = env.Client.Status().Update(ctx, h)
 		case claim == nil && a.reset.Load() && inventory.Phase(h) == infrav1.HostDeprovisioning:
 			_ = env.Client.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-" + w.ns + "-" + h.Name}})

@@ -154,6 +154,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 	phases := []phaseFunc{
 		r.reconcileBootstrapData,
 		r.reconcileHostClaim,
+		r.reconcileHostAgent,
 		r.reconcileHostStatus,
 		r.reconcileCertificateExpiry,
 	}
@@ -215,7 +216,10 @@ func (r *Reconciler) patch(ctx context.Context, s *scope, h *patch.Helper) error
 			infrav1.BootstrapDataReadyCondition,
 			infrav1.HostClaimedCondition,
 			infrav1.HostProvisionedCondition,
+			infrav1.HostAgentConnectedCondition,
 		},
+		// Only a machine that holds a host has an agent to report on.
+		conditions.IgnoreTypesIfMissing{infrav1.HostAgentConnectedCondition},
 	); err != nil {
 		return fmt.Errorf("summarising Ready: %w", err)
 	}
@@ -226,6 +230,7 @@ func (r *Reconciler) patch(ctx context.Context, s *scope, h *patch.Helper) error
 			infrav1.BootstrapDataReadyCondition,
 			infrav1.HostClaimedCondition,
 			infrav1.HostProvisionedCondition,
+			infrav1.HostAgentConnectedCondition,
 		}},
 		patch.WithStatusObservedGeneration{},
 	)

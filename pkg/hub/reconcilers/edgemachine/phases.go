@@ -43,7 +43,8 @@ func (r *Reconciler) setStep(em *infrav1.EdgeMachine, related client.Object, c m
 	}
 	eventType := corev1.EventTypeNormal
 	if c.Reason == infrav1.BootstrapDataInvalidReason || c.Reason == infrav1.InvalidHostSelectorReason ||
-		c.Reason == infrav1.ProvisioningFailedReason || c.Reason == infrav1.HostLostReason {
+		c.Reason == infrav1.ProvisioningFailedReason || c.Reason == infrav1.HostLostReason ||
+		c.Reason == infrav1.AgentDisconnectedReason {
 		eventType = corev1.EventTypeWarning
 	}
 	note := c.Message
@@ -135,6 +136,8 @@ func (r *Reconciler) reconcileHostClaim(ctx context.Context, s *scope) (bool, er
 	if host != nil {
 		return r.keepHeldHost(ctx, s, host, secretName)
 	}
+	// No host, no agent to speak of.
+	conditions.Delete(em, infrav1.HostAgentConnectedCondition)
 	if em.Status.HostRef != "" && ptr.Deref(em.Status.Initialization.Provisioned, false) {
 		// We had a host and lost it (deleted by force, or claim cleared by
 		// hand). Never silently grab another: the Machine's node lived there.
@@ -422,4 +425,30 @@ func (r *Reconciler) keepOneHost(ctx context.Context, em *infrav1.EdgeMachine, h
 		ctrl.LoggerFrom(ctx).Info("Released a second host of this machine", "EdgeHost", h.Name, "kept", keep.Name)
 	}
 	return keep, nil
+}
+
+// reconcileHostAgent mirrors the held host's AgentConnected into
+// HostAgentConnected, which Ready summarises. The hub's own clock and grace
+// decide AgentConnected; the message carries the time of the host's
+// transition, so a host's lastSeenTime refreshes never change it and cost
+// no write here.
+func (r *Reconciler) reconcileHostAgent(_ context.Context, s *scope) (bool, error) {
+	em, host := s.edgeMachine, s.host
+	c := metav1.Condition{Type: infrav1.HostAgentConnectedCondition, Status: metav1.ConditionUnknown,
+		Reason:  infrav1.AgentConnectivityUnknownReason,
+		Message: fmt.Sprintf("The hub has no word on the agent of EdgeHost %s", host.Name)}
+	if hc := conditions.Get(host, infrav1.AgentConnectedCondition); hc != nil {
+		since := hc.LastTransitionTime.UTC().Format(time.RFC3339)
+		switch hc.Status {
+		case metav1.ConditionTrue:
+			c.Status, c.Reason, c.Message = metav1.ConditionTrue, infrav1.AgentConnectedReason, ""
+		case metav1.ConditionFalse:
+			c.Status, c.Reason = metav1.ConditionFalse, infrav1.AgentDisconnectedReason
+			c.Message = fmt.Sprintf("The agent of EdgeHost %s has been disconnected since %s", host.Name, since)
+		default:
+			c.Message = fmt.Sprintf("The hub lost track of the agent of EdgeHost %s at %s: %s", host.Name, since, hc.Message)
+		}
+	}
+	r.setStep(em, host, c)
+	return false, nil
 }

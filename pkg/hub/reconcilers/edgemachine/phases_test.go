@@ -4,11 +4,13 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -74,5 +76,52 @@ func TestKeepOneHostReleasesTheExtra(t *testing.T) {
 	// One host: nothing to do.
 	if kept, err := r.keepOneHost(ctx, em, []infrav1.EdgeHost{*claimed("b"), *free}); err != nil || kept.Name != "b" {
 		t.Fatalf("single: %v, %v", kept, err)
+	}
+}
+
+// HostAgentConnected follows the host's AgentConnected and its message
+// depends only on the host's transition, never on lastSeenTime, so a
+// refresh of the host writes nothing here; it emits an event only when it
+// changes.
+func TestHostAgentConnectedMirrorsTheHost(t *testing.T) {
+	since := metav1.NewTime(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+	for _, tc := range []struct {
+		name       string
+		host       *metav1.Condition
+		status     metav1.ConditionStatus
+		reason, in string
+	}{
+		{"connected", &metav1.Condition{Status: metav1.ConditionTrue, Reason: "Connected"}, metav1.ConditionTrue, infrav1.AgentConnectedReason, ""},
+		{"gone", &metav1.Condition{Status: metav1.ConditionFalse, Reason: "Disconnected"}, metav1.ConditionFalse, infrav1.AgentDisconnectedReason,
+			"The agent of EdgeHost h1 has been disconnected since 2026-12-01T09:00:00Z"},
+		{"contact lost", &metav1.Condition{Status: metav1.ConditionUnknown, Reason: "ContactLost", Message: "No word from hub replica"},
+			metav1.ConditionUnknown, infrav1.AgentConnectivityUnknownReason, "lost track of the agent of EdgeHost h1 at 2026-12-01T09:00:00Z: No word"},
+		{"never connected", nil, metav1.ConditionUnknown, infrav1.AgentConnectivityUnknownReason, "no word on the agent of EdgeHost h1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			host := &infrav1.EdgeHost{ObjectMeta: metav1.ObjectMeta{Name: "h1"}}
+			if tc.host != nil {
+				c := *tc.host
+				c.Type, c.LastTransitionTime = infrav1.AgentConnectedCondition, since
+				host.Status.Conditions = []metav1.Condition{c}
+			}
+			rec := events.NewFakeRecorder(10)
+			r := &Reconciler{Recorder: rec}
+			em := &infrav1.EdgeMachine{}
+			for range 2 {
+				now := metav1.Now()
+				host.Status.LastSeenTime = &now
+				if _, err := r.reconcileHostAgent(context.Background(), &scope{edgeMachine: em, host: host}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c := conditions.Get(em, infrav1.HostAgentConnectedCondition)
+			if c == nil || c.Status != tc.status || c.Reason != tc.reason || !strings.Contains(c.Message, tc.in) {
+				t.Errorf("HostAgentConnected %+v, want %s %s %q", c, tc.status, tc.reason, tc.in)
+			}
+			if n := len(rec.Events); n != 1 {
+				t.Errorf("%d events for one change", n)
+			}
+		})
 	}
 }
