@@ -7,6 +7,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"sigs.k8s.io/cluster-api/util/conditions"
@@ -68,7 +69,7 @@ func (o *RemoveOptions) Run(ctx context.Context) error {
 			err = o.conn.Client.Delete(ctx, h, client.Preconditions{UID: &h.UID, ResourceVersion: &h.ResourceVersion})
 			if err == nil || apierrors.IsNotFound(err) {
 				fmt.Fprintf(o.Out, "edgehost/%s removed\n", o.Name)
-				return o.waitGone(ctx)
+				return o.waitGone(ctx, h.UID)
 			}
 			if !apierrors.IsConflict(err) {
 				return o.conn.Explain(err)
@@ -158,7 +159,7 @@ func (o *RemoveOptions) force(ctx context.Context, h *infrav1.EdgeHost) error {
 	for _, l := range lost {
 		fmt.Fprintf(o.Out, "  given up: %s\n", l)
 	}
-	return o.waitGone(ctx)
+	return o.waitGone(ctx, h.UID)
 }
 
 // whoAmI names the user for the hub's Events, or "" when the API server
@@ -171,13 +172,22 @@ func (o *RemoveOptions) whoAmI(ctx context.Context) string {
 	return review.Status.UserInfo.Username
 }
 
-func (o *RemoveOptions) waitGone(ctx context.Context) error {
+// waitGone waits until the EdgeHost of that uid is gone. A host of the same
+// name with another uid is the machine enrolling again: its agent still
+// runs and holds a token that is still valid.
+func (o *RemoveOptions) waitGone(ctx context.Context, uid types.UID) error {
 	if !o.Wait {
 		return nil
 	}
 	for {
-		err := o.conn.Client.Get(ctx, client.ObjectKey{Namespace: o.conn.Namespace, Name: o.Name}, &infrav1.EdgeHost{})
-		if apierrors.IsNotFound(err) {
+		h := &infrav1.EdgeHost{}
+		err := o.conn.Client.Get(ctx, client.ObjectKey{Namespace: o.conn.Namespace, Name: o.Name}, h)
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil
+		case err == nil && h.UID != uid:
+			fmt.Fprintf(o.Out, "edgehost/%s enrolled again as a new host: its agent still runs with a valid token "+
+				"(stop the agent, or revoke the token with `kubectl fleet token revoke`)\n", o.Name)
 			return nil
 		}
 		if err := sleep(ctx, time.Second); err != nil {
