@@ -20,12 +20,12 @@ import (
 
 // The metric names; manifests/monitoring's alerts and dashboard use them.
 const (
-	HostsName              = "fleet_edgehosts"
-	HostsConnectedName     = "fleet_edgehosts_connected"
-	HostDisconnectedName   = "fleet_edgehost_disconnected_seconds"
-	CertificateExpiryName  = "fleet_cluster_certificates_expiry_days"
-	MachinesRemediating    = "fleet_machines_remediating"
-	MachineRemediationsTot = "fleet_machine_remediations_total"
+	HostsName             = "fleet_edgehosts"
+	HostsConnectedName    = "fleet_edgehosts_connected"
+	HostDisconnectedName  = "fleet_edgehost_disconnected_seconds"
+	CertificateExpiryName = "fleet_cluster_certificates_expiry_days"
+	RemediatingName       = "fleet_machines_remediating"
+	RemediationsName      = "fleet_machine_remediations_total"
 )
 
 var (
@@ -39,10 +39,10 @@ var (
 	expiryDesc = prometheus.NewDesc(CertificateExpiryName,
 		"Days until the earliest certificate expiry reported by the agents of a cluster's EdgeMachines (negative once expired).",
 		[]string{"namespace", "cluster"}, nil)
-	remediatingDesc = prometheus.NewDesc(MachinesRemediating,
+	remediatingDesc = prometheus.NewDesc(RemediatingName,
 		"Machines that a MachineHealthCheck marked for remediation (condition OwnerRemediated present) and that are not yet replaced.",
 		[]string{"namespace", "cluster"}, nil)
-	remediationsDesc = prometheus.NewDesc(MachineRemediationsTot,
+	remediationsDesc = prometheus.NewDesc(RemediationsName,
 		"Machines this hub replica saw marked for remediation since it started.",
 		[]string{"namespace", "cluster"}, nil)
 )
