@@ -198,3 +198,56 @@ func TestHostRetryAndRemoveAfterReset(t *testing.T) {
 		}
 	}
 }
+
+// A host whose agent is resetting it is cordoned and removed once clean;
+// one whose agent is gone before the reset is refused.
+func TestHostRemoveWaitsForTheReset(t *testing.T) {
+	ctx := context.Background()
+	ns := env.NewNamespace(t, "resetting")
+	resetting := &infrav1.HostProvisioningStatus{ClaimUID: "old-claim", State: infrav1.ProvisioningResetting, Step: "reset 1/1"}
+	hostFixture(t, ns, "lost-1", nil, resetting.DeepCopy(), false)
+	h := hostFixture(t, ns, "busy-1", nil, resetting, true)
+	eventually(t, "hosts Deprovisioning", func() error {
+		if err := hostPhase(ns, "lost-1", infrav1.HostDeprovisioning); err != nil {
+			return err
+		}
+		return hostPhase(ns, "busy-1", infrav1.HostDeprovisioning)
+	})
+	if _, _, err := fleet(t, "-n", ns, "host", "remove", "lost-1"); err == nil ||
+		!strings.Contains(err.Error(), "edgehost/lost-1 has not been reset and its agent is not connected") {
+		t.Fatalf("remove of an unreset host without its agent: %v", err)
+	}
+
+	type result struct {
+		out string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, _, err := fleet(t, "-n", ns, "host", "remove", "busy-1")
+		done <- result{out, err}
+	}()
+	eventually(t, "busy-1 cordoned while its agent resets it", func() error {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(h), h); err != nil {
+			return err
+		}
+		if h.Labels[infrav1.CordonedLabel] != "true" {
+			return fmt.Errorf("labels %v", h.Labels)
+		}
+		return nil
+	})
+	if err := hostPhase(ns, "busy-1", infrav1.HostDeprovisioning); err != nil {
+		t.Fatalf("removed before its reset: %v", err)
+	}
+	// The agent reports the host clean.
+	if err := setStatus(h, func() { h.Status.Provisioning = nil }); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || r.out != "edgehost/busy-1 cordoned; waiting for its agent to reset it\nedgehost/busy-1 removed\n" {
+		t.Fatalf("remove of a resetting host: %v %q", r.err, r.out)
+	}
+	if err := hostGone(ns, "busy-1"); err != nil {
+		t.Fatal(err)
+	}
+}

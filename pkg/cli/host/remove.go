@@ -75,7 +75,8 @@ func (o *RemoveOptions) Run(ctx context.Context) error {
 				return o.conn.Explain(err)
 			}
 		} else if err := sleep(ctx, 2*time.Second); err != nil {
-			return fmt.Errorf("timed out waiting for edgehost/%s's agent to reset it (phase %s): %w", o.Name, h.Status.Phase, err)
+			return fmt.Errorf("timed out waiting for edgehost/%s's agent to reset it (phase %s; the host stays cordoned: "+
+				"`kubectl fleet host uncordon %s` to use it again): %w", o.Name, h.Status.Phase, o.Name, err)
 		}
 		if h, err = getHost(ctx, o.conn, o.Name); err != nil {
 			return err
