@@ -21,8 +21,8 @@ import (
 
 const nodeFile = "/var/lib/fleet-sim/node"
 
-// ResetFailsFile, while it exists in the machine's root, makes `kubeadm
-// reset` fail with its content, as a real reset fails on a broken disk: a
+// ResetFailsFile makes `kubeadm reset` fail with its content while it
+// exists in the machine's root, as a real reset fails on a broken disk: a
 // test removes it and has the reset ordered again.
 const ResetFailsFile = "/etc/fleet-sim/reset-fails"
 
