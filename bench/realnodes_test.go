@@ -42,6 +42,7 @@ import (
 	"github.com/edgefleet/fleet/bench/results"
 	"github.com/edgefleet/fleet/internal/clusterapi"
 	"github.com/edgefleet/fleet/internal/testhost"
+	"github.com/edgefleet/fleet/internal/testkit"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
@@ -899,15 +900,5 @@ func tailString(s string, n int) string {
 // waitUntil polls cond every 100 ms for up to realNodesWait.
 func waitUntil(b *testing.B, what string, cond func() error) {
 	b.Helper()
-	deadline := time.Now().Add(realNodesWait)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testkit.Eventually(b, realNodesWait, 100*time.Millisecond, what, cond)
 }
