@@ -67,10 +67,16 @@ type Collector struct {
 
 type key struct{ namespace, cluster string }
 
+// registerMu makes Register's replacement one step for managers set up
+// side by side.
+var registerMu sync.Mutex
+
 // Register adds a Collector reading from r to controller-runtime's
 // registry, which the manager's metrics endpoint serves. It replaces the
 // Collector of an earlier manager in the same process (tests run several).
 func Register(r client.Reader) error {
+	registerMu.Lock()
+	defer registerMu.Unlock()
 	metrics.Registry.Unregister(&Collector{})
 	if err := metrics.Registry.Register(&Collector{Reader: r}); err != nil {
 		return fmt.Errorf("registering the fleet's metrics: %w", err)
