@@ -86,10 +86,16 @@ func TestHubServesAndReconciles(t *testing.T) {
 		}
 		return nil
 	})
-	body, err := httpGet("http://" + metrics + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The fleet's gauges match its objects, from the hub's cache.
+	writeFleet(t, env)
+	var body string
+	waitFor(t, "fleet metrics", func() error {
+		if body, err = httpGet("http://" + metrics + "/metrics"); err != nil {
+			return err
+		}
+		return fleetMetricsMatch(body)
+	})
+	checkMonitoringUsesExportedMetrics(t, body)
 	for _, want := range []string{`controller_runtime_reconcile_total{controller="edgehost"`, "fleet_gateway_connected_agents"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %s", want)

@@ -1,6 +1,8 @@
 package host
 
 import (
+	"time"
+
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
@@ -11,7 +13,7 @@ import (
 
 // NewCmd returns `kubectl fleet host`.
 func NewCmd(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
-	cmd := &cobra.Command{Use: "host", Short: "Approve, cordon or uncordon edge hosts"}
+	cmd := &cobra.Command{Use: "host", Short: "Approve, cordon, uncordon, remove edge hosts or retry their reset"}
 	for _, a := range []struct {
 		action Action
 		short  string
@@ -29,5 +31,56 @@ func NewCmd(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStr
 			RunE:              command.RunE(o),
 		})
 	}
+	cmd.AddCommand(newRemoveCmd(flags, streams), newRetryCmd(flags, streams))
+	return cmd
+}
+
+func newRemoveCmd(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
+	o := &RemoveOptions{flags: flags, IOStreams: streams}
+	cmd := &cobra.Command{
+		Use:   "remove NAME [--force]",
+		Short: "Remove a host from the fleet; --force for a dead host or one whose reset failed",
+		Long: `Remove a host from the fleet: its EdgeHost is deleted, which revokes its identity (its agent is
+refused from then on; to use the machine again, enroll it anew).
+
+Without --force, remove deletes a host that is Available at once, and waits for a host whose agent is
+resetting it (cordoning it meanwhile). It refuses a host that still serves a Machine (delete the
+Machine first: its host is then reset) and one whose reset failed or whose agent is gone.
+
+--force is for hardware that is dead or broken: the hub gives up the claim of the Machine the host
+serves (that Machine loses its host), lets the host go without a reset, and records what was given up
+in Events on the host and the Machine. Wipe such a machine before it serves again.`,
+		Example: `  # Remove a host that is back in the pool
+  kubectl fleet host remove kiosk-17
+
+  # Remove a host whose hardware died while it served a Machine
+  kubectl fleet host remove kiosk-17 --force`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completion.Hosts(flags),
+		RunE:              command.RunE(o),
+	}
+	cmd.Flags().BoolVar(&o.Force, "force", false, "Give up the Machine the host serves and the host's reset: for a host whose agent is gone or whose reset failed.")
+	cmd.Flags().BoolVar(&o.Wait, "wait", true, "Wait until the EdgeHost is gone.")
+	cmd.Flags().DurationVar(&o.Timeout, "timeout", 10*time.Minute, "How long to wait for the agent's reset and for the EdgeHost to go.")
+	return cmd
+}
+
+func newRetryCmd(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
+	o := &RetryOptions{flags: flags, IOStreams: streams}
+	cmd := &cobra.Command{
+		Use:   "retry NAME [--wait]",
+		Short: "Order the failed reset of a NeedsAttention host again",
+		Long: `Order the reset of a host whose reset failed (phase NeedsAttention) again. The hub sends its agent a
+new order; the agent runs the reset again without being restarted. An agent never retries a reset on its
+own. A host whose bootstrap failed is not retried: a bootstrap never runs twice on a host; delete its
+Machine instead.`,
+		Example: `  # Fix what made the reset fail on the host, then
+  kubectl fleet host retry kiosk-17 --wait`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completion.Hosts(flags),
+		RunE:              command.RunE(o),
+	}
+	cmd.Flags().BoolVar(&o.Wait, "wait", false, "Wait until the host is Available again, showing its phases.")
+	cmd.Flags().DurationVar(&o.Timeout, "timeout", 10*time.Minute, "How long --wait waits.")
 	return cmd
 }

@@ -1,2 +1,2 @@
-// Package host is `kubectl fleet host approve|cordon|uncordon`.
+// Package host is `kubectl fleet host approve|cordon|uncordon|remove|retry`.
 package host

@@ -46,6 +46,14 @@ type EdgeHostSpec struct {
 	// a host is never held by two machines.
 	// +optional
 	ClaimRef *HostClaimReference `json:"claimRef,omitempty"`
+
+	// resetRetries counts the operator's requests to order a failed reset
+	// again (`kubectl fleet host retry`, through RetryResetAnnotation).
+	// Each change makes a new generation, which the agent takes as a new
+	// order to reset the host.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ResetRetries int64 `json:"resetRetries,omitempty"`
 }
 
 // HostClaimReference identifies the EdgeMachine that holds a host.

@@ -169,6 +169,27 @@ const (
 // agent reports having observed that generation (and a clean host).
 const ReleasedAtGenerationAnnotation = "fleet.edgefleet.io/released-at-generation"
 
+// Operator requests on an EdgeHost, honoured by the hub (which alone writes
+// the host's spec and finalizers).
+const (
+	// RemoveAnnotation on an EdgeHost, set to RemoveForce before the host
+	// is deleted (`kubectl fleet host remove --force`), lets the deletion
+	// give up what it would otherwise wait for: the claim of a Machine the
+	// host still serves, and the reset of a host whose agent is gone or
+	// whose reset failed.
+	RemoveAnnotation = "fleet.edgefleet.io/remove"
+	// RemoveForce is RemoveAnnotation's one value.
+	RemoveForce = "force"
+	// RemovedByAnnotation names the user who asked for the forced removal,
+	// for the Events that record what was given up.
+	RemovedByAnnotation = "fleet.edgefleet.io/removed-by"
+
+	// RetryResetAnnotation on an EdgeHost is a counter an operator raises
+	// (`kubectl fleet host retry`) to have a failed reset ordered again:
+	// the hub copies it into spec.resetRetries.
+	RetryResetAnnotation = "fleet.edgefleet.io/retry-reset"
+)
+
 // CordonedLabel on an EdgeHost, set to "true", keeps it from being claimed
 // by new machines; a machine that holds it keeps it.
 const CordonedLabel = "fleet.edgefleet.io/cordoned"

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/hub/fleetmetrics"
 	"github.com/edgefleet/fleet/pkg/hub/reconcilers/edgecluster"
 	"github.com/edgefleet/fleet/pkg/hub/reconcilers/edgehost"
 	"github.com/edgefleet/fleet/pkg/hub/reconcilers/edgemachine"
@@ -100,5 +101,6 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	}).SetupWithManager(ctx, mgr, copts); err != nil {
 		return fmt.Errorf("setting up EdgeHost reconciler: %w", err)
 	}
-	return nil
+	// From the cache the reconcilers fill anyway: a scrape costs no API call.
+	return fleetmetrics.Register(mgr.GetCache())
 }

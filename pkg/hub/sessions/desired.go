@@ -103,8 +103,13 @@ func sameIntent(last *wire.DesiredState, h *infrav1.EdgeHost) bool {
 	return last.Deprovision == wantsDeprovision(h) && (last.Assignment != nil) == (h.Spec.ClaimRef != nil)
 }
 
+// wantsDeprovision: a released host the agent has not reset yet, or whose
+// reset failed. It stays true when a reset fails, so the failure itself
+// sends nothing new: only a new generation (`kubectl fleet host retry`)
+// orders the reset again.
 func wantsDeprovision(h *infrav1.EdgeHost) bool {
-	return h.Spec.ClaimRef == nil && inventory.Phase(h) == infrav1.HostDeprovisioning
+	phase := inventory.Phase(h)
+	return h.Spec.ClaimRef == nil && (phase == infrav1.HostDeprovisioning || phase == infrav1.HostNeedsAttention)
 }
 
 // desiredFor computes a host's full desired state. Only the host's own

@@ -21,6 +21,11 @@ import (
 
 const nodeFile = "/var/lib/fleet-sim/node"
 
+// ResetFailsFile makes `kubeadm reset` fail with its content while it
+// exists in the machine's root, as a real reset fails on a broken disk: a
+// test removes it and has the reset ordered again.
+const ResetFailsFile = "/etc/fleet-sim/reset-fails"
+
 // Simulator runs kubeadm subcommands against a workload cluster.
 type Simulator struct {
 	// Client reaches the workload cluster.
@@ -245,6 +250,9 @@ func mirrorPods(ctx context.Context, cs kubernetes.Interface, node string) error
 }
 
 func (s *Simulator) reset(ctx context.Context) error {
+	if why, err := os.ReadFile(s.path(ResetFailsFile)); err == nil {
+		return fmt.Errorf("[reset] %s", strings.TrimSpace(string(why)))
+	}
 	b, err := os.ReadFile(s.path(nodeFile))
 	if errors.Is(err, os.ErrNotExist) {
 		s.printf("[fleet-sim] nothing to reset\n")

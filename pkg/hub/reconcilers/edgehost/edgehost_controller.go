@@ -3,6 +3,7 @@ package edgehost
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -10,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/cluster-api/util"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/cluster-api/util/finalizers"
 	"sigs.k8s.io/cluster-api/util/patch"
@@ -25,6 +27,7 @@ import (
 
 // +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=edgehosts;edgehosts/status;edgehosts/finalizers,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=edgemachines,verbs=get;list;watch
+// +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machines,verbs=get;list;watch
 
 // Reasons of the EdgeHost Ready condition.
 const (
@@ -36,6 +39,12 @@ const (
 	// ContactLostReason (AgentConnected Unknown): the host read as connected
 	// but its hub replica stopped refreshing lastSeenTime.
 	ContactLostReason = "ContactLost"
+	// RemovedByForceReason: the Event on a host, and on the Machine it
+	// served, that records what a forced removal gave up.
+	RemovedByForceReason = "RemovedByForce"
+	// ResetRetriedReason: the Event on a host whose failed reset an
+	// operator ordered again.
+	ResetRetriedReason = "ResetRetried"
 )
 
 // Reconciler reconciles EdgeHosts.
@@ -99,8 +108,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		return ctrl.Result{}, err
 	}
 	if !host.DeletionTimestamp.IsZero() {
-		r.reconcileDelete(host)
+		return ctrl.Result{}, r.reconcileDelete(ctx, host)
 	}
+	r.reconcileResetRetry(host)
 	return ctrl.Result{RequeueAfter: r.reconcileContact(host)}, nil
 }
 
@@ -157,25 +167,86 @@ func (r *Reconciler) reconcileOrphanedClaim(ctx context.Context, host *infrav1.E
 	return nil
 }
 
+// reconcileResetRetry orders a failed reset again when an operator raised
+// the retry counter: copying it into spec makes a new generation, which
+// the agent takes as a new order (it never retries on its own).
+func (r *Reconciler) reconcileResetRetry(host *infrav1.EdgeHost) {
+	n, err := strconv.ParseInt(host.Annotations[infrav1.RetryResetAnnotation], 10, 64)
+	if err != nil || n <= host.Spec.ResetRetries {
+		return
+	}
+	host.Spec.ResetRetries = n
+	r.Recorder.Eventf(host, nil, corev1.EventTypeNormal, ResetRetriedReason, "RetryReset",
+		"Reset ordered again (retry %d) in phase %s", n, inventory.Phase(host))
+}
+
 // reconcileDelete lets a host go once no Machine holds it. Deleting a host
 // revokes its identity at once (the gateway refuses it from then on), so
 // no reset can be reported any more: a host that was not clean is let go
-// unreset, and says so.
-func (r *Reconciler) reconcileDelete(host *infrav1.EdgeHost) {
+// unreset, and says so. A removal forced by the operator also gives up the
+// claim of the Machine the host serves.
+func (r *Reconciler) reconcileDelete(ctx context.Context, host *infrav1.EdgeHost) error {
+	forced := host.Annotations[infrav1.RemoveAnnotation] == infrav1.RemoveForce
+	by := host.Annotations[infrav1.RemovedByAnnotation]
+	if by == "" {
+		by = "an unnamed user"
+	}
+	gaveUp := false
+	if forced && host.Spec.ClaimRef != nil {
+		if err := r.giveUpClaim(ctx, host, by); err != nil {
+			return err
+		}
+		gaveUp = true
+	}
 	if host.Spec.ClaimRef == nil {
-		if !inventory.IsReleased(host) {
+		switch {
+		case gaveUp: // giveUpClaim said what was given up
+		case forced && !inventory.IsReleased(host):
+			r.Recorder.Eventf(host, nil, corev1.EventTypeWarning, RemovedByForceReason, "Delete",
+				"EdgeHost removed by force by %s in phase %s: its identity was revoked and the host was not reset", by, inventory.Phase(host))
+		case !inventory.IsReleased(host):
 			r.Recorder.Eventf(host, nil, corev1.EventTypeWarning, "DeletedUnreset", "Delete",
 				"EdgeHost deleted in phase %s: its identity was revoked and the host was not reset", inventory.Phase(host))
 		}
 		controllerutil.RemoveFinalizer(host, infrav1.HostProtectionFinalizer)
-		return
+		return nil
 	}
-	msg := fmt.Sprintf("Deletion waits until EdgeMachine %s releases the host (delete its Machine); the host's identity is already revoked", host.Spec.ClaimRef.Name)
+	msg := fmt.Sprintf("Deletion waits until EdgeMachine %s releases the host (delete its Machine, or give it up with `kubectl fleet host remove --force`); the host's identity is already revoked", host.Spec.ClaimRef.Name)
 	if !conditions.IsFalse(host, infrav1.ReadyCondition) || conditions.GetReason(host, infrav1.ReadyCondition) != DeletionBlockedReason {
 		r.Recorder.Eventf(host, nil, corev1.EventTypeWarning, DeletionBlockedReason, "Delete", "%s", msg)
 	}
 	conditions.Set(host, metav1.Condition{Type: infrav1.ReadyCondition, Status: metav1.ConditionFalse,
 		Reason: DeletionBlockedReason, Message: msg})
+	return nil
+}
+
+// giveUpClaim frees the host from the Machine it serves, for a forced
+// removal, and tells that Machine (and its EdgeMachine) it lost its host.
+func (r *Reconciler) giveUpClaim(ctx context.Context, host *infrav1.EdgeHost, by string) error {
+	claim := *host.Spec.ClaimRef
+	em := &infrav1.EdgeMachine{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: host.Namespace, Name: claim.Name}, em)
+	switch {
+	case apierrors.IsNotFound(err) || (err == nil && em.UID != claim.UID):
+		em = nil
+	case err != nil:
+		return fmt.Errorf("reading claiming EdgeMachine %s: %w", claim.Name, err)
+	}
+	// The update below changes spec; the deferred status patch then applies
+	// on top of the object the update returned.
+	if err := inventory.Release(ctx, r.Client, host, claim.UID); err != nil {
+		return err
+	}
+	msg := fmt.Sprintf("EdgeHost %s removed by force by %s: EdgeMachine %s lost its host, which was not reset", host.Name, by, claim.Name)
+	if em != nil {
+		if m, err := util.GetOwnerMachine(ctx, r.Client, em.ObjectMeta); err == nil && m != nil {
+			msg = fmt.Sprintf("EdgeHost %s removed by force by %s: Machine %s lost its host, which was not reset", host.Name, by, m.Name)
+			r.Recorder.Eventf(m, host, corev1.EventTypeWarning, RemovedByForceReason, "Delete", "%s", msg)
+		}
+		r.Recorder.Eventf(em, host, corev1.EventTypeWarning, RemovedByForceReason, "Delete", "%s", msg)
+	}
+	r.Recorder.Eventf(host, nil, corev1.EventTypeWarning, RemovedByForceReason, "Delete", "%s", msg)
+	return nil
 }
 
 func (r *Reconciler) patch(ctx context.Context, host *infrav1.EdgeHost, h *patch.Helper) error {
