@@ -97,7 +97,7 @@ func (ss *Session) nextDesired(ctx context.Context, host *infrav1.EdgeHost) (*wi
 // sameIntent tells, without reading the bootstrap Secret, that the host
 // still wants what was last pushed (the common case: a status-only update).
 func sameIntent(last *wire.DesiredState, h *infrav1.EdgeHost) bool {
-	if last.Generation != h.Generation {
+	if last.Generation != h.Generation || last.HostUID != h.UID {
 		return false
 	}
 	return last.Deprovision == wantsDeprovision(h) && (last.Assignment != nil) == (h.Spec.ClaimRef != nil)
@@ -111,7 +111,7 @@ func wantsDeprovision(h *infrav1.EdgeHost) bool {
 // claim and the Secret it names are ever read: an agent cannot be sent
 // anything else.
 func (r *Registry) desiredFor(ctx context.Context, h *infrav1.EdgeHost) (*wire.DesiredState, error) {
-	d := &wire.DesiredState{Generation: h.Generation}
+	d := &wire.DesiredState{Generation: h.Generation, HostUID: h.UID}
 	claim := h.Spec.ClaimRef
 	if claim == nil {
 		d.Deprovision = wantsDeprovision(h)

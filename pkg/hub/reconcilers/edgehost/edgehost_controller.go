@@ -135,14 +135,14 @@ func (r *Reconciler) reconcileOrphanedClaim(ctx context.Context, host *infrav1.E
 	}
 	em := &infrav1.EdgeMachine{}
 	key := client.ObjectKey{Namespace: host.Namespace, Name: claim.Name}
-	if err := r.Client.Get(ctx, key, em); err == nil && em.UID == claim.UID {
+	if err := r.Client.Get(ctx, key, em); err == nil && holdsClaim(em, host) {
 		return nil // the common case, from the cache: every status change of a claimed host comes here
 	}
 	// The cache may not have seen a claim made a moment ago: only the API
 	// server can say the EdgeMachine is really gone.
 	err := r.APIReader.Get(ctx, key, em)
 	switch {
-	case err == nil && em.UID == claim.UID:
+	case err == nil && holdsClaim(em, host):
 		return nil
 	case err != nil && !apierrors.IsNotFound(err):
 		return fmt.Errorf("checking claiming EdgeMachine %s: %w", claim.Name, err)
@@ -155,6 +155,15 @@ func (r *Reconciler) reconcileOrphanedClaim(ctx context.Context, host *infrav1.E
 	r.Recorder.Eventf(host, nil, corev1.EventTypeWarning, "OrphanedClaimReleased", "Release",
 		"EdgeMachine %s (uid %s) no longer exists; released the host for reset", claim.Name, claim.UID)
 	return nil
+}
+
+// holdsClaim tells whether em is the machine host's claim is for: by claim
+// ID, or, for a machine restored from a backup before it recorded one (a new
+// uid), by its node's providerID naming this host (its reconciler adopts the
+// claim).
+func holdsClaim(em *infrav1.EdgeMachine, host *infrav1.EdgeHost) bool {
+	return inventory.ClaimID(em) == host.Spec.ClaimRef.UID ||
+		em.Annotations[infrav1.ClaimIDAnnotation] == "" && em.Spec.ProviderID == inventory.ProviderID(host)
 }
 
 // reconcileDelete lets a host go once no Machine holds it. Deleting a host
@@ -197,6 +206,12 @@ func (r *Reconciler) patch(ctx context.Context, host *infrav1.EdgeHost, h *patch
 			cond.Status, cond.Reason = metav1.ConditionFalse, string(phase)
 			if p := host.Status.Provisioning; p != nil {
 				cond.Message = fmt.Sprintf("Agent reported %s at %q: %s", p.State, p.Step, p.Message)
+			}
+			if p := host.Status.Provisioning; inventory.HoldsUnknownWorkload(host) {
+				cond.Reason = "UnknownWorkload"
+				cond.Message = fmt.Sprintf("The agent runs the workload of claim %s, which no EdgeMachine holds and this hub never released "+
+					"(restored from an older backup?): it is not reset without an order; to reset it, record its release: "+
+					"kubectl annotate edgehost %s %s=%s", p.ClaimUID, host.Name, infrav1.ReleasedClaimAnnotation, p.ClaimUID)
 			}
 		}
 		conditions.Set(host, cond)
