@@ -3,6 +3,7 @@ package reconcilers_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -17,7 +18,8 @@ import (
 // it under its old uid. It adopts that claim by its providerID, and the host
 // is neither released nor reset, nor provisioned again. An EdgeMachine whose
 // providerID names a host that does not exist waits, naming it, and claims
-// no other host.
+// no other host; a second EdgeMachine naming the same host is refused
+// (DuplicateClaim) and the host stays the first one's.
 func TestARestoredMachineAdoptsItsHostsClaim(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
@@ -39,18 +41,19 @@ func TestARestoredMachineAdoptsItsHostsClaim(t *testing.T) {
 	})
 	oldUID := before.UID
 
-	// Restore m0 as a backup without its claim ID has it, with the Cluster
-	// paused while it is re-created.
+	// Restore m0 as a backup without its claim ID has it, with the hub
+	// not acting meanwhile (the Cluster and the host paused, as a hub
+	// scaled down for a restore): it is lost without its finalizer running.
 	w.pause(true)
-	gone := before.DeepCopy()
-	gone.Finalizers = nil
-	w.must(env.Client.Update(w.ctx, gone))
-	w.must(env.Client.Delete(w.ctx, gone))
+	w.pauseHost("r0", true)
+	w.must(env.Client.Delete(w.ctx, before.DeepCopy()))
 	w.eventually("m0 gone", func() error {
-		if err := w.get("m0", &infrav1.EdgeMachine{}); err == nil {
-			return errors.New("still there")
+		em := &infrav1.EdgeMachine{}
+		if err := w.get("m0", em); err != nil {
+			return client.IgnoreNotFound(err)
 		}
-		return nil
+		_ = env.Client.Patch(w.ctx, em, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
+		return errors.New("still there")
 	})
 	restored := &infrav1.EdgeMachine{}
 	restored.Namespace, restored.Name = w.ns, "m0"
@@ -61,7 +64,10 @@ func TestARestoredMachineAdoptsItsHostsClaim(t *testing.T) {
 	lost.Namespace, lost.Name = w.ns, "lost"
 	lost.Spec.ProviderID = "edge://" + w.ns + "/nowhere"
 	w.machine("lost", false, "restored-bootstrap", lost.Spec, "")
+	// A copy of m0 under another name (restored twice) names r0 too.
+	w.machine("m0-copy", false, "restored-bootstrap", infrav1.EdgeMachineSpec{ProviderID: before.Spec.ProviderID}, "")
 	w.pause(false)
+	w.pauseHost("r0", false)
 
 	w.eventually("m0 adopts its host's claim", func() error {
 		em := &infrav1.EdgeMachine{}
@@ -82,6 +88,17 @@ func TestARestoredMachineAdoptsItsHostsClaim(t *testing.T) {
 			return err
 		}
 		if c := condition(em.Status.Conditions, infrav1.HostClaimedCondition); c == nil || c.Reason != infrav1.HostNotFoundReason {
+			return fmt.Errorf("HostClaimed %+v", c)
+		}
+		return nil
+	})
+	w.eventually("the copy refused: r0 is m0's", func() error {
+		em := &infrav1.EdgeMachine{}
+		if err := w.get("m0-copy", em); err != nil {
+			return err
+		}
+		c := condition(em.Status.Conditions, infrav1.HostClaimedCondition)
+		if c == nil || c.Reason != infrav1.DuplicateClaimReason || !strings.Contains(c.Message, "EdgeMachine m0 ") {
 			return fmt.Errorf("HostClaimed %+v", c)
 		}
 		return nil
@@ -108,4 +125,17 @@ func (w *world) pause(paused bool) {
 	patch := client.MergeFrom(c.DeepCopy())
 	c.Spec.Paused = &paused
 	w.must(env.Client.Patch(w.ctx, c, patch))
+}
+
+// pauseHost sets or clears an EdgeHost's paused annotation.
+func (w *world) pauseHost(name string, paused bool) {
+	w.t.Helper()
+	value := `null`
+	if paused {
+		value = `""`
+	}
+	h := &infrav1.EdgeHost{}
+	w.must(w.get(name, h))
+	w.must(env.Client.Patch(w.ctx, h, client.RawPatch(types.MergePatchType,
+		[]byte(`{"metadata":{"annotations":{"`+clusterv1.PausedAnnotation+`":`+value+`}}}`))))
 }

@@ -95,13 +95,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		}
 	}()
 
-	if err := r.reconcileOrphanedClaim(ctx, host); err != nil {
+	orphanWait, err := r.reconcileOrphanedClaim(ctx, host)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if !host.DeletionTimestamp.IsZero() {
 		r.reconcileDelete(host)
 	}
-	return ctrl.Result{RequeueAfter: r.reconcileContact(host)}, nil
+	after := r.reconcileContact(host)
+	if orphanWait > 0 && (after == 0 || orphanWait < after) {
+		after = orphanWait
+	}
+	return ctrl.Result{RequeueAfter: after}, nil
 }
 
 // reconcileContact notices a host its hub replica has lost track of, and
@@ -125,36 +130,46 @@ func (r *Reconciler) reconcileContact(host *infrav1.EdgeHost) time.Duration {
 	return 0
 }
 
+// OrphanGrace is how old an EdgeHost must be before a claim whose
+// EdgeMachine is missing is released: a restore from backup re-creates
+// EdgeHosts before EdgeMachines (Velero restores kinds in alphabetical
+// order), and releasing then would reset every host it was meant to save.
+const OrphanGrace = 10 * time.Minute
+
 // reconcileOrphanedClaim frees a claim whose EdgeMachine no longer exists
 // (for example one whose finalizer was removed by hand), so the host can be
-// reset and reused instead of staying claimed forever.
-func (r *Reconciler) reconcileOrphanedClaim(ctx context.Context, host *infrav1.EdgeHost) error {
+// reset and reused instead of staying claimed forever. It returns how long
+// to wait before looking again when the host is too new to tell.
+func (r *Reconciler) reconcileOrphanedClaim(ctx context.Context, host *infrav1.EdgeHost) (time.Duration, error) {
 	claim := host.Spec.ClaimRef
 	if claim == nil {
-		return nil
+		return 0, nil
 	}
 	em := &infrav1.EdgeMachine{}
 	key := client.ObjectKey{Namespace: host.Namespace, Name: claim.Name}
 	if err := r.Client.Get(ctx, key, em); err == nil && holdsClaim(em, host) {
-		return nil // the common case, from the cache: every status change of a claimed host comes here
+		return 0, nil // the common case, from the cache: every status change of a claimed host comes here
 	}
 	// The cache may not have seen a claim made a moment ago: only the API
 	// server can say the EdgeMachine is really gone.
 	err := r.APIReader.Get(ctx, key, em)
 	switch {
 	case err == nil && holdsClaim(em, host):
-		return nil
+		return 0, nil
 	case err != nil && !apierrors.IsNotFound(err):
-		return fmt.Errorf("checking claiming EdgeMachine %s: %w", claim.Name, err)
+		return 0, fmt.Errorf("checking claiming EdgeMachine %s: %w", claim.Name, err)
+	}
+	if wait := OrphanGrace - time.Since(host.CreationTimestamp.Time); wait > 0 {
+		return wait, nil
 	}
 	// The update below changes spec; the deferred status patch then applies
 	// on top of the object the update returned.
 	if err := inventory.Release(ctx, r.Client, host, claim.UID); err != nil {
-		return err
+		return 0, err
 	}
 	r.Recorder.Eventf(host, nil, corev1.EventTypeWarning, "OrphanedClaimReleased", "Release",
-		"EdgeMachine %s (uid %s) no longer exists; released the host for reset", claim.Name, claim.UID)
-	return nil
+		"EdgeMachine %s (claim %s) no longer exists; released the host for reset", claim.Name, claim.UID)
+	return 0, nil
 }
 
 // holdsClaim tells whether em is the machine host's claim is for: by claim

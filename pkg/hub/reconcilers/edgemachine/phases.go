@@ -222,12 +222,15 @@ func (r *Reconciler) recoverHost(ctx context.Context, s *scope, secretName strin
 	}
 	claim := host.Spec.ClaimRef
 	if claim == nil || claim.Name != em.Name || em.Annotations[infrav1.ClaimIDAnnotation] != "" {
-		holder := "nothing"
+		holder, reason := "nothing", infrav1.HostLostReason
 		if claim != nil {
 			holder = fmt.Sprintf("EdgeMachine %s (claim %s)", claim.Name, claim.UID)
 		}
+		if claim != nil && claim.Name != em.Name {
+			reason = infrav1.DuplicateClaimReason // two machines name one host
+		}
 		r.setStep(em, host, metav1.Condition{
-			Type: infrav1.HostClaimedCondition, Status: metav1.ConditionFalse, Reason: infrav1.HostLostReason,
+			Type: infrav1.HostClaimedCondition, Status: metav1.ConditionFalse, Reason: reason,
 			Message: fmt.Sprintf("EdgeHost %s of spec.providerID is held by %s, not by this machine (claim %s): "+
 				"if two machines name one host after a restore, delete the copy; no host is reset or claimed for this one",
 				host.Name, holder, inventory.ClaimID(em)),
