@@ -54,8 +54,8 @@ func substitute(t *testing.T, b []byte) []byte {
 	t.Helper()
 	return variable.ReplaceAllFunc(b, func(m []byte) []byte {
 		sm := variable.FindSubmatch(m)
-		if sm[2] == nil {
-			t.Errorf("variable %s has no default", sm[1])
+		if len(sm[3]) == 0 {
+			t.Errorf("variable %s has no default (clusterctl counts an empty one as none)", sm[1])
 		}
 		return sm[3]
 	})
@@ -172,7 +172,7 @@ func checkDeployment(t *testing.T, c client.Client) {
 	if want := "registry.example/fleet-hub:v0.1.0@sha256:" + strings.Repeat("ab", 32); m.Image != want {
 		t.Errorf("image %s, want %s", m.Image, want)
 	}
-	for _, a := range []string{"--gateway-dns-names=fleet-hub-gateway.fleet-system.svc", "--gateway-advertise-url=",
+	for _, a := range []string{"--gateway-dns-names=fleet-hub-gateway.fleet-system.svc", "--gateway-advertise-url=https://fleet-hub-gateway.fleet-system.svc",
 		"--proxy-advertise-url=http://fleet-hub-proxy.fleet-system.svc:7444", "--zap-log-level=info", "--leader-elect=true"} {
 		if !slices.Contains(m.Args, a) {
 			t.Errorf("args %q lack %q", m.Args, a)
