@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"log"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,7 +14,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
@@ -119,6 +124,31 @@ func TestBuildHubImage(t *testing.T) {
 	}
 	if want := []string{"linux/amd64", "linux/arm64/v8"}; !slices.Equal(platforms, want) {
 		t.Errorf("platforms %v, want %v", platforms, want)
+	}
+
+	// push sends the index and both images to a registry (go-containerregistry's
+	// own, in-process: no real registry is reachable here), which then serves
+	// the same digest.
+	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer reg.Close()
+	to := strings.TrimPrefix(reg.URL, "http://") + "/edgefleet/fleet-hub:v9.8.7-test"
+	stdout.Reset()
+	if err := run([]string{"push", "--archive", spec.out, "--to", to}, &stdout, io.Discard); err != nil {
+		t.Fatalf("hubimage push: %v", err)
+	}
+	ref, err := name.ParseReference(to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pushed, err := remote.Index(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := pushed.Digest(); err != nil || d != digest || !strings.Contains(stdout.String(), digest.String()) {
+		t.Errorf("the registry serves %s (%v), pushed %s; push printed %q", d, err, digest, stdout.String())
+	}
+	if pm, err := pushed.IndexManifest(); err != nil || len(pm.Manifests) != 2 {
+		t.Errorf("pushed index: %v, %v", pm, err)
 	}
 
 	// The same binaries give the same digest.
