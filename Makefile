@@ -116,7 +116,7 @@ $(HUBIMAGE): $(filter-out %_test.go,$(wildcard hack/tools/k8s/cmd/hubimage/*.go)
 	cd hack/tools/k8s && $(GO) build -o $@ ./cmd/hubimage
 
 .PHONY: clusterctl
-clusterctl: $(CLUSTERCTL) ## Build Cluster API's clusterctl ($(CLUSTERCTL_VERSION)) into bin/, for the clusterctl tests and docs/INSTALL.md.
+clusterctl: $(CLUSTERCTL) ## Build Cluster API's clusterctl (the version hack/tools/clusterctl/go.mod pins, v1.14.2) into bin/, for the clusterctl tests and docs/INSTALL.md.
 
 $(CLUSTERCTL): hack/tools/clusterctl/go.mod hack/tools/clusterctl/go.sum
 	@mkdir -p $(BIN)
