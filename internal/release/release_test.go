@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -91,8 +92,9 @@ func (w *warnings) HandleWarningHeader(_ int, _ string, text string) {
 	w.list = append(w.list, text)
 }
 
+// `kubectl apply --server-side -k manifests/default` installs the hub, and
 // infrastructure-components.yaml, with clusterctl's defaults, is accepted
-// whole by a real API server (server-side apply, the CRDs included), draws
+// whole over it by a real API server (server-side apply, the CRDs included), draws
 // no Pod Security warning in the namespace that enforces "restricted", and
 // the hub's pod spec is the one docs/INSTALL.md describes.
 func TestComponentsApply(t *testing.T) {
@@ -120,6 +122,14 @@ func TestComponentsApply(t *testing.T) {
 
 	env := startBare(t)
 	ctx := context.Background()
+	// First the install without clusterctl, as docs/INSTALL.md gives it,
+	// with the real kubectl; the release's components then go over it.
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	writeKubeconfig(t, env, kubeconfig)
+	kubectl := exec.Command(filepath.Join(root, "bin", "k8s", "kubectl"), "--kubeconfig", kubeconfig, "apply", "--server-side", "-k", filepath.Join(root, "manifests", "default"))
+	if out, err := kubectl.CombinedOutput(); err != nil || !strings.Contains(string(out), "deployment.apps/fleet-hub serverside-applied") {
+		t.Fatalf("kubectl apply --server-side -k manifests/default: %v\n%s", err, out)
+	}
 	w := &warnings{}
 	cfg := rest.CopyConfig(env.Config)
 	cfg.WarningHandler = w
