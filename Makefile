@@ -14,6 +14,11 @@ K8S_VERSION   := v1.36.3
 K8S_CMDS      := etcd kube-apiserver kubectl kubelet kubeadm kube-controller-manager kube-scheduler
 K8S_CMD_BINS  := $(addprefix $(K8S_BIN)/,$(K8S_CMDS))
 NODEIMAGE     := $(BIN)/nodeimage
+HUBIMAGE      := $(BIN)/hubimage
+# clusterctl is built from Cluster API's module at the version fleet
+# implements the contract of (hack/tools/clusterctl/go.mod).
+CLUSTERCTL_VERSION := $(shell awk '$$1 == "require" && $$2 == "sigs.k8s.io/cluster-api" { print $$3 }' hack/tools/clusterctl/go.mod)
+CLUSTERCTL    := $(BIN)/clusterctl
 CONTROLLER_GEN_VERSION := v0.21.0
 CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
 # golangci-lint is pinned in hack/tools/golangci-lint/go.mod; its binary is
@@ -106,6 +111,20 @@ $(NODEIMAGE): $(filter-out %_test.go,$(wildcard hack/tools/k8s/cmd/nodeimage/*.g
 	@mkdir -p $(BIN)
 	cd hack/tools/k8s && $(GO) build -o $@ ./cmd/nodeimage
 
+$(HUBIMAGE): $(filter-out %_test.go,$(wildcard hack/tools/k8s/cmd/hubimage/*.go)) hack/tools/k8s/go.mod hack/tools/k8s/go.sum
+	@mkdir -p $(BIN)
+	cd hack/tools/k8s && $(GO) build -o $@ ./cmd/hubimage
+
+.PHONY: clusterctl
+clusterctl: $(CLUSTERCTL) ## Build Cluster API's clusterctl (the version hack/tools/clusterctl/go.mod pins, v1.14.2) into bin/, for the clusterctl tests and docs/INSTALL.md.
+
+$(CLUSTERCTL): hack/tools/clusterctl/go.mod hack/tools/clusterctl/go.sum
+	@mkdir -p $(BIN)
+	@echo ">> building clusterctl $(CLUSTERCTL_VERSION) from its Go module into $(BIN) (about a minute the first time)"
+	cd hack/tools/clusterctl && $(GO) build -ldflags "-X sigs.k8s.io/cluster-api/version.gitVersion=$(CLUSTERCTL_VERSION) \
+	  -X sigs.k8s.io/cluster-api/version.gitMajor=1 -X sigs.k8s.io/cluster-api/version.gitMinor=14 -X sigs.k8s.io/cluster-api/version.gitTreeState=clean" \
+	  -o $@ sigs.k8s.io/cluster-api/cmd/clusterctl
+
 $(CONTROLLER_GEN):
 	@mkdir -p $(BIN)
 	GOBIN=$(BIN) $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
@@ -133,6 +152,33 @@ krew: ## Build kubectl-fleet archives (KREW_PLATFORMS) and render $(KREW_DIST)/f
 	done
 	$(GO) run hack/krew/render.go -version $(KREW_VERSION) -dir $(KREW_DIST) > $(KREW_DIST)/fleet.yaml
 	@echo ">> $(KREW_DIST)/fleet.yaml"
+
+# The hub's image: IMAGE_REPO:IMAGE_TAG, one image per IMAGE_PLATFORMS.
+IMAGE_REPO      ?= ghcr.io/edgefleet/fleet-hub
+IMAGE_TAG       ?= $(VERSION)
+IMAGE_PLATFORMS ?= linux/amd64 linux/arm64
+IMAGE_DIST      ?= $(CURDIR)/dist
+IMAGE_ARCHIVE   := $(IMAGE_DIST)/fleet-hub.oci.tar
+
+.PHONY: image
+image: $(HUBIMAGE) ## Build fleet-hub's OCI image for IMAGE_PLATFORMS (static binaries, user 65532, no shell) into dist/fleet-hub.oci.tar; prints its digest.
+	@mkdir -p $(IMAGE_DIST)/image
+	@bins=; for p in $(IMAGE_PLATFORMS); do \
+	  os=$${p%/*}; arch=$${p#*/}; \
+	  echo ">> fleet-hub $$os/$$arch"; \
+	  GOOS=$$os GOARCH=$$arch CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(IMAGE_DIST)/image/$$os-$$arch/fleet-hub ./cmd/fleet-hub || exit 1; \
+	  bins="$$bins --binary $$p=$(IMAGE_DIST)/image/$$os-$$arch/fleet-hub"; \
+	done; \
+	$(HUBIMAGE) build --name $(IMAGE_REPO):$(IMAGE_TAG) --version $(VERSION) --out $(IMAGE_ARCHIVE) $$bins
+
+.PHONY: image-push
+image-push: $(HUBIMAGE) ## Push dist/fleet-hub.oci.tar (from `make image`) to REGISTRY/fleet-hub:IMAGE_TAG with docker login's credentials.
+	@test -n "$(REGISTRY)" || { echo "REGISTRY is required, e.g. make image-push REGISTRY=ghcr.io/edgefleet"; exit 1; }
+	$(HUBIMAGE) push --archive $(IMAGE_ARCHIVE) --to $(REGISTRY)/fleet-hub:$(IMAGE_TAG)
+
+.PHONY: release-manifests
+release-manifests: ## Render clusterctl's release files into dist/: infrastructure-components.yaml (image IMAGE_REPO:IMAGE_TAG, pinned to IMAGE_DIGEST if set), metadata.yaml, cluster-template*.yaml.
+	$(GO) run ./hack/release --out $(IMAGE_DIST) --image $(IMAGE_REPO) --tag $(IMAGE_TAG) $(if $(IMAGE_DIGEST),--digest $(IMAGE_DIGEST))
 
 PKG_VERSION ?= 0.1.0
 PKG_ARCHS   ?= amd64 arm64
@@ -169,9 +215,9 @@ demo: k8s ## Run fleet locally: the embedded hub, 3 real edge hosts (or simulate
 ##@ Test
 
 .PHONY: test
-test: k8s ## Run every test against a real kube-apiserver, etcd and the real Cluster API reconcilers.
+test: k8s $(CLUSTERCTL) ## Run every test against a real kube-apiserver, etcd and the real Cluster API reconcilers (and the real clusterctl).
 	$(GO) test -timeout 20m $(TEST_FLAGS) ./...
-	cd hack/tools/k8s && $(GO) test -timeout 5m ./cmd/nodeimage/... ./cmd/pause/...
+	cd hack/tools/k8s && $(GO) test -timeout 10m ./cmd/nodeimage/... ./cmd/pause/... ./cmd/hubimage/...
 
 .PHONY: test-race
 test-race: k8s ## Run every test with the race detector.

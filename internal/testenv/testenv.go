@@ -55,6 +55,9 @@ type Options struct {
 	// APIServerOnly starts the API server with the CRDs and no managers,
 	// for tests that run a hub of their own (such as the fleet-hub binary).
 	APIServerOnly bool
+	// NoCRDs starts the API server without any CRD (with APIServerOnly),
+	// for tests that install them the way users do.
+	NoCRDs bool
 	// KubeadmBootstrap also installs the kubeadm bootstrap CRDs and runs
 	// the real kubeadm bootstrap reconciler (CABPK) in its own manager.
 	KubeadmBootstrap bool
@@ -118,11 +121,15 @@ func startAPIServer(opts Options) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
+	allCRDs := append(crds, fleetCRDs...)
+	if opts.NoCRDs {
+		allCRDs = nil
+	}
 	e := &Env{
 		Scheme: scheme,
 		env: &envtest.Environment{
 			BinaryAssetsDirectory: assets,
-			CRDs:                  append(crds, fleetCRDs...),
+			CRDs:                  allCRDs,
 			Scheme:                scheme,
 		},
 		done: make(chan error, 3),
