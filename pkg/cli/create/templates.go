@@ -96,6 +96,9 @@ func (f Flavor) Template() ([]byte, error) {
 		ControlPlaneMachines: phCPCount, WorkerMachines: phWorkers, ControlPlaneSelector: sel, WorkerSelector: sel,
 		Endpoint: infrav1.APIEndpoint{Host: fmt.Sprintf("%s.%s.%s", phName, phNamespace, infrav1.EndpointDomain), Port: 6443},
 		PodCIDR:  phPodCIDR, ServiceCIDR: phSvcCIDR})
+	// The health checks `create cluster` writes by default.
+	hc := DefaultHealthCheck()
+	s.HealthCheck = &hc
 	var buf bytes.Buffer
 	for _, obj := range Objects(s) {
 		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
