@@ -249,7 +249,7 @@ func TestDescribeSaysWhyNotRemediated(t *testing.T) {
 				Reason: clusterv1.MachineHealthCheckUnhealthyNodeReason, LastTransitionTime: now,
 				Message: "Health check failed:\n  * Condition Ready on Node is reporting status Unknown with reason NodeStatusUnknown for more than 20s"},
 			metav1.Condition{Type: clusterv1.MachineOwnerRemediatedCondition, Status: metav1.ConditionFalse,
-				Reason: clusterv1.MachineOwnerRemediatedWaitingForRemediationReason, LastTransitionTime: now,
+				Reason: controlplanev1.KubeadmControlPlaneMachineCannotBeRemediatedReason, LastTransitionTime: now,
 				Message: "KubeadmControlPlane can't remediate if current replicas are less or equal to 1"})
 	}))
 	out, _, err := fleet(t, "describe", "cluster", "store", "-n", ns)

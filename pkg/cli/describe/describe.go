@@ -236,15 +236,25 @@ func health(m *clusterv1.Machine) string {
 	s := "unhealthy: " + oneLine(strings.TrimPrefix(hc.Message, "Health check failed:"))
 	if or := meta.FindStatusCondition(m.Status.Conditions, clusterv1.MachineOwnerRemediatedCondition); or != nil && or.Status == metav1.ConditionFalse {
 		switch {
+		case ownerRefuses(or):
+			s += "; not remediated: " + oneLine(or.Message)
 		case ownerHasNotAnswered(or):
 			s += "; waiting for its owner to remediate it"
-		case or.Reason == clusterv1.MachineOwnerRemediatedWaitingForRemediationReason:
-			s += "; not remediated: " + oneLine(or.Message)
 		default:
 			s += "; remediation: " + oneLine(or.Message)
 		}
 	}
 	return s
+}
+
+// ownerRefuses tells an OwnerRemediated condition by which the Machine's
+// owner (KubeadmControlPlane or MachineSet) says it will not remediate,
+// for now or for good.
+func ownerRefuses(or *metav1.Condition) bool {
+	return or.Reason == controlplanev1.KubeadmControlPlaneMachineCannotBeRemediatedReason ||
+		or.Reason == controlplanev1.KubeadmControlPlaneMachineRemediationDeferredReason ||
+		or.Reason == clusterv1.MachineSetMachineCannotBeRemediatedReason ||
+		or.Reason == clusterv1.MachineSetMachineRemediationDeferredReason
 }
 
 // ownerHasNotAnswered tells an OwnerRemediated condition as the
@@ -266,8 +276,7 @@ func notRemediated(machines []clusterv1.Machine) string {
 		}
 		replicas++
 		or := meta.FindStatusCondition(m.Status.Conditions, clusterv1.MachineOwnerRemediatedCondition)
-		if why == "" && or != nil && or.Status == metav1.ConditionFalse &&
-			or.Reason == clusterv1.MachineOwnerRemediatedWaitingForRemediationReason && !ownerHasNotAnswered(or) {
+		if why == "" && or != nil && or.Status == metav1.ConditionFalse && ownerRefuses(or) {
 			why = fmt.Sprintf("Machine %s unhealthy, not remediated: %s", m.Name, oneLine(or.Message))
 		}
 	}
