@@ -198,12 +198,25 @@ func (a *Agent) restore() error {
 }
 
 // helloGeneration is the generation the session reports in Hello for the
-// EdgeHost hostUID. Generations count per EdgeHost: under a new identity
-// the old number means nothing (and would make every new desired state
-// look old). The workload, if any, is kept so it still gets reset.
-func (a *Agent) helloGeneration(hostUID types.UID) (int64, error) {
-	if a.Applied().HostUID != hostUID {
-		if err := a.update(func(ap *state.Applied) { ap.HostUID, ap.Generation = hostUID, 0 }); err != nil {
+// identity whose EdgeHost had the uid idUID at enrollment. Generations count
+// per EdgeHost: under a new identity the old number means nothing (and would
+// make every new desired state look old). The same identity keeps its count,
+// also after its EdgeHost was restored under a new uid (the desired state
+// names that incarnation, see followIncarnation). The workload, if any, is
+// kept either way.
+func (a *Agent) helloGeneration(idUID types.UID) (int64, error) {
+	cur := a.Applied()
+	known := cur.IdentityUID
+	if known == "" {
+		known = cur.HostUID
+	}
+	switch {
+	case known != idUID:
+		if err := a.update(func(ap *state.Applied) { ap.IdentityUID, ap.HostUID, ap.Generation = idUID, idUID, 0 }); err != nil {
+			return 0, err
+		}
+	case cur.IdentityUID == "":
+		if err := a.update(func(ap *state.Applied) { ap.IdentityUID = idUID }); err != nil {
 			return 0, err
 		}
 	}

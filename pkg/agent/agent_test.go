@@ -265,3 +265,63 @@ func TestReleaseInterruptsBootstrap(t *testing.T) {
 		t.Fatalf("not reset after the interruption: %+v resets %v", a.Applied(), p.Resets())
 	}
 }
+
+// The edge promise: only an explicit order resets a host. A desired state
+// that says nothing of the workload (a fresh EdgeHost, a hub restored without
+// the claim) and an assignment for another claim that was never released
+// leave it running and reported; a Deprovision resets it.
+func TestOnlyADeprovisionOrderResets(t *testing.T) {
+	ctx := context.Background()
+	rec := &agenttest.Recorder{}
+	a := newTestAgent(t, t.TempDir(), rec)
+	a.Apply(ctx, &wire.DesiredState{Generation: 2, Assignment: assignment("u1")})
+
+	a.Apply(ctx, &wire.DesiredState{Generation: 3})
+	a.Apply(ctx, &wire.DesiredState{Generation: 4, Assignment: assignment("u2")})
+	if r := rec.Resets(); len(r) != 0 {
+		t.Fatalf("reset without an order: %v", r)
+	}
+	if w := a.Applied().Workload; w == nil || w.ClaimUID != "u1" || w.State != infrav1.ProvisioningSucceeded {
+		t.Fatalf("workload %+v, want u1 kept", w)
+	}
+	if st := a.CurrentStatus(); st == nil || st.Provisioning == nil || st.Provisioning.ClaimUID != "u1" || st.ObservedGeneration != 4 {
+		t.Fatalf("status %+v, want the kept workload reported at generation 4", st)
+	}
+	if n := len(rec.Provisions()); n != 1 {
+		t.Fatalf("provisions %d: another claim was run over the workload", n)
+	}
+
+	a.Apply(ctx, &wire.DesiredState{Generation: 5, Deprovision: true})
+	if r := rec.Resets(); len(r) != 1 || r[0] != "u1" || a.Applied().Workload != nil {
+		t.Fatalf("after the deprovision order: resets %v applied %+v", r, a.Applied())
+	}
+	a.Apply(ctx, &wire.DesiredState{Generation: 6, Assignment: assignment("u2")})
+	if p := rec.Provisions(); len(p) != 2 || p[1].ClaimUID != "u2" {
+		t.Fatalf("provisions %+v", p)
+	}
+}
+
+// A hub restored from a backup re-creates the EdgeHost under a new uid with
+// generations from 1 again: the agent follows it (a newer order is not
+// mistaken for an old one) and keeps its workload.
+func TestANewHostIncarnationRestartsGenerations(t *testing.T) {
+	ctx := context.Background()
+	rec := &agenttest.Recorder{}
+	dir := t.TempDir()
+	a := newTestAgent(t, dir, rec)
+	a.Apply(ctx, &wire.DesiredState{Generation: 7, HostUID: "old", Assignment: assignment("u1")})
+
+	a.Apply(ctx, &wire.DesiredState{Generation: 1, HostUID: "restored", Assignment: assignment("u1")})
+	if g := a.Applied().Generation; g != 1 || a.Applied().HostUID != "restored" {
+		t.Fatalf("applied %+v, want generation 1 of the restored host", a.Applied())
+	}
+	if len(rec.Resets()) != 0 || len(rec.Provisions()) != 1 {
+		t.Fatalf("resets %v provisions %d", rec.Resets(), len(rec.Provisions()))
+	}
+	// Orders of the restored host count from there, across a restart.
+	b := newTestAgent(t, dir, rec)
+	b.Apply(ctx, &wire.DesiredState{Generation: 2, HostUID: "restored", Deprovision: true})
+	if r := rec.Resets(); len(r) != 1 || b.Applied().Workload != nil {
+		t.Fatalf("a deprovision order of the restored host was not carried out: resets %v", r)
+	}
+}

@@ -31,17 +31,25 @@ func (a *Agent) worker(ctx context.Context) {
 	}
 }
 
-// handToWorker gives the worker the newest desired state. Latest wins: a
-// desired state the worker has not picked up yet is replaced.
+// handToWorker gives the worker the newest desired state. The one waiting
+// is replaced only by a state of the same or a newer generation (or of
+// another EdgeHost incarnation): desired states that raced through the
+// loop out of order must not hide a newer one behind an older one.
 func (a *Agent) handToWorker(d *wire.DesiredState) {
 	select {
-	case <-a.desired:
+	case waiting := <-a.desired:
+		if waiting.HostUID == d.HostUID && waiting.Generation > d.Generation {
+			d = waiting
+		}
 	default:
 	}
 	a.desired <- d
 }
 
 func (a *Agent) apply(ctx context.Context, d *wire.DesiredState) {
+	if !a.followIncarnation(d) {
+		return
+	}
 	cur := a.Applied()
 	if d.Generation < cur.Generation {
 		a.log.Info("Ignoring an older desired state", "generation", d.Generation, "applied", cur.Generation)
@@ -56,29 +64,56 @@ func (a *Agent) apply(ctx context.Context, d *wire.DesiredState) {
 	}
 	a.done = nil
 	_ = a.store.SaveDesired(d)
-	switch {
-	case d.Assignment != nil:
-		w := cur.Workload
-		if w != nil && w.ClaimUID == d.Assignment.ClaimUID && w.State != infrav1.ProvisioningRunning {
-			// Already done (or failed) for this Machine: a bootstrap never
-			// runs twice. Just record that this generation is seen.
-			break
-		}
-		if w != nil && w.ClaimUID != d.Assignment.ClaimUID {
-			if !a.reset(ctx, w.ClaimUID) {
-				return
-			}
-		}
-		a.provision(ctx, d.Assignment)
-	case cur.Workload != nil:
-		// Released (explicitly, or by an empty desired state): reset.
-		if !a.reset(ctx, cur.Workload.ClaimUID) {
-			return
-		}
+	if !a.act(ctx, d, cur.Workload) {
+		return
 	}
 	if a.update(func(ap *state.Applied) { ap.Generation = d.Generation }) == nil {
 		a.done = d
 	}
+}
+
+// act carries out d on a host that runs w (nil: clean); false when a reset
+// failed. Only an explicit order resets the host: a Deprovision, or an
+// assignment for another claim once the hub has released this one. A desired
+// state that says nothing about the workload (a new or restored EdgeHost
+// that does not know it) leaves it running; the status reports it, so the
+// hub can tell the operator.
+func (a *Agent) act(ctx context.Context, d *wire.DesiredState, w *infrav1.HostProvisioningStatus) bool {
+	switch {
+	case d.Deprovision:
+		if w != nil {
+			return a.reset(ctx, w.ClaimUID)
+		}
+	case d.Assignment != nil && w != nil && w.ClaimUID == d.Assignment.ClaimUID && w.State != infrav1.ProvisioningRunning:
+		// Already done (or failed) for this Machine: a bootstrap never
+		// runs twice. Just record that this generation is seen.
+	case d.Assignment != nil && w != nil && w.ClaimUID != d.Assignment.ClaimUID:
+		// The hub hands out only hosts it has seen reset; one that does not
+		// know this workload is out of step (restored from an older backup),
+		// and guessing would wipe a running node.
+		a.log.Info("Keeping the workload: the hub assigned another claim without releasing this one first",
+			"claim", w.ClaimUID, "assigned", d.Assignment.ClaimUID)
+	case d.Assignment != nil:
+		a.provision(ctx, d.Assignment)
+	case w != nil:
+		a.log.Info("Keeping the workload: the hub's desired state does not mention it (no release, no deprovision order)",
+			"claim", w.ClaimUID, "generation", d.Generation)
+	}
+	return true
+}
+
+// followIncarnation starts the generations afresh when the desired state
+// comes from another incarnation of the EdgeHost (a hub restored from a
+// backup re-creates it, and its generations count from 1 again); the
+// workload stays. False when that cannot be recorded.
+func (a *Agent) followIncarnation(d *wire.DesiredState) bool {
+	if d.HostUID == "" || d.HostUID == a.Applied().HostUID {
+		return true
+	}
+	a.log.Info("The hub's EdgeHost for this host is a new incarnation (re-created, e.g. restored from a backup): generations start again",
+		"hostUID", d.HostUID, "was", a.Applied().HostUID, "generation", a.Applied().Generation)
+	a.done = nil
+	return a.update(func(ap *state.Applied) { ap.HostUID, ap.Generation = d.HostUID, 0 }) == nil
 }
 
 func (a *Agent) provision(ctx context.Context, as *wire.Assignment) {

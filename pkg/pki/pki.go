@@ -16,6 +16,7 @@ import (
 	"math/big"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 )
@@ -110,8 +111,10 @@ func (ca *CA) ServingCertificate(dnsNames []string, ips []net.IP, validity time.
 	return tls.Certificate{Certificate: [][]byte{der, ca.Cert.Raw}, PrivateKey: key}, nil
 }
 
-// Identity is who a host is: its EdgeHost, down to the uid, so a host that
-// is deleted and re-created under the same name is a different identity.
+// Identity is who a host is: its EdgeHost's namespace and name. UID, when
+// set, is the uid of the EdgeHost the certificate was issued for; the hub
+// binds a certificate to its host by name and recorded key, not by uid,
+// which a restore from backup changes (pkg/hub/identity).
 type Identity struct {
 	Namespace string
 	Name      string
@@ -122,9 +125,14 @@ func (i Identity) String() string { return i.Namespace + "/" + i.Name }
 
 const identityScheme = "fleet-host"
 
-// URI encodes the identity as the certificate's URI SAN.
+// URI encodes the identity as the certificate's URI SAN:
+// fleet-host://edgehost/<namespace>/<name>[/<uid>].
 func (i Identity) URI() *url.URL {
-	return &url.URL{Scheme: identityScheme, Host: "edgehost", Path: "/" + i.Namespace + "/" + i.Name + "/" + i.UID}
+	path := "/" + i.Namespace + "/" + i.Name
+	if i.UID != "" {
+		path += "/" + i.UID
+	}
+	return &url.URL{Scheme: identityScheme, Host: "edgehost", Path: path}
 }
 
 // IdentityFromCert reads the host identity from a client certificate.
@@ -134,10 +142,14 @@ func IdentityFromCert(cert *x509.Certificate) (Identity, error) {
 			continue
 		}
 		parts := strings.Split(strings.TrimPrefix(u.Path, "/"), "/")
-		if len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
+		if len(parts) < 2 || len(parts) > 3 || slices.Contains(parts, "") {
 			return Identity{}, fmt.Errorf("malformed host identity %q", u)
 		}
-		return Identity{Namespace: parts[0], Name: parts[1], UID: parts[2]}, nil
+		id := Identity{Namespace: parts[0], Name: parts[1]}
+		if len(parts) == 3 {
+			id.UID = parts[2]
+		}
+		return id, nil
 	}
 	return Identity{}, errors.New("certificate carries no host identity")
 }

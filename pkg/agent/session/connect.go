@@ -26,6 +26,11 @@ import (
 // the session).
 var errRevoked = errors.New("the hub revoked this host's identity")
 
+// errUnknownHost: the hub has no EdgeHost of this identity's name (404,
+// UnknownHost): a hub restored from a backup without it, or a deletion
+// while the agent was away. The identity, and the workload, are kept.
+var errUnknownHost = errors.New("the hub has no EdgeHost for this host (restored from a backup without it, or deleted): keeping the identity and retrying")
+
 // credentials is what a session is opened with.
 type credentials struct {
 	id   state.Identity
@@ -139,6 +144,9 @@ func (s *Source) dial(ctx context.Context, creds *credentials) (*yamux.Session, 
 func dialError(err error, resp *http.Response, reached bool) error {
 	if resp != nil && resp.StatusCode == http.StatusForbidden {
 		return errRevoked
+	}
+	if resp != nil && resp.StatusCode == http.StatusNotFound {
+		return errUnknownHost
 	}
 	if resp != nil && resp.StatusCode == http.StatusServiceUnavailable {
 		return &busyError{after: retryAfter(resp.Header)}

@@ -135,8 +135,11 @@ func (s *Source) Run(ctx context.Context, updates chan<- Update) {
 		if ctx.Err() != nil {
 			return
 		}
-		if errors.Is(err, errRevoked) {
+		switch {
+		case errors.Is(err, errRevoked):
 			s.revoked()
+		case errors.Is(err, errUnknownHost):
+			s.announce("the hub has no EdgeHost for this host; waiting for it (a restored hub?)")
 		}
 		if time.Since(started) > time.Minute {
 			attempt = 0 // the last session was healthy: start backing off afresh
@@ -169,10 +172,16 @@ func (s *Source) revoked() {
 }
 
 // holdsWorkload tells whether the agent has a workload on record (a
-// bootstrap that ran, or a reset not yet done).
+// bootstrap that ran, or a reset not yet done), or an assignment received
+// that the worker may be starting at this very moment (its workload is
+// recorded only as the bootstrap starts).
 func (s *Source) holdsWorkload() bool {
 	applied, err := s.store.LoadApplied()
-	return err != nil || applied.Workload != nil
+	if err != nil || applied.Workload != nil {
+		return true
+	}
+	d := s.store.LoadDesired()
+	return d != nil && d.Assignment != nil
 }
 
 // ErrNotConnected is Ping's answer while there is no session.

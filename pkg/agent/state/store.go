@@ -30,6 +30,11 @@ type Applied struct {
 	// HostUID is the EdgeHost the generation below belongs to. A new
 	// identity (re-enrollment, restore) starts its generations afresh.
 	HostUID types.UID `json:"hostUID,omitempty"`
+	// IdentityUID is the uid in the identity this state was last used
+	// with: a new one (re-enrollment) starts the generations afresh, while
+	// a new incarnation of the same identity's EdgeHost (a restored hub)
+	// moves HostUID alone. "" in state written before it was recorded.
+	IdentityUID types.UID `json:"identityUID,omitempty"`
 	// Generation is the last desired-state generation acted on.
 	Generation int64 `json:"generation"`
 	// Workload is what runs on the host; nil when clean.

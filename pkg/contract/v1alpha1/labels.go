@@ -107,6 +107,17 @@ const (
 	HostClaimedReason = "HostClaimed"
 	// HostLostReason: the host the machine held is gone or was released.
 	HostLostReason = "HostLost"
+	// HostNotFoundReason: the EdgeHost the machine's spec.providerID names
+	// does not exist (a hub restored from a backup without it). The machine
+	// waits for it and never claims another host.
+	HostNotFoundReason = "HostNotFound"
+	// DuplicateClaimReason: two EdgeHosts hold the machine's claim, or two
+	// machines name one host (a restore that duplicated objects). The hub
+	// resolves neither by resetting a host: an operator deletes the copy.
+	DuplicateClaimReason = "DuplicateClaim"
+	// HostHoldsOtherWorkloadReason: the claimed host's agent still runs the
+	// workload of another claim, which it resets only on an explicit order.
+	HostHoldsOtherWorkloadReason = "HostHoldsOtherWorkload"
 
 	// HostProvisionedCondition is True once the agent on the claimed host
 	// has run the bootstrap data and reported the host's providerID.
@@ -189,6 +200,20 @@ const (
 	// the hub copies it into spec.resetRetries.
 	RetryResetAnnotation = "fleet.edgefleet.io/retry-reset"
 )
+
+// ReleasedClaimAnnotation on an EdgeHost names the claim (claim ID) its last
+// release gave up, and the uid of the EdgeHost incarnation that released
+// it: "<claim ID> <EdgeHost uid>". Only a workload the hub released is
+// deprovisioned; one it does not know of (a hub restored from a backup
+// older than the claim) is left running and reported (NeedsAttention).
+const ReleasedClaimAnnotation = "fleet.edgefleet.io/released-claim"
+
+// ClaimIDAnnotation on an EdgeMachine is the ID of its claim on a host: the
+// uid the EdgeMachine had when it first claimed one. Hosts (spec.claimRef.uid)
+// and agents know the claim by this ID, which survives a restore from backup
+// (a restored EdgeMachine has a new uid and the same annotations). Set by the
+// hub; absent, the claim ID is the EdgeMachine's uid.
+const ClaimIDAnnotation = "fleet.edgefleet.io/claim-id"
 
 // CordonedLabel on an EdgeHost, set to "true", keeps it from being claimed
 // by new machines; a machine that holds it keeps it.

@@ -30,7 +30,12 @@ func samples() map[string]any {
 			BootstrapData: []byte("## template: jinja\n#cloud-config\nruncmd:\n- kubeadm join\n"),
 		}},
 		"desiredstate-deprovision": &DesiredState{Generation: 5, Deprovision: true},
-		"desiredstate-nothing":     &DesiredState{Generation: 1},
+		"desiredstate-hostuid": &DesiredState{Generation: 2, HostUID: "5d1c7e0a-3b9f-4c2e-8a61-2f4e9b7d0c13", Assignment: &Assignment{
+			ClaimUID: "0b4f8a9e-1f0e-4a55-9d7f-6a4b0a2b3c4d", MachineName: "demo-md-0-x7k2p",
+			ProviderID: "edge://default/store-0042", BootstrapFormat: "cloud-config",
+			BootstrapData: []byte("#cloud-config\n"),
+		}},
+		"desiredstate-nothing": &DesiredState{Generation: 1},
 		"status": &Status{
 			ObservedGeneration: 4,
 			Facts: infrav1.HostFacts{Hostname: "store-0042", MachineID: "9f86d081884c7d659a2feaa0c55ad015",
@@ -44,6 +49,8 @@ func samples() map[string]any {
 		"certificaterequest": &CertificateRequest{CSR: []byte("-----BEGIN CERTIFICATE REQUEST-----\nMIIB...\n-----END CERTIFICATE REQUEST-----\n")},
 		"certificate":        &Certificate{Certificate: []byte("-----BEGIN CERTIFICATE-----\nMIIC...\n-----END CERTIFICATE-----\n")},
 		"error":              &Error{Code: ErrRevoked, Message: "EdgeHost default/store-0042 was deleted; enroll again"},
+		"error-unknownhost": &Error{Code: ErrUnknownHost,
+			Message: "the hub has no EdgeHost default/store-0042: keep the identity and retry (restore the EdgeHost if the hub was restored from a backup)"},
 	}
 }
 

@@ -66,6 +66,12 @@ type DesiredState struct {
 	// Generation of the EdgeHost spec this state was computed from. An agent
 	// never acts on a generation older than one it has acted on.
 	Generation int64 `json:"generation"`
+	// HostUID is the uid of the EdgeHost whose generation this is. A hub
+	// restored from a backup re-creates the EdgeHost under a new uid, whose
+	// generations count from 1 again: an agent that sees a new HostUID
+	// starts counting afresh (its workload stays). Empty from hubs that
+	// predate it.
+	HostUID types.UID `json:"hostUID,omitempty"`
 	// Assignment is the Machine the host must become.
 	Assignment *Assignment `json:"assignment,omitempty"`
 	// Deprovision orders the agent to reset the host to clean.
@@ -183,6 +189,12 @@ const (
 	ErrForbidden ErrorCode = "Forbidden"
 	// ErrRevoked: the host's identity was revoked; re-enroll. Fatal.
 	ErrRevoked ErrorCode = "Revoked"
+	// ErrUnknownHost: the hub has no EdgeHost of the name the certificate
+	// carries (not yet restored from a backup, or deleted while the agent
+	// was away). The agent keeps its identity and its workload and retries
+	// with backoff; it never resets or enrolls again on its own for this.
+	// Sent as the HTTP refusal of a session (404), never on a session.
+	ErrUnknownHost ErrorCode = "UnknownHost"
 	// ErrRejected: a request was refused (e.g. a bad CSR); the session goes on.
 	ErrRejected ErrorCode = "Rejected"
 	// ErrInternal: the other side failed; retry later.

@@ -102,6 +102,14 @@ func (s *Server) refuseSession(w http.ResponseWriter, r *http.Request, err error
 		code = "CertificateReplaced"
 		handshakes.WithLabelValues("replaced").Inc()
 		s.log.Info("Refused a certificate that was replaced by a newer one", "EdgeHost", identity.PeerName(r), "remote", r.RemoteAddr)
+	case errors.Is(err, identity.ErrUnknownHost):
+		// Not Revoked either: the agent keeps its identity and workload and
+		// comes back with backoff, so a restore that brings the EdgeHost
+		// back finds it as it was.
+		code, status = string(wire.ErrUnknownHost), http.StatusNotFound
+		handshakes.WithLabelValues("unknown_host").Inc()
+		s.log.Info("Refused a session: no EdgeHost of this name (restore it if the hub was restored from a backup without it)",
+			"EdgeHost", identity.PeerName(r), "remote", r.RemoteAddr)
 	case errors.Is(err, identity.ErrRevoked):
 		code, status = string(wire.ErrRevoked), http.StatusForbidden
 		handshakes.WithLabelValues("revoked").Inc()

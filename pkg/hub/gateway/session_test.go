@@ -82,9 +82,14 @@ func testDesiredStateFlow(t *testing.T, mux string) {
 		}
 		return nil
 	})
-	if g := e.agent.Applied().Generation; g < 4 {
-		t.Errorf("applied generation %d after claim, release, claim", g)
-	}
+	// The recorder sees the bootstrap before the worker records its
+	// generation.
+	eventually(t, "generation recorded", func() error {
+		if g := e.agent.Applied().Generation; g < 4 {
+			return fmt.Errorf("applied generation %d after claim, release, claim", g)
+		}
+		return nil
+	})
 }
 
 // The hub restarts under connected agents: they reconnect and resync, the

@@ -34,6 +34,7 @@ import (
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
+	"github.com/edgefleet/fleet/pkg/hub/inventory"
 	"github.com/edgefleet/fleet/pkg/hub/linkhealth"
 	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
 )
@@ -369,8 +370,12 @@ func release(t *testing.T, ns, host string) {
 		if err != nil {
 			return err
 		}
-		h.Spec.ClaimRef = nil
-		return env.Client.Update(context.Background(), h)
+		if h.Spec.ClaimRef == nil {
+			return nil
+		}
+		// As the hub releases: the release is recorded, so the agent is
+		// ordered to reset (a claim cleared otherwise is not).
+		return inventory.Release(context.Background(), env.Client, h, h.Spec.ClaimRef.UID)
 	})
 }
 

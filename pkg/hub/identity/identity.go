@@ -21,6 +21,11 @@ var (
 	ErrRevoked  = errors.New("host identity revoked: its EdgeHost was deleted; enroll again")
 	ErrDeleting = fmt.Errorf("%w (it is being deleted)", ErrRevoked)
 	ErrReplaced = errors.New("this certificate was replaced by a newer one (a rotation): only the host's current certificate opens sessions")
+	// ErrUnknownHost: no EdgeHost has the certificate's name. The hub cannot
+	// tell a host deleted while its agent was away from one a restore from
+	// backup has not brought back (yet), so the agent is told to keep its
+	// identity and retry, never to enroll afresh or reset.
+	ErrUnknownHost = errors.New("the hub has no EdgeHost of this name: if it was restored from a backup without it, restore the EdgeHost; the agent keeps its identity and retries")
 )
 
 // Peer is who a verified client certificate speaks for.
@@ -47,11 +52,13 @@ type Authority struct {
 }
 
 // Authenticate maps the verified client certificate of r to a live
-// EdgeHost: the certificate names the EdgeHost down to its uid (a host
-// deleted and re-created under the same name does not accept the old
-// certificate), the host is not being deleted (deleting it revokes it),
-// and the certificate's key is the host's current one (a rotation retires
-// the one before).
+// EdgeHost. What binds the two is restorable: the hub CA that signed the
+// certificate, the EdgeHost's namespace and name, and the client key
+// recorded on it (ClientKeyAnnotation, or the previous one during a
+// rotation's overlap), never the EdgeHost's uid, which a restore from
+// backup changes. A host being deleted is revoked; a name the hub does not
+// know is ErrUnknownHost. The Peer returned carries the uid of the EdgeHost
+// it was bound to: the session is for that incarnation (Trust).
 func (a *Authority) Authenticate(r *http.Request) (Peer, error) {
 	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 || len(r.TLS.VerifiedChains) == 0 {
 		return Peer{}, errors.New("a client certificate from the hub CA is required; enroll first")
@@ -65,28 +72,49 @@ func (a *Authority) Authenticate(r *http.Request) (Peer, error) {
 	key := client.ObjectKey{Namespace: id.Namespace, Name: id.Name}
 	host := &infrav1.EdgeHost{}
 	err = a.Client.Get(r.Context(), key, host)
-	if err == nil && Trust(host, p) != nil || apierrors.IsNotFound(err) {
-		// The cache may not have seen a host enrolled, or a key rotated, a
-		// moment ago: ask the API server before telling an agent it is
-		// revoked (it would throw its identity away).
+	if err == nil && bind(host, p) != nil || apierrors.IsNotFound(err) {
+		// The cache may not have seen a host enrolled, restored or
+		// rotated a moment ago: ask the API server before refusing.
 		err = a.APIReader.Get(r.Context(), key, host)
 	}
 	if apierrors.IsNotFound(err) {
-		return Peer{}, ErrRevoked
+		return Peer{}, ErrUnknownHost
 	}
 	if err != nil {
 		return Peer{}, fmt.Errorf("looking up EdgeHost %s: %w", id, err)
 	}
-	if err := Trust(host, p); err != nil {
+	if err := bind(host, p); err != nil {
 		return Peer{}, err
 	}
-	if p.Key == host.Annotations[infrav1.ClientKeyAnnotation] && host.Annotations[infrav1.PreviousClientKeyAnnotation] != "" {
+	p.ID.UID = string(host.UID)
+	switch cur := host.Annotations[infrav1.ClientKeyAnnotation]; {
+	case cur == "":
+		// Enrolled before keys were recorded (bind checked the uid): record
+		// it now, so the binding survives a restore from then on.
+		if err := a.SetClientKeys(r.Context(), host, p.Key, ""); err != nil {
+			a.Log.Error(err, "Recording the client key of a host enrolled before keys were recorded", "EdgeHost", id.String())
+		}
+	case p.Key == cur && host.Annotations[infrav1.PreviousClientKeyAnnotation] != "":
 		// The agent uses its new certificate: the old one is retired.
 		if err := a.SetClientKeys(r.Context(), host, p.Key, ""); err != nil {
 			a.Log.Error(err, "Retiring the previous client key", "EdgeHost", id.String())
 		}
 	}
 	return p, nil
+}
+
+// bind says why host does not accept the certificate p at the start of a
+// session, or nil. The certificate's uid is ignored once the host records
+// its key: a restored EdgeHost has a new uid and the same annotations.
+func bind(host *infrav1.EdgeHost, p Peer) error {
+	if host.Annotations[infrav1.ClientKeyAnnotation] == "" && string(host.UID) != p.ID.UID {
+		// No key to bind by: only the uid tells this host from another
+		// that had the name before.
+		return ErrRevoked
+	}
+	bound := p
+	bound.ID.UID = string(host.UID)
+	return Trust(host, bound)
 }
 
 // PeerName is the EdgeHost a request's certificate names, for logs.
@@ -101,7 +129,9 @@ func PeerName(r *http.Request) string {
 	return id.String()
 }
 
-// Trust says why host does not accept p's certificate, or nil.
+// Trust says why host does not accept p, a peer Authenticate bound to an
+// EdgeHost, or nil. A host of that name with another uid is another
+// incarnation: the one the session was opened for was deleted.
 func Trust(host *infrav1.EdgeHost, p Peer) error {
 	switch {
 	case string(host.UID) != p.ID.UID:
@@ -113,7 +143,7 @@ func Trust(host *infrav1.EdgeHost, p Peer) error {
 	}
 	cur := host.Annotations[infrav1.ClientKeyAnnotation]
 	if cur == "" || p.Key == cur {
-		return nil // "": enrolled before keys were recorded; its first rotation records one
+		return nil // "": enrolled before keys were recorded; Authenticate records it
 	}
 	if prev, until, ok := previousKey(host); ok && p.Key == prev && time.Now().Before(until) {
 		return nil

@@ -28,6 +28,16 @@ func IndexClaimUID(o client.Object) []string {
 	return []string{string(h.Spec.ClaimRef.UID)}
 }
 
+// ClaimID is the ID under which em claims a host: ClaimIDAnnotation, else
+// its uid (a machine that has not claimed yet, or claimed before the ID was
+// recorded).
+func ClaimID(em *infrav1.EdgeMachine) types.UID {
+	if id := em.Annotations[infrav1.ClaimIDAnnotation]; id != "" {
+		return types.UID(id)
+	}
+	return em.UID
+}
+
 // ErrNoHost means no host satisfies the request right now.
 var ErrNoHost = errors.New("no Available EdgeHost matches")
 
@@ -166,7 +176,7 @@ func claimOne(ctx context.Context, c client.Client, live client.Reader, h *infra
 		claimed := h.DeepCopy()
 		claimed.Spec.ClaimRef = &infrav1.HostClaimReference{
 			Name:                    req.Machine.Name,
-			UID:                     req.Machine.UID,
+			UID:                     ClaimID(req.Machine),
 			BootstrapDataSecretName: req.BootstrapDataSecretName,
 		}
 		SetMembershipLabels(claimed, req.Machine.Name, req.Cluster, req.ControlPlane)
@@ -188,7 +198,7 @@ func claimOne(ctx context.Context, c client.Client, live client.Reader, h *infra
 			}
 			return nil, fmt.Errorf("reading EdgeHost %s again after a conflicting claim: %w", h.Name, gerr)
 		}
-		if ref := fresh.Spec.ClaimRef; ref != nil && ref.UID == req.Machine.UID {
+		if ref := fresh.Spec.ClaimRef; ref != nil && ref.UID == ClaimID(req.Machine) {
 			// This machine's claim, made by another worker or hub replica
 			// reconciling it at the same moment: it holds this host, and
 			// going on to the next candidate would give it two.
@@ -206,6 +216,7 @@ func claimOne(ctx context.Context, c client.Client, live client.Reader, h *infra
 // host is held by someone else, so a stale reconcile can never free another
 // machine's host.
 func Release(ctx context.Context, c client.Client, h *infrav1.EdgeHost, machineUID types.UID) error {
+	// machineUID is the claim ID (ClaimID), which a restore keeps.
 	if h.Spec.ClaimRef == nil || h.Spec.ClaimRef.UID != machineUID {
 		return nil
 	}
@@ -222,6 +233,7 @@ func Release(ctx context.Context, c client.Client, h *infrav1.EdgeHost, machineU
 		released.Annotations = map[string]string{}
 	}
 	released.Annotations[infrav1.ReleasedAtGenerationAnnotation] = strconv.FormatInt(h.Generation+1, 10)
+	released.Annotations[infrav1.ReleasedClaimAnnotation] = string(machineUID) + " " + string(h.UID)
 	if err := c.Update(ctx, released); err != nil {
 		return fmt.Errorf("releasing EdgeHost %s: %w", h.Name, err)
 	}

@@ -2,6 +2,9 @@ package inventory
 
 import (
 	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/types"
 
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 )
@@ -24,7 +27,7 @@ func Phase(h *infrav1.EdgeHost) infrav1.EdgeHostPhase {
 		}
 	}
 	if p != nil {
-		if p.State == infrav1.ProvisioningResetFailed {
+		if p.State == infrav1.ProvisioningResetFailed || HoldsUnknownWorkload(h) {
 			return infrav1.HostNeedsAttention
 		}
 		return infrav1.HostDeprovisioning
@@ -38,12 +41,46 @@ func Phase(h *infrav1.EdgeHost) infrav1.EdgeHostPhase {
 }
 
 // ReleasedAtGeneration is the generation of the host's last release, or 0.
+// A release recorded by another incarnation of the EdgeHost (restored from
+// a backup: a new uid, generations from 1 again) says nothing of this one.
 func ReleasedAtGeneration(h *infrav1.EdgeHost) int64 {
 	g, err := strconv.ParseInt(h.Annotations[infrav1.ReleasedAtGenerationAnnotation], 10, 64)
-	if err != nil {
+	if err != nil || g > h.Generation {
+		return 0
+	}
+	if _, uid, ok := releasedClaim(h); ok && uid != "" && uid != h.UID {
 		return 0
 	}
 	return g
+}
+
+// releasedClaim parses ReleasedClaimAnnotation.
+func releasedClaim(h *infrav1.EdgeHost) (claim, hostUID types.UID, ok bool) {
+	v, found := h.Annotations[infrav1.ReleasedClaimAnnotation]
+	if !found {
+		return "", "", false
+	}
+	c, u, _ := strings.Cut(strings.TrimSpace(v), " ")
+	return types.UID(c), types.UID(u), true
+}
+
+// HoldsUnknownWorkload reports whether an unclaimed host's agent runs a
+// workload the hub never released: the claim is unknown to a hub restored
+// from a backup older than it, or cleared by hand. Such a workload is never
+// deprovisioned on the hub's own initiative; recording its release
+// (ReleasedClaimAnnotation) is the operator's order to reset it. Hosts
+// released before the claim was recorded keep being deprovisioned.
+func HoldsUnknownWorkload(h *infrav1.EdgeHost) bool {
+	p := h.Status.Provisioning
+	if h.Spec.ClaimRef != nil || p == nil {
+		return false
+	}
+	claim, _, ok := releasedClaim(h)
+	if !ok {
+		_, legacy := h.Annotations[infrav1.ReleasedAtGenerationAnnotation]
+		return !legacy
+	}
+	return claim != p.ClaimUID
 }
 
 // IsClaimable reports whether a host may be given to a new machine: free,

@@ -88,7 +88,7 @@ func (s *Resolver) For(ctx context.Context, h *infrav1.EdgeHost) *wire.Reach {
 }
 
 // claimedFor tells whether h is claimed by a machine of cluster: its claim
-// names an EdgeMachine that exists with the claim's uid and belongs to the
+// names an EdgeMachine that exists with the claim's ID and belongs to the
 // cluster. Only such a host may carry the cluster's traffic or be where its
 // endpoint resolves; membership labels are a selector's convenience.
 func (s *Resolver) claimedFor(ctx context.Context, h *infrav1.EdgeHost, cluster string) bool {
@@ -100,7 +100,7 @@ func (s *Resolver) claimedFor(ctx context.Context, h *infrav1.EdgeHost, cluster 
 	if err := s.client.Get(ctx, client.ObjectKey{Namespace: h.Namespace, Name: claim.Name}, em); err != nil {
 		return false
 	}
-	return em.UID == claim.UID && em.Labels[clusterv1.ClusterNameLabel] == cluster
+	return inventory.ClaimID(em) == claim.UID && em.Labels[clusterv1.ClusterNameLabel] == cluster
 }
 
 // kickCluster asks every session of a cluster's hosts to recompute its

@@ -97,7 +97,7 @@ func (ss *Session) nextDesired(ctx context.Context, host *infrav1.EdgeHost) (*wi
 // sameIntent tells, without reading the bootstrap Secret, that the host
 // still wants what was last pushed (the common case: a status-only update).
 func sameIntent(last *wire.DesiredState, h *infrav1.EdgeHost) bool {
-	if last.Generation != h.Generation {
+	if last.Generation != h.Generation || last.HostUID != h.UID {
 		return false
 	}
 	return last.Deprovision == wantsDeprovision(h) && (last.Assignment != nil) == (h.Spec.ClaimRef != nil)
@@ -109,14 +109,16 @@ func sameIntent(last *wire.DesiredState, h *infrav1.EdgeHost) bool {
 // orders the reset again.
 func wantsDeprovision(h *infrav1.EdgeHost) bool {
 	phase := inventory.Phase(h)
-	return h.Spec.ClaimRef == nil && (phase == infrav1.HostDeprovisioning || phase == infrav1.HostNeedsAttention)
+	// A workload the hub never released is not its to reset.
+	return h.Spec.ClaimRef == nil && !inventory.HoldsUnknownWorkload(h) &&
+		(phase == infrav1.HostDeprovisioning || phase == infrav1.HostNeedsAttention)
 }
 
 // desiredFor computes a host's full desired state. Only the host's own
 // claim and the Secret it names are ever read: an agent cannot be sent
 // anything else.
 func (r *Registry) desiredFor(ctx context.Context, h *infrav1.EdgeHost) (*wire.DesiredState, error) {
-	d := &wire.DesiredState{Generation: h.Generation}
+	d := &wire.DesiredState{Generation: h.Generation, HostUID: h.UID}
 	claim := h.Spec.ClaimRef
 	if claim == nil {
 		d.Deprovision = wantsDeprovision(h)

@@ -104,14 +104,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		}
 	}()
 
-	if err := r.reconcileOrphanedClaim(ctx, host); err != nil {
+	orphanWait, err := r.reconcileOrphanedClaim(ctx, host)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if !host.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, r.reconcileDelete(ctx, host)
 	}
 	r.reconcileResetRetry(host)
-	return ctrl.Result{RequeueAfter: r.reconcileContact(host)}, nil
+	after := r.reconcileContact(host)
+	if orphanWait > 0 && (after == 0 || orphanWait < after) {
+		after = orphanWait
+	}
+	return ctrl.Result{RequeueAfter: after}, nil
 }
 
 // reconcileContact notices a host its hub replica has lost track of, and
@@ -135,36 +140,55 @@ func (r *Reconciler) reconcileContact(host *infrav1.EdgeHost) time.Duration {
 	return 0
 }
 
+// OrphanGrace is how old an EdgeHost must be before a claim whose
+// EdgeMachine is missing is released: a restore from backup re-creates
+// EdgeHosts before EdgeMachines (Velero restores kinds in alphabetical
+// order), and releasing then would reset every host it was meant to save.
+const OrphanGrace = 10 * time.Minute
+
 // reconcileOrphanedClaim frees a claim whose EdgeMachine no longer exists
 // (for example one whose finalizer was removed by hand), so the host can be
-// reset and reused instead of staying claimed forever.
-func (r *Reconciler) reconcileOrphanedClaim(ctx context.Context, host *infrav1.EdgeHost) error {
+// reset and reused instead of staying claimed forever. It returns how long
+// to wait before looking again when the host is too new to tell.
+func (r *Reconciler) reconcileOrphanedClaim(ctx context.Context, host *infrav1.EdgeHost) (time.Duration, error) {
 	claim := host.Spec.ClaimRef
 	if claim == nil {
-		return nil
+		return 0, nil
 	}
 	em := &infrav1.EdgeMachine{}
 	key := client.ObjectKey{Namespace: host.Namespace, Name: claim.Name}
-	if err := r.Client.Get(ctx, key, em); err == nil && em.UID == claim.UID {
-		return nil // the common case, from the cache: every status change of a claimed host comes here
+	if err := r.Client.Get(ctx, key, em); err == nil && holdsClaim(em, host) {
+		return 0, nil // the common case, from the cache: every status change of a claimed host comes here
 	}
 	// The cache may not have seen a claim made a moment ago: only the API
 	// server can say the EdgeMachine is really gone.
 	err := r.APIReader.Get(ctx, key, em)
 	switch {
-	case err == nil && em.UID == claim.UID:
-		return nil
+	case err == nil && holdsClaim(em, host):
+		return 0, nil
 	case err != nil && !apierrors.IsNotFound(err):
-		return fmt.Errorf("checking claiming EdgeMachine %s: %w", claim.Name, err)
+		return 0, fmt.Errorf("checking claiming EdgeMachine %s: %w", claim.Name, err)
+	}
+	if wait := OrphanGrace - time.Since(host.CreationTimestamp.Time); wait > 0 {
+		return wait, nil
 	}
 	// The update below changes spec; the deferred status patch then applies
 	// on top of the object the update returned.
 	if err := inventory.Release(ctx, r.Client, host, claim.UID); err != nil {
-		return err
+		return 0, err
 	}
 	r.Recorder.Eventf(host, nil, corev1.EventTypeWarning, "OrphanedClaimReleased", "Release",
-		"EdgeMachine %s (uid %s) no longer exists; released the host for reset", claim.Name, claim.UID)
-	return nil
+		"EdgeMachine %s (claim %s) no longer exists; released the host for reset", claim.Name, claim.UID)
+	return 0, nil
+}
+
+// holdsClaim tells whether em is the machine host's claim is for: by claim
+// ID, or, for a machine restored from a backup before it recorded one (a new
+// uid), by its node's providerID naming this host (its reconciler adopts the
+// claim).
+func holdsClaim(em *infrav1.EdgeMachine, host *infrav1.EdgeHost) bool {
+	return inventory.ClaimID(em) == host.Spec.ClaimRef.UID ||
+		em.Annotations[infrav1.ClaimIDAnnotation] == "" && em.Spec.ProviderID == inventory.ProviderID(host)
 }
 
 // reconcileResetRetry orders a failed reset again when an operator raised
@@ -227,7 +251,7 @@ func (r *Reconciler) giveUpClaim(ctx context.Context, host *infrav1.EdgeHost, by
 	em := &infrav1.EdgeMachine{}
 	err := r.Client.Get(ctx, client.ObjectKey{Namespace: host.Namespace, Name: claim.Name}, em)
 	switch {
-	case apierrors.IsNotFound(err) || (err == nil && em.UID != claim.UID):
+	case apierrors.IsNotFound(err) || (err == nil && inventory.ClaimID(em) != claim.UID):
 		em = nil
 	case err != nil:
 		return fmt.Errorf("reading claiming EdgeMachine %s: %w", claim.Name, err)
@@ -268,6 +292,12 @@ func (r *Reconciler) patch(ctx context.Context, host *infrav1.EdgeHost, h *patch
 			cond.Status, cond.Reason = metav1.ConditionFalse, string(phase)
 			if p := host.Status.Provisioning; p != nil {
 				cond.Message = fmt.Sprintf("Agent reported %s at %q: %s", p.State, p.Step, p.Message)
+			}
+			if p := host.Status.Provisioning; inventory.HoldsUnknownWorkload(host) {
+				cond.Reason = "UnknownWorkload"
+				cond.Message = fmt.Sprintf("The agent runs the workload of claim %s, which no EdgeMachine holds and this hub never released "+
+					"(restored from an older backup?): it is not reset without an order; to reset it, record its release: "+
+					"kubectl annotate edgehost %s %s=%s", p.ClaimUID, host.Name, infrav1.ReleasedClaimAnnotation, p.ClaimUID)
 			}
 		}
 		conditions.Set(host, cond)

@@ -169,14 +169,11 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 
 func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result, error) {
 	s.edgeMachine.Status.Phase = infrav1.MachineDeleting
-	host, err := r.heldHost(ctx, s.edgeMachine)
+	host, err := r.releaseHeld(ctx, s.edgeMachine)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if host != nil {
-		if err := inventory.Release(ctx, r.Client, host, s.edgeMachine.UID); err != nil {
-			return ctrl.Result{}, err
-		}
 		r.Recorder.Eventf(s.edgeMachine, host, "Normal", "HostReleased", "Release",
 			"Released EdgeHost %s; it returns to the pool once its agent has reset it", host.Name)
 	}
@@ -190,14 +187,8 @@ func (r *Reconciler) releaseAndLetGo(ctx context.Context, em *infrav1.EdgeMachin
 	if !controllerutil.ContainsFinalizer(em, infrav1.EdgeMachineFinalizer) {
 		return nil
 	}
-	host, err := r.heldHost(ctx, em)
-	if err != nil {
+	if _, err := r.releaseHeld(ctx, em); err != nil {
 		return err
-	}
-	if host != nil {
-		if err := inventory.Release(ctx, r.Client, host, em.UID); err != nil {
-			return err
-		}
 	}
 	patchHelper, err := patch.NewHelper(em, r.Client)
 	if err != nil {

@@ -42,9 +42,11 @@ func TestHostChangeMattersToMachines(t *testing.T) {
 		{"a host is cordoned", free(nil), free(func(h *infrav1.EdgeHost) { h.Labels[infrav1.CordonedLabel] = "true" }), true},
 		{"a host is relabelled", free(nil), free(func(h *infrav1.EdgeHost) { h.Labels["site"] = "b" }), true},
 		{"a released host's agent reports it clean", free(func(h *infrav1.EdgeHost) {
+			h.Generation = 3 // the release's own write
 			h.Annotations = map[string]string{infrav1.ReleasedAtGenerationAnnotation: "3"}
 			h.Status.AgentObservedGeneration = 2
 		}), free(func(h *infrav1.EdgeHost) {
+			h.Generation = 3
 			h.Annotations = map[string]string{infrav1.ReleasedAtGenerationAnnotation: "3"}
 			h.Status.AgentObservedGeneration = 3
 		}), true},

@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util"
@@ -126,6 +127,9 @@ func validateBootstrapSecret(secret *corev1.Secret) string {
 func (r *Reconciler) reconcileHostClaim(ctx context.Context, s *scope) (bool, error) {
 	em := s.edgeMachine
 	host, err := r.heldHost(ctx, em)
+	if errors.Is(err, errDuplicateClaim) {
+		return true, nil // the condition says which hosts
+	}
 	if err != nil {
 		return true, err
 	}
@@ -138,6 +142,12 @@ func (r *Reconciler) reconcileHostClaim(ctx context.Context, s *scope) (bool, er
 	}
 	// No host, no agent to speak of.
 	conditions.Delete(em, infrav1.HostAgentConnectedCondition)
+	if em.Spec.ProviderID != "" {
+		// The machine ran on a host (its node has this providerID), and
+		// holds none now: a hub restored from a backup, or a claim lost.
+		// Never claim another: the Machine's node lives there.
+		return r.recoverHost(ctx, s, secretName)
+	}
 	if em.Status.HostRef != "" && ptr.Deref(em.Status.Initialization.Provisioned, false) {
 		// We had a host and lost it (deleted by force, or claim cleared by
 		// hand). Never silently grab another: the Machine's node lived there.
@@ -163,6 +173,7 @@ func (r *Reconciler) keepHeldHost(ctx context.Context, s *scope, host *infrav1.E
 	controlPlane := util.IsControlPlaneMachine(s.machine)
 	s.host = host
 	em.Status.HostRef = host.Name
+	recordClaimID(em, host.Spec.ClaimRef.UID)
 	if (host.Spec.ClaimRef.BootstrapDataSecretName != secretName && secretName != "") ||
 		!inventory.HasMembershipLabels(host, em.Name, s.cluster.Name, controlPlane) {
 		updated := host.DeepCopy()
@@ -177,6 +188,64 @@ func (r *Reconciler) keepHeldHost(ctx context.Context, s *scope, host *infrav1.E
 	}
 	r.setClaimed(em, host)
 	return false, nil
+}
+
+// recordClaimID keeps the ID of em's claim in its metadata, where a backup
+// finds it: a restored EdgeMachine has a new uid, and the host's claim and
+// its agent's workload are known by this ID.
+func recordClaimID(em *infrav1.EdgeMachine, id types.UID) {
+	if em.Annotations[infrav1.ClaimIDAnnotation] == string(id) {
+		return
+	}
+	if em.Annotations == nil {
+		em.Annotations = map[string]string{}
+	}
+	em.Annotations[infrav1.ClaimIDAnnotation] = string(id)
+}
+
+// recoverHost finds the host a machine with a providerID ran on and holds
+// no longer. A restored EdgeMachine (new uid, claim ID kept or not yet
+// recorded) whose host names it in its claim adopts that claim; anything
+// else is reported, and no host is claimed or reset for it.
+func (r *Reconciler) recoverHost(ctx context.Context, s *scope, secretName string) (bool, error) {
+	em := s.edgeMachine
+	name := inventory.HostOfProviderID(em.Namespace, em.Spec.ProviderID)
+	host := &infrav1.EdgeHost{}
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: em.Namespace, Name: name}, host)
+	switch {
+	case name == "" || apierrors.IsNotFound(err):
+		r.setStep(em, nil, metav1.Condition{
+			Type: infrav1.HostClaimedCondition, Status: metav1.ConditionFalse, Reason: infrav1.HostNotFoundReason,
+			Message: fmt.Sprintf("EdgeHost %q of spec.providerID %s does not exist: if the hub was restored from a backup, "+
+				"restore that EdgeHost too (its agent keeps the node running and waits); no other host is claimed", name, em.Spec.ProviderID),
+		})
+		return true, nil
+	case err != nil:
+		return true, fmt.Errorf("reading EdgeHost %s of spec.providerID: %w", name, err)
+	}
+	claim := host.Spec.ClaimRef
+	if claim == nil || claim.Name != em.Name || em.Annotations[infrav1.ClaimIDAnnotation] != "" {
+		holder, reason := "nothing", infrav1.HostLostReason
+		if claim != nil {
+			holder = fmt.Sprintf("EdgeMachine %s (claim %s)", claim.Name, claim.UID)
+		}
+		if claim != nil && claim.Name != em.Name {
+			reason = infrav1.DuplicateClaimReason // two machines name one host
+		}
+		r.setStep(em, host, metav1.Condition{
+			Type: infrav1.HostClaimedCondition, Status: metav1.ConditionFalse, Reason: reason,
+			Message: fmt.Sprintf("EdgeHost %s of spec.providerID is held by %s, not by this machine (claim %s): "+
+				"if two machines name one host after a restore, delete the copy; no host is reset or claimed for this one",
+				host.Name, holder, inventory.ClaimID(em)),
+		})
+		return true, nil
+	}
+	// Restored: the host's claim names this machine, under the ID of its
+	// uid before the restore. Adopt it; the agent knows the claim by it.
+	recordClaimID(em, claim.UID)
+	r.Recorder.Eventf(em, host, corev1.EventTypeNormal, "ClaimAdopted", "Restore",
+		"Adopted the claim %s on EdgeHost %s (this EdgeMachine was re-created, e.g. restored from a backup)", claim.UID, host.Name)
+	return r.keepHeldHost(ctx, s, host, secretName)
 }
 
 // claimRequest is what a host must be for this machine; false (with the
@@ -218,6 +287,9 @@ func (r *Reconciler) waitForHost(em *infrav1.EdgeMachine, hosts []infrav1.EdgeHo
 // claimHost claims a free host that fits req.
 func (r *Reconciler) claimHost(ctx context.Context, s *scope, req inventory.Request) (bool, error) {
 	em := s.edgeMachine
+	// The claim ID goes with the claim (and in the same patch as the
+	// status that says which host the machine holds).
+	recordClaimID(em, inventory.ClaimID(em))
 	// Waiting machines are woken by every host event that can change
 	// whether a host is free (hostChangeMattersToMachines), so the common
 	// "still nothing free" answer comes from the cache alone.
@@ -305,7 +377,15 @@ func (r *Reconciler) reconcileHostStatus(_ context.Context, s *scope) (bool, err
 	em.Status.Interruptible = inventory.IsInterruptible(host)
 	p := host.Status.Provisioning
 	switch {
-	case p == nil || p.ClaimUID != em.UID:
+	case p != nil && p.ClaimUID != inventory.ClaimID(em) && p.State != infrav1.ProvisioningResetting:
+		r.setStep(em, host, metav1.Condition{
+			Type: infrav1.HostProvisionedCondition, Status: metav1.ConditionFalse,
+			Reason: infrav1.HostHoldsOtherWorkloadReason,
+			Message: fmt.Sprintf("The agent on EdgeHost %s still runs the workload of claim %s (%s), which it resets only on an "+
+				"explicit order: release that claim, or delete this Machine to take another host", host.Name, p.ClaimUID, p.State),
+		})
+		return true, nil
+	case p == nil || p.ClaimUID != inventory.ClaimID(em):
 		r.setStep(em, host, metav1.Condition{
 			Type: infrav1.HostProvisionedCondition, Status: metav1.ConditionFalse,
 			Reason:  infrav1.WaitingForAgentReason,
@@ -378,7 +458,7 @@ func (r *Reconciler) reconcileCertificateExpiry(ctx context.Context, s *scope) (
 func (r *Reconciler) heldHost(ctx context.Context, em *infrav1.EdgeMachine) (*infrav1.EdgeHost, error) {
 	hosts := &infrav1.EdgeHostList{}
 	if err := r.Client.List(ctx, hosts, client.InNamespace(em.Namespace),
-		client.MatchingFields{inventory.ClaimUIDIndex: string(em.UID)}); err != nil {
+		client.MatchingFields{inventory.ClaimUIDIndex: string(inventory.ClaimID(em))}); err != nil {
 		return nil, fmt.Errorf("listing EdgeHosts held by %s: %w", em.Name, err)
 	}
 	return r.keepOneHost(ctx, em, hosts.Items)
@@ -390,10 +470,15 @@ func (r *Reconciler) heldHost(ctx context.Context, em *infrav1.EdgeMachine) (*in
 // next reconcile had read the host as free and claimed another. Level-
 // triggered: whatever the history, one host stays — the one the machine
 // reports, else the one furthest along — and the rest go back to the pool.
+// Two hosts that may both run the machine's workload (a restore that
+// duplicated an EdgeHost, or hosts whose agents have not reported since a
+// restore) are a conflict no release may settle, for it would reset a host:
+// the machine says so (DuplicateClaim) and waits for an operator.
 func (r *Reconciler) keepOneHost(ctx context.Context, em *infrav1.EdgeMachine, hosts []infrav1.EdgeHost) (*infrav1.EdgeHost, error) {
+	id := inventory.ClaimID(em)
 	var held []*infrav1.EdgeHost
 	for i := range hosts {
-		if c := hosts[i].Spec.ClaimRef; c != nil && c.UID == em.UID {
+		if c := hosts[i].Spec.ClaimRef; c != nil && c.UID == id && c.Name == em.Name {
 			held = append(held, &hosts[i])
 		}
 	}
@@ -403,13 +488,28 @@ func (r *Reconciler) keepOneHost(ctx context.Context, em *infrav1.EdgeMachine, h
 		}
 		return nil, nil
 	}
+	if em.Spec.ProviderID != "" {
+		// A claim applied late happens while a machine looks for a host,
+		// never once it runs on one: this is a duplicate (a restore).
+		names := make([]string, 0, len(held))
+		for _, h := range held {
+			names = append(names, h.Name)
+		}
+		r.setStep(em, nil, metav1.Condition{
+			Type: infrav1.HostClaimedCondition, Status: metav1.ConditionFalse, Reason: infrav1.DuplicateClaimReason,
+			Message: fmt.Sprintf("EdgeHosts %s all hold the claim %s of this running machine (spec.providerID %s); a restore that "+
+				"duplicated an EdgeHost? None is released or reset: delete the EdgeHost that is not this machine's",
+				strings.Join(names, ", "), id, em.Spec.ProviderID),
+		})
+		return nil, errDuplicateClaim
+	}
 	keep := held[0]
 	for _, h := range held {
 		if h.Name == em.Status.HostRef {
 			keep = h
 			break
 		}
-		if p := h.Status.Provisioning; p != nil && p.ClaimUID == em.UID && keep.Status.Provisioning == nil {
+		if p := h.Status.Provisioning; p != nil && p.ClaimUID == id && keep.Status.Provisioning == nil {
 			keep = h
 		}
 	}
@@ -417,7 +517,7 @@ func (r *Reconciler) keepOneHost(ctx context.Context, em *infrav1.EdgeMachine, h
 		if h == keep {
 			continue
 		}
-		if err := inventory.Release(ctx, r.Client, h, em.UID); err != nil {
+		if err := inventory.Release(ctx, r.Client, h, id); err != nil {
 			return nil, fmt.Errorf("releasing EdgeHost %s, a second host of %s: %w", h.Name, em.Name, err)
 		}
 		r.Recorder.Eventf(em, nil, corev1.EventTypeWarning, "ReleasedExtraHost", "Release",
@@ -451,4 +551,31 @@ func (r *Reconciler) reconcileHostAgent(_ context.Context, s *scope) (bool, erro
 	}
 	r.setStep(em, host, c)
 	return false, nil
+}
+
+// errDuplicateClaim stops a reconcile that found a claim on two hosts that
+// may both run it; the condition says which.
+var errDuplicateClaim = errors.New("the machine's claim is held by more than one EdgeHost that may run it")
+
+// releaseHeld releases every host that holds em's claim (a deleted machine
+// lets go of all, duplicates included) and returns the one it released, if
+// one.
+func (r *Reconciler) releaseHeld(ctx context.Context, em *infrav1.EdgeMachine) (*infrav1.EdgeHost, error) {
+	hosts := &infrav1.EdgeHostList{}
+	if err := r.Client.List(ctx, hosts, client.InNamespace(em.Namespace),
+		client.MatchingFields{inventory.ClaimUIDIndex: string(inventory.ClaimID(em))}); err != nil {
+		return nil, fmt.Errorf("listing EdgeHosts held by %s: %w", em.Name, err)
+	}
+	var released *infrav1.EdgeHost
+	for i := range hosts.Items {
+		h := &hosts.Items[i]
+		if c := h.Spec.ClaimRef; c == nil || c.Name != em.Name {
+			continue
+		}
+		if err := inventory.Release(ctx, r.Client, h, inventory.ClaimID(em)); err != nil {
+			return nil, err
+		}
+		released = h
+	}
+	return released, nil
 }

@@ -1,0 +1,141 @@
+package reconcilers_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/types"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+)
+
+// An EdgeMachine restored from a backup taken before claim IDs were
+// recorded has a new uid and no claim-id annotation; its host still claims
+// it under its old uid. It adopts that claim by its providerID, and the host
+// is neither released nor reset, nor provisioned again. An EdgeMachine whose
+// providerID names a host that does not exist waits, naming it, and claims
+// no other host; a second EdgeMachine naming the same host is refused
+// (DuplicateClaim) and the host stays the first one's.
+func TestARestoredMachineAdoptsItsHostsClaim(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	w.host("r0", nil)
+	w.host("spare", map[string]string{"unused": "yes"})
+	w.withCluster("restored", endpoint)
+	w.bootstrapSecret("restored-bootstrap", cloudConfig())
+	agent := w.startAgent()
+	w.machine("m0", false, "restored-bootstrap", infrav1.EdgeMachineSpec{}, "")
+	var before infrav1.EdgeMachine
+	w.eventually("m0 provisioned", func() error {
+		if err := w.get("m0", &before); err != nil {
+			return err
+		}
+		if before.Spec.ProviderID == "" || before.Status.Initialization.Provisioned == nil {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	oldUID := before.UID
+
+	// Restore m0 as a backup without its claim ID has it, with the hub
+	// not acting meanwhile (the Cluster and the host paused, as a hub
+	// scaled down for a restore): it is lost without its finalizer running.
+	w.pause(true)
+	w.pauseHost("r0", true)
+	w.must(env.Client.Delete(w.ctx, before.DeepCopy()))
+	w.eventually("m0 gone", func() error {
+		em := &infrav1.EdgeMachine{}
+		if err := w.get("m0", em); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		_ = env.Client.Patch(w.ctx, em, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
+		return errors.New("still there")
+	})
+	restored := &infrav1.EdgeMachine{}
+	restored.Namespace, restored.Name = w.ns, "m0"
+	restored.Labels, restored.OwnerReferences, restored.Spec = before.Labels, before.OwnerReferences, before.Spec
+	delete(restored.Annotations, infrav1.ClaimIDAnnotation)
+	w.must(env.Client.Create(w.ctx, restored))
+	lost := &infrav1.EdgeMachine{}
+	lost.Namespace, lost.Name = w.ns, "lost"
+	lost.Spec.ProviderID = "edge://" + w.ns + "/nowhere"
+	w.machine("lost", false, "restored-bootstrap", lost.Spec, "")
+	// A copy of m0 under another name (restored twice) names r0 too.
+	w.machine("m0-copy", false, "restored-bootstrap", infrav1.EdgeMachineSpec{ProviderID: before.Spec.ProviderID}, "")
+	w.pause(false)
+	w.pauseHost("r0", false)
+
+	w.eventually("m0 adopts its host's claim", func() error {
+		em := &infrav1.EdgeMachine{}
+		if err := w.get("m0", em); err != nil {
+			return err
+		}
+		if em.UID == oldUID || em.Annotations[infrav1.ClaimIDAnnotation] != string(oldUID) {
+			return fmt.Errorf("uid %s annotations %v", em.UID, em.Annotations)
+		}
+		if c := condition(em.Status.Conditions, infrav1.HostProvisionedCondition); c == nil || c.Status != "True" {
+			return fmt.Errorf("HostProvisioned %+v", c)
+		}
+		return nil
+	})
+	w.eventually("lost names its missing host", func() error {
+		em := &infrav1.EdgeMachine{}
+		if err := w.get("lost", em); err != nil {
+			return err
+		}
+		if c := condition(em.Status.Conditions, infrav1.HostClaimedCondition); c == nil || c.Reason != infrav1.HostNotFoundReason {
+			return fmt.Errorf("HostClaimed %+v", c)
+		}
+		return nil
+	})
+	w.eventually("the copy refused: r0 is m0's", func() error {
+		em := &infrav1.EdgeMachine{}
+		if err := w.get("m0-copy", em); err != nil {
+			return err
+		}
+		c := condition(em.Status.Conditions, infrav1.HostClaimedCondition)
+		if c == nil || c.Reason != infrav1.DuplicateClaimReason || !strings.Contains(c.Message, "EdgeMachine m0 ") {
+			return fmt.Errorf("HostClaimed %+v", c)
+		}
+		return nil
+	})
+	h := &infrav1.EdgeHost{}
+	w.must(w.get("r0", h))
+	if c := h.Spec.ClaimRef; c == nil || c.Name != "m0" || c.UID != types.UID(oldUID) {
+		t.Errorf("r0 claim %+v, want m0 under %s", c, oldUID)
+	}
+	w.must(w.get("spare", h))
+	if h.Spec.ClaimRef != nil {
+		t.Errorf("the spare host was claimed by %s", h.Spec.ClaimRef.Name)
+	}
+	if n := agent.resetCount("r0"); n != 0 {
+		t.Errorf("r0 reset %d times", n)
+	}
+}
+
+// pause sets the Cluster's spec.paused.
+func (w *world) pause(paused bool) {
+	w.t.Helper()
+	c := &clusterv1.Cluster{}
+	w.must(w.get(w.cluster.Name, c))
+	patch := client.MergeFrom(c.DeepCopy())
+	c.Spec.Paused = &paused
+	w.must(env.Client.Patch(w.ctx, c, patch))
+}
+
+// pauseHost sets or clears an EdgeHost's paused annotation.
+func (w *world) pauseHost(name string, paused bool) {
+	w.t.Helper()
+	value := `null`
+	if paused {
+		value = `""`
+	}
+	h := &infrav1.EdgeHost{}
+	w.must(w.get(name, h))
+	w.must(env.Client.Patch(w.ctx, h, client.RawPatch(types.MergePatchType,
+		[]byte(`{"metadata":{"annotations":{"`+clusterv1.PausedAnnotation+`":`+value+`}}}`))))
+}
