@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -23,12 +24,13 @@ import (
 func TestARestoredMachineAdoptsItsHostsClaim(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	w.host("r0", nil)
+	w.host("r0", map[string]string{"first": "yes"})
 	w.host("spare", map[string]string{"unused": "yes"})
 	w.withCluster("restored", endpoint)
 	w.bootstrapSecret("restored-bootstrap", cloudConfig())
 	agent := w.startAgent()
-	w.machine("m0", false, "restored-bootstrap", infrav1.EdgeMachineSpec{}, "")
+	w.machine("m0", false, "restored-bootstrap", infrav1.EdgeMachineSpec{
+		HostSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"first": "yes"}}}, "")
 	var before infrav1.EdgeMachine
 	w.eventually("m0 provisioned", func() error {
 		if err := w.get("m0", &before); err != nil {
@@ -59,6 +61,9 @@ func TestARestoredMachineAdoptsItsHostsClaim(t *testing.T) {
 	restored.Namespace, restored.Name = w.ns, "m0"
 	restored.Labels, restored.OwnerReferences, restored.Spec = before.Labels, before.OwnerReferences, before.Spec
 	delete(restored.Annotations, infrav1.ClaimIDAnnotation)
+	// Without its selector the spare would fit too: only the providerID
+	// keeps it on r0.
+	restored.Spec.HostSelector = nil
 	w.must(env.Client.Create(w.ctx, restored))
 	lost := &infrav1.EdgeMachine{}
 	lost.Namespace, lost.Name = w.ns, "lost"
