@@ -22,6 +22,11 @@ import (
 func hostFixture(t *testing.T, ns, name string, claim *infrav1.HostClaimReference, p *infrav1.HostProvisioningStatus, connected bool) *infrav1.EdgeHost {
 	t.Helper()
 	h := &infrav1.EdgeHost{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: infrav1.EdgeHostSpec{ClaimRef: claim}}
+	if claim == nil && p != nil {
+		// A workload on a free host is one the hub released (else the hub
+		// would take it for one it does not know, and never reset it).
+		h.Annotations = map[string]string{infrav1.ReleasedClaimAnnotation: string(p.ClaimUID)}
+	}
 	if err := env.Client.Create(context.Background(), h); err != nil {
 		t.Fatal(err)
 	}
