@@ -213,6 +213,15 @@ func (r *Reconciler) recoverHost(ctx context.Context, s *scope, secretName strin
 	host := &infrav1.EdgeHost{}
 	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: em.Namespace, Name: name}, host)
 	switch {
+	case apierrors.IsNotFound(err) && name == em.Status.HostRef && ptr.Deref(em.Status.Initialization.Provisioned, false):
+		// This hub provisioned it there (a restore keeps no status): the
+		// host was removed, by force since it held the claim.
+		r.setStep(em, nil, metav1.Condition{
+			Type: infrav1.HostClaimedCondition, Status: metav1.ConditionFalse, Reason: infrav1.HostLostReason,
+			Message: fmt.Sprintf("EdgeHost %s, which ran this machine, no longer exists; no other host is claimed: "+
+				"delete the Machine to replace it (or restore the EdgeHost)", name),
+		})
+		return true, nil
 	case name == "" || apierrors.IsNotFound(err):
 		r.setStep(em, nil, metav1.Condition{
 			Type: infrav1.HostClaimedCondition, Status: metav1.ConditionFalse, Reason: infrav1.HostNotFoundReason,
