@@ -207,6 +207,10 @@ func (s *Source) read(ctx context.Context, ctrl *control, rot *rotator) error {
 			if m.Code == wire.ErrRevoked {
 				return errRevoked
 			}
+			if m.Code == wire.ErrUnknownHost {
+				s.log.Info("Hub no longer has this host", "message", m.Message)
+				return errUnknownHost
+			}
 			if m.Code == wire.ErrRejected {
 				s.log.Info("Hub rejected a request", "message", m.Message)
 				continue

@@ -238,6 +238,7 @@ type LinkHealth struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:path=edgehosts,scope=Namespaced,categories=fleet,shortName=eh
 // +kubebuilder:metadata:labels="cluster.x-k8s.io/v1beta2=v1alpha1"
+// +kubebuilder:metadata:labels="clusterctl.cluster.x-k8s.io/move-hierarchy=true"
 // +kubebuilder:printcolumn:name="Phase",type="string",JSONPath=".status.phase"
 // +kubebuilder:printcolumn:name="Claimed-By",type="string",JSONPath=".spec.claimRef.name"
 // +kubebuilder:printcolumn:name="Connected",type="string",JSONPath=".status.conditions[?(@.type=='AgentConnected')].status"

@@ -208,6 +208,13 @@ const (
 // older than the claim) is left running and reported (NeedsAttention).
 const ReleasedClaimAnnotation = "fleet.edgefleet.io/released-claim"
 
+// ClaimOrphanedSinceAnnotation on an EdgeHost is when the hub first found
+// the EdgeMachine its claim names missing (RFC 3339). The claim is released
+// only once that has lasted OrphanGrace: a restore re-creates EdgeHosts
+// before EdgeMachines, and clusterctl move deletes a source's EdgeMachines
+// before its EdgeHosts.
+const ClaimOrphanedSinceAnnotation = "fleet.edgefleet.io/claim-orphaned-since"
+
 // ClaimIDAnnotation on an EdgeMachine is the ID of its claim on a host: the
 // uid the EdgeMachine had when it first claimed one. Hosts (spec.claimRef.uid)
 // and agents know the claim by this ID, which survives a restore from backup

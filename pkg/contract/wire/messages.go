@@ -193,7 +193,8 @@ const (
 	// carries (not yet restored from a backup, or deleted while the agent
 	// was away). The agent keeps its identity and its workload and retries
 	// with backoff; it never resets or enrolls again on its own for this.
-	// Sent as the HTTP refusal of a session (404), never on a session.
+	// Sent as the HTTP refusal of a session (404), and on a session whose
+	// EdgeHost clusterctl move took to another hub cluster.
 	ErrUnknownHost ErrorCode = "UnknownHost"
 	// ErrRejected: a request was refused (e.g. a bad CSR); the session goes on.
 	ErrRejected ErrorCode = "Rejected"

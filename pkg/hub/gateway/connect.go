@@ -108,8 +108,11 @@ func (s *Server) refuseSession(w http.ResponseWriter, r *http.Request, err error
 		// back finds it as it was.
 		code, status = string(wire.ErrUnknownHost), http.StatusNotFound
 		handshakes.WithLabelValues("unknown_host").Inc()
-		s.log.Info("Refused a session: no EdgeHost of this name (restore it if the hub was restored from a backup without it)",
-			"EdgeHost", identity.PeerName(r), "remote", r.RemoteAddr)
+		msg := "Refused a session: no EdgeHost of this name (restore it if the hub was restored from a backup without it)"
+		if errors.Is(err, identity.ErrMoved) {
+			msg = "Refused a session: its EdgeHost is moving to another hub cluster (clusterctl move)"
+		}
+		s.log.Info(msg, "EdgeHost", identity.PeerName(r), "remote", r.RemoteAddr)
 	case errors.Is(err, identity.ErrRevoked):
 		code, status = string(wire.ErrRevoked), http.StatusForbidden
 		handshakes.WithLabelValues("revoked").Inc()

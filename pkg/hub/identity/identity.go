@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/hub/inventory"
 	"github.com/edgefleet/fleet/pkg/pki"
 )
 
@@ -26,6 +27,10 @@ var (
 	// backup has not brought back (yet), so the agent is told to keep its
 	// identity and retry, never to enroll afresh or reset.
 	ErrUnknownHost = errors.New("the hub has no EdgeHost of this name: if it was restored from a backup without it, restore the EdgeHost; the agent keeps its identity and retries")
+	// ErrMoved: clusterctl move took the EdgeHost to another hub cluster.
+	// Like an unknown host, the agent keeps its identity and workload and
+	// retries until its gateway address leads to the new hub.
+	ErrMoved = fmt.Errorf("%w (its EdgeHost moved to another hub cluster with clusterctl move: point the gateway address at the new hub)", ErrUnknownHost)
 )
 
 // Peer is who a verified client certificate speaks for.
@@ -136,6 +141,8 @@ func Trust(host *infrav1.EdgeHost, p Peer) error {
 	switch {
 	case string(host.UID) != p.ID.UID:
 		return ErrRevoked
+	case inventory.MovingAway(host):
+		return ErrMoved
 	case !host.DeletionTimestamp.IsZero():
 		// Whatever its agent reports: what the finalizer protects is a
 		// separate question from whether the identity is still trusted.

@@ -46,7 +46,7 @@ func (ss *Session) push() (retry bool) {
 			go ss.reg.closeIfReplaced(ss)
 			return requeue()
 		}
-		ss.revoke()
+		ss.distrusted(err)
 		return false
 	}
 	desired, err := ss.nextDesired(ctx, host)

@@ -9,6 +9,7 @@ import (
 	"github.com/go-logr/logr"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
@@ -191,7 +192,7 @@ func (r *Registry) HostChanged(obj any) {
 	case err != nil:
 		// Not on the informer's goroutine: telling a stuck peer may block
 		// for a write timeout.
-		go ss.revoke()
+		go ss.distrusted(err)
 		return
 	}
 	ss.kickPush(time.Now())
@@ -209,7 +210,11 @@ func (r *Registry) HostDeleted(obj any) {
 		}
 	}
 	if ss := r.Lookup(h.Namespace, h.Name); ss != nil {
-		go ss.revoke()
+		if _, moving := h.Annotations[clusterctlv1.DeleteForMoveAnnotation]; moving {
+			go ss.moved()
+		} else {
+			go ss.revoke()
+		}
 	}
 	r.status.Forget(h.Namespace, h.Name)
 }

@@ -215,6 +215,23 @@ func (ss *Session) revoke() {
 	ss.Close()
 }
 
+// moved ends the session of a host clusterctl move took to another hub
+// cluster: not a revocation, so its agent keeps its identity and workload.
+func (ss *Session) moved() {
+	ss.reg.log.Info("Closed a session: its EdgeHost moved to another hub cluster", "EdgeHost", ss.id.String())
+	ss.fail(&wire.Error{Code: wire.ErrUnknownHost, Message: identity.ErrMoved.Error()})
+	ss.Close()
+}
+
+// distrusted ends the session for err, a reason identity.Trust gave.
+func (ss *Session) distrusted(err error) {
+	if errors.Is(err, identity.ErrMoved) {
+		ss.moved()
+		return
+	}
+	ss.revoke()
+}
+
 // Close ends the session.
 func (ss *Session) Close() {
 	ss.once.Do(func() {
@@ -317,8 +334,8 @@ func (ss *Session) serveStatus(ctx context.Context, st *wire.Status) bool {
 		// The cache may predate a rotation on this session; the report is
 		// resent on the agent's timer.
 		go ss.reg.closeIfReplaced(ss)
-	case errors.Is(err, identity.ErrRevoked):
-		ss.revoke()
+	case errors.Is(err, identity.ErrRevoked), errors.Is(err, identity.ErrMoved):
+		ss.distrusted(err)
 		return false
 	default:
 		ss.reg.log.Error(err, "Recording agent status", "EdgeHost", ss.id.String())
@@ -337,8 +354,8 @@ func (ss *Session) serveCertificateRequest(ctx context.Context, m *wire.Certific
 	case errors.Is(err, identity.ErrReplaced):
 		ss.Close()
 		return false
-	case errors.Is(err, identity.ErrRevoked):
-		ss.revoke()
+	case errors.Is(err, identity.ErrRevoked), errors.Is(err, identity.ErrMoved):
+		ss.distrusted(err)
 		return false
 	case err != nil:
 		_ = ss.send(&wire.Error{Code: wire.ErrRejected, Message: "certificate request refused: " + err.Error()})

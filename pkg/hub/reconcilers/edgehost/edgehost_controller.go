@@ -82,6 +82,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		}
 		return ctrl.Result{}, fmt.Errorf("getting EdgeHost: %w", err)
 	}
+	if inventory.MovingAway(host) {
+		// clusterctl move drops the finalizer itself: the host, its claim
+		// and its identity live on in the target hub cluster.
+		return ctrl.Result{}, nil
+	}
 
 	if host.DeletionTimestamp.IsZero() {
 		if added, err := finalizers.EnsureFinalizer(ctx, r.Client, host, infrav1.HostProtectionFinalizer); err != nil || added {
@@ -140,45 +145,60 @@ func (r *Reconciler) reconcileContact(host *infrav1.EdgeHost) time.Duration {
 	return 0
 }
 
-// OrphanGrace is how old an EdgeHost must be before a claim whose
-// EdgeMachine is missing is released: a restore from backup re-creates
-// EdgeHosts before EdgeMachines (Velero restores kinds in alphabetical
-// order), and releasing then would reset every host it was meant to save.
+// OrphanGrace is how long a claim must have named a missing EdgeMachine
+// before it is released: a restore from backup re-creates EdgeHosts before
+// EdgeMachines (Velero restores kinds in alphabetical order), clusterctl
+// move creates them in that order and deletes them in the other, and
+// releasing meanwhile would reset every host they were meant to keep.
 const OrphanGrace = 10 * time.Minute
 
 // reconcileOrphanedClaim frees a claim whose EdgeMachine no longer exists
 // (for example one whose finalizer was removed by hand), so the host can be
 // reset and reused instead of staying claimed forever. It returns how long
-// to wait before looking again when the host is too new to tell.
+// to wait before looking again while the grace runs.
 func (r *Reconciler) reconcileOrphanedClaim(ctx context.Context, host *infrav1.EdgeHost) (time.Duration, error) {
 	claim := host.Spec.ClaimRef
 	if claim == nil {
+		delete(host.Annotations, infrav1.ClaimOrphanedSinceAnnotation)
 		return 0, nil
 	}
 	em := &infrav1.EdgeMachine{}
 	key := client.ObjectKey{Namespace: host.Namespace, Name: claim.Name}
 	if err := r.Client.Get(ctx, key, em); err == nil && holdsClaim(em, host) {
-		return 0, nil // the common case, from the cache: every status change of a claimed host comes here
+		// The common case, from the cache: every status change of a
+		// claimed host comes here.
+		delete(host.Annotations, infrav1.ClaimOrphanedSinceAnnotation)
+		return 0, nil
 	}
 	// The cache may not have seen a claim made a moment ago: only the API
 	// server can say the EdgeMachine is really gone.
 	err := r.APIReader.Get(ctx, key, em)
 	switch {
 	case err == nil && holdsClaim(em, host):
+		delete(host.Annotations, infrav1.ClaimOrphanedSinceAnnotation)
 		return 0, nil
 	case err != nil && !apierrors.IsNotFound(err):
 		return 0, fmt.Errorf("checking claiming EdgeMachine %s: %w", claim.Name, err)
 	}
-	if wait := OrphanGrace - time.Since(host.CreationTimestamp.Time); wait > 0 {
-		return wait, nil
+	since, perr := time.Parse(time.RFC3339, host.Annotations[infrav1.ClaimOrphanedSinceAnnotation])
+	if perr != nil {
+		since = time.Now()
+		if host.Annotations == nil {
+			host.Annotations = map[string]string{}
+		}
+		host.Annotations[infrav1.ClaimOrphanedSinceAnnotation] = since.UTC().Format(time.RFC3339)
+	}
+	if wait := OrphanGrace - time.Since(since); wait > 0 {
+		return wait + time.Second, nil
 	}
 	// The update below changes spec; the deferred status patch then applies
 	// on top of the object the update returned.
+	delete(host.Annotations, infrav1.ClaimOrphanedSinceAnnotation)
 	if err := inventory.Release(ctx, r.Client, host, claim.UID); err != nil {
 		return 0, err
 	}
 	r.Recorder.Eventf(host, nil, corev1.EventTypeWarning, "OrphanedClaimReleased", "Release",
-		"EdgeMachine %s (claim %s) no longer exists; released the host for reset", claim.Name, claim.UID)
+		"EdgeMachine %s (claim %s) has been missing since %s; released the host for reset", claim.Name, claim.UID, since.UTC().Format(time.RFC3339))
 	return 0, nil
 }
 

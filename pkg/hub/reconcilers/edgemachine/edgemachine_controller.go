@@ -90,6 +90,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		}
 		return ctrl.Result{}, fmt.Errorf("getting EdgeMachine: %w", err)
 	}
+	if inventory.MovingAway(em) {
+		// Not a deletion to act on: clusterctl move drops the finalizer,
+		// and the claim lives on in the target hub cluster's copy.
+		return ctrl.Result{}, nil
+	}
 
 	machine, err := util.GetOwnerMachine(ctx, r.Client, em.ObjectMeta)
 	if err != nil && !apierrors.IsNotFound(err) {
