@@ -4,7 +4,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -57,9 +59,9 @@ type managerOptions struct {
 // reachOptions configure the edge-reach proxy.
 type reachOptions struct {
 	reach.SetupOptions
-	// peerDomain: another replica's proxy is <its pod name>.<peerDomain>;
-	// empty serves this replica's agents only.
-	peerDomain string
+	// peerAddress is where the other replicas reach this one's proxy;
+	// empty: no CONNECT is forwarded between replicas.
+	peerAddress string
 }
 
 // addFlags binds every flag of the default command to o.
@@ -133,7 +135,7 @@ func addGatewayFlags(fs *pflag.FlagSet, o *gateway.Options) {
 func addReachFlags(fs *pflag.FlagSet, o *reachOptions) {
 	fs.StringVar(&o.Addr, "proxy-bind-address", ":7444", "Address of the edge-reach CONNECT proxy that carries Cluster API's connections to edge clusters through their agents; \"0\" turns edge reach off.")
 	fs.StringVar(&o.AdvertiseURL, "proxy-advertise-url", "", "URL (http://host:port) at which Cluster API reaches the edge-reach proxy, written as proxy-url into kubeconfig Secrets; required unless --proxy-bind-address names a host.")
-	fs.StringVar(&o.peerDomain, "proxy-peer-domain", "", "DNS domain under which each replica's proxy is <pod name>.<domain> (a headless Service), to forward a CONNECT to the replica holding the cluster's agents; empty: one replica.")
+	fs.StringVar(&o.peerAddress, "proxy-peer-address", "", "Address (host:port) at which the other hub replicas reach this replica's edge-reach proxy, recorded in the status of the hosts whose agents it serves, so that a CONNECT landing on another replica is forwarded here; in a Deployment, the pod IP from the downward API ($(POD_IP):7444). Empty: CONNECTs are not forwarded between replicas (run one).")
 	fs.IntVar(&o.MaxTunnels, "proxy-max-tunnels", 4096, "Edge-reach tunnels this replica carries at once.")
 }
 
@@ -163,10 +165,31 @@ func (o *options) validate() error {
 	if m.gcPercent < 1 {
 		errs = append(errs, fmt.Errorf("--gc-percent must be at least 1 (got %d); set GOGC=off to turn the collector off", m.gcPercent))
 	}
+	if err := checkPeerAddress(o.reach.peerAddress); err != nil {
+		errs = append(errs, fmt.Errorf("--proxy-peer-address: %w", err))
+	}
 	if m.kubeAPIQPS <= 0 || m.kubeAPIBurst <= 0 {
 		errs = append(errs, fmt.Errorf("--kube-api-qps and --kube-api-burst must be positive (got %v and %d)", m.kubeAPIQPS, m.kubeAPIBurst))
 	}
 	return errors.Join(errs...)
+}
+
+// checkPeerAddress accepts "" or a host:port other replicas can dial.
+func checkPeerAddress(addr string) error {
+	if addr == "" {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		return fmt.Errorf("%q names no host another replica could dial (set the pod IP)", addr)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("%q: bad port: %w", addr, err)
+	}
+	return nil
 }
 
 func envOr(key, def string) string {

@@ -58,7 +58,7 @@ func TestFlagsKeepTheirNamesAndDefaults(t *testing.T) {
 		"session-mux":                        "hubmux",
 		"proxy-bind-address":                 ":7444",
 		"proxy-advertise-url":                "",
-		"proxy-peer-domain":                  "",
+		"proxy-peer-address":                 "",
 		"proxy-max-tunnels":                  "4096",
 		"kube-api-qps":                       "100",
 		"kube-api-burst":                     "200",
@@ -164,6 +164,10 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"--gc-percent=0"}, "--gc-percent must be at least 1"},
 		{[]string{"--kube-api-qps=0"}, "--kube-api-qps and --kube-api-burst must be positive"},
 		{[]string{"--session-mux=smux"}, `--session-mux: hubmux: unknown kind "smux"`},
+		{[]string{"--proxy-peer-address=10.0.0.7"}, `--proxy-peer-address: "10.0.0.7" is not host:port`},
+		{[]string{"--proxy-peer-address=:7444"}, `names no host another replica could dial (set the pod IP)`},
+		{[]string{"--proxy-peer-address=0.0.0.0:7444"}, `names no host another replica could dial`},
+		{[]string{"--proxy-peer-address=10.0.0.7:proxy"}, `bad port`},
 	} {
 		_, err := execute(t, tc.args...)
 		if !errors.As(err, new(usageError)) || !strings.Contains(err.Error(), tc.want) {

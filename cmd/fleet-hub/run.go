@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -96,17 +95,19 @@ func (o managerOptions) cacheOptions() cache.Options {
 // setupGatewayAndReach adds the agent gateway and edge reach, which
 // carries its tunnels, to mgr.
 func setupGatewayAndReach(ctx context.Context, mgr ctrl.Manager, o options) error {
-	hostname, _ := os.Hostname()
 	gOpts := o.gateway
 	gOpts.DNSNames = trimList(gOpts.DNSNames)
 	gOpts.DisconnectGrace = zeroMeansNone(gOpts.DisconnectGrace)
 	gOpts.WaveStatusDelay = zeroMeansNone(gOpts.WaveStatusDelay)
-	gOpts.ReplicaName = hostname
+	gOpts.ReplicaName = replicaName()
+	if o.reach.Addr != "0" {
+		gOpts.ReplicaProxy = o.reach.peerAddress
+	}
 	gw, err := gateway.Setup(ctx, mgr, gOpts)
 	if err != nil {
 		return err
 	}
-	if err := setupReach(ctx, mgr, gw, o.reach, hostname, o.reconcilers.Concurrency); err != nil {
+	if err := setupReach(ctx, mgr, gw, o.reach, gOpts.ReplicaName, o.reconcilers.Concurrency); err != nil {
 		return err
 	}
 	if err := mgr.AddReadyzCheck("gateway", func(*http.Request) error {
@@ -122,6 +123,13 @@ func setupGatewayAndReach(ctx context.Context, mgr ctrl.Manager, o options) erro
 	return nil
 }
 
+// replicaName names this replica in EdgeHost status: the pod's name
+// (POD_NAME from the downward API, or the hostname a pod has anyway).
+func replicaName() string {
+	hostname, _ := os.Hostname()
+	return envOr("POD_NAME", hostname)
+}
+
 // setupReach adds the edge-reach proxy and its kubeconfig reconciler, or,
 // with --proxy-bind-address=0, the reconciler that removes the proxy-url
 // it wrote.
@@ -133,15 +141,7 @@ func setupReach(ctx context.Context, mgr ctrl.Manager, gw *gateway.Server, o rea
 	sOpts := o.SetupOptions
 	sOpts.ReplicaName = replica
 	sOpts.Controller = ctrlOpts
-	if o.peerDomain != "" {
-		_, port, err := net.SplitHostPort(o.Addr)
-		if err != nil {
-			return fmt.Errorf("--proxy-bind-address %q: %w", o.Addr, err)
-		}
-		sOpts.PeerAddr = func(replica string) string {
-			return net.JoinHostPort(replica+"."+o.peerDomain, port)
-		}
-	}
+	sOpts.Forward = o.peerAddress != ""
 	_, err := reach.Setup(ctx, mgr, gw, sOpts)
 	return err
 }

@@ -183,9 +183,19 @@ func checkDeployment(t *testing.T, c client.Client) {
 		t.Errorf("image %s, want %s", m.Image, want)
 	}
 	for _, a := range []string{"--gateway-dns-names=fleet-hub-gateway.fleet-system.svc", "--gateway-advertise-url=https://fleet-hub-gateway.fleet-system.svc",
-		"--proxy-advertise-url=http://fleet-hub-proxy.fleet-system.svc:7444", "--zap-log-level=info", "--leader-elect=true"} {
+		"--proxy-advertise-url=http://fleet-hub-proxy.fleet-system.svc:7444", "--zap-log-level=info", "--leader-elect=true",
+		"--proxy-peer-address=$(POD_IP):7444"} {
 		if !slices.Contains(m.Args, a) {
 			t.Errorf("args %q lack %q", m.Args, a)
+		}
+	}
+	// Replicas reach each other's proxy at the pod IP (Deployment pods have
+	// no DNS names of their own); the replica name is the pod's.
+	for name, field := range map[string]string{"POD_IP": "status.podIP", "POD_NAME": "metadata.name"} {
+		if !slices.ContainsFunc(m.Env, func(e corev1.EnvVar) bool {
+			return e.Name == name && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == field
+		}) {
+			t.Errorf("env %v: no %s from %s", m.Env, name, field)
 		}
 	}
 	if p := m.LivenessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || p.HTTPGet.Port.String() != "healthz" {

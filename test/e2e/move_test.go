@@ -317,19 +317,20 @@ func (d *devHub) useCA(t *testing.T, ca *corev1.Secret) {
 	d.start(t)
 }
 
-// forwarder is the gateway's address as agents know it (a DNS name in a
-// real fleet): it forwards to one hub's gateway until re-pointed.
+// forwarder is the gateway's address as agents know it (a DNS name, or
+// a load balancer, in a real fleet): it forwards each connection to the
+// first of its targets that answers, until re-pointed.
 type forwarder struct {
-	ln     net.Listener
-	mu     sync.Mutex
-	target string
+	ln      net.Listener
+	mu      sync.Mutex
+	targets []string
 }
 
-func newForwarder(t *testing.T, target string) *forwarder {
+func newForwarder(t *testing.T, targets ...string) *forwarder {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	must(t, err)
-	f := &forwarder{ln: ln, target: target}
+	f := &forwarder{ln: ln, targets: targets}
 	t.Cleanup(func() { _ = ln.Close() })
 	go f.serve()
 	return f
@@ -337,12 +338,12 @@ func newForwarder(t *testing.T, target string) *forwarder {
 
 func (f *forwarder) Addr() string { return f.ln.Addr().String() }
 
-// repoint sends new connections to target; established ones stay where
+// repoint sends new connections to targets; established ones stay where
 // they are, as with a DNS change.
-func (f *forwarder) repoint(target string) {
+func (f *forwarder) repoint(targets ...string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.target = target
+	f.targets = targets
 }
 
 func (f *forwarder) serve() {
@@ -352,12 +353,17 @@ func (f *forwarder) serve() {
 			return
 		}
 		f.mu.Lock()
-		target := f.target
+		targets := f.targets
 		f.mu.Unlock()
 		go func() {
 			defer in.Close()
-			out, err := net.Dial("tcp", target)
-			if err != nil {
+			var out net.Conn
+			for _, target := range targets {
+				if out, err = net.DialTimeout("tcp", target, 2*time.Second); err == nil {
+					break
+				}
+			}
+			if out == nil {
 				return
 			}
 			defer out.Close()

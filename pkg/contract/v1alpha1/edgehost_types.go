@@ -156,6 +156,14 @@ type EdgeHostStatus struct {
 	// +kubebuilder:validation:MaxLength=253
 	HubReplica string `json:"hubReplica,omitempty"`
 
+	// hubReplicaProxy is the address (host:port) at which other hub
+	// replicas reach hubReplica's edge-reach proxy, to forward a CONNECT for
+	// the host's cluster there; empty when that replica does not take
+	// forwarded CONNECTs.
+	// +optional
+	// +kubebuilder:validation:MaxLength=261
+	HubReplicaProxy string `json:"hubReplicaProxy,omitempty"`
+
 	// agentObservedGeneration is the spec generation the agent has acted on.
 	// +optional
 	AgentObservedGeneration int64 `json:"agentObservedGeneration,omitempty"`

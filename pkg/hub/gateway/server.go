@@ -147,6 +147,10 @@ type Options struct {
 	HelloTimeout time.Duration
 	// ReplicaName names this replica in conditions and logs.
 	ReplicaName string
+	// ReplicaProxy is where other replicas reach this one's edge-reach
+	// proxy (host:port, the pod IP), published in the status of the hosts
+	// whose sessions it holds; "" for none.
+	ReplicaProxy string
 	// AdvertiseURL is the URL agents use to reach the gateway; it is
 	// published, with the CA pin, in the ConfigMap fleet-hub-info so that
 	// `kubectl fleet token create` can print a complete agent command.
@@ -334,7 +338,7 @@ func newServer(c client.Client, apiReader client.Reader, recorder events.EventRe
 		Mux: opts.SessionMux})
 	s.status = hoststatus.New(c, apiReader, recorder, opts.Logger, s.sessions,
 		admission.NewPlaces(opts.MaxConcurrentStatusWrites), s.waves, hoststatus.Options{
-			ReplicaName: opts.ReplicaName, LastSeenInterval: opts.LastSeenInterval, DisconnectGrace: opts.DisconnectGrace,
+			ReplicaName: opts.ReplicaName, ReplicaProxy: opts.ReplicaProxy, LastSeenInterval: opts.LastSeenInterval, DisconnectGrace: opts.DisconnectGrace,
 			WaveStatusDelay: opts.WaveStatusDelay, LinkThresholds: opts.LinkThresholds})
 	s.sessions.SetStatusWriter(s.status)
 	s.dialer = reach.NewDialer(c, s.resolver, s.sessions)

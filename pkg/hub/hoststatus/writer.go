@@ -38,6 +38,9 @@ const (
 type Options struct {
 	// ReplicaName names this replica in conditions.
 	ReplicaName string
+	// ReplicaProxy is where other replicas reach this one's edge-reach
+	// proxy (host:port), recorded with ReplicaName; "" for none.
+	ReplicaProxy string
 	// LastSeenInterval is how often lastSeenTime is refreshed for a
 	// connected agent.
 	LastSeenInterval time.Duration
@@ -266,10 +269,10 @@ func (w *Writer) writeConnectivity(ctx context.Context, ss Session, connected bo
 	cond := metav1.Condition{Type: infrav1.AgentConnectedCondition, Status: metav1.ConditionTrue,
 		Reason: ConnectedReason, Message: "Connected to hub replica " + w.opts.ReplicaName,
 		ObservedGeneration: host.Generation}
-	want.Status.HubReplica = w.opts.ReplicaName
+	want.Status.HubReplica, want.Status.HubReplicaProxy = w.opts.ReplicaName, w.opts.ReplicaProxy
 	if !connected {
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, DisconnectedReason, "Session ended"
-		want.Status.HubReplica = ""
+		want.Status.HubReplica, want.Status.HubReplicaProxy = "", ""
 	}
 	meta.SetStatusCondition(&want.Status.Conditions, cond)
 	now := metav1.NewTime(time.Now().Truncate(time.Second))
@@ -365,6 +368,7 @@ func (w *Writer) alreadyConnected(ctx context.Context, ss Session) bool {
 	}
 	c := meta.FindStatusCondition(host.Status.Conditions, infrav1.AgentConnectedCondition)
 	return c != nil && c.Status == metav1.ConditionTrue && host.Status.HubReplica == w.opts.ReplicaName &&
+		host.Status.HubReplicaProxy == w.opts.ReplicaProxy &&
 		host.Status.LastSeenTime != nil && time.Since(host.Status.LastSeenTime.Time) < 2*w.opts.LastSeenInterval
 }
 

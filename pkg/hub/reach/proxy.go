@@ -47,11 +47,11 @@ type Options struct {
 	// ReplicaName is this hub replica's name, as the gateway records it in
 	// EdgeHost status.hubReplica.
 	ReplicaName string
-	// PeerAddr, when set, gives the proxy address of another replica: a
-	// CONNECT for a cluster whose agents are connected to another replica
-	// is forwarded there (once; a forwarded request is never forwarded
-	// again). Nil serves only this replica's agents.
-	PeerAddr func(replica string) string
+	// Forward carries a CONNECT for a cluster whose agents are connected
+	// to another replica there, at the proxy address that replica records
+	// in the hosts' status.hubReplicaProxy (once; a forwarded request is
+	// never forwarded again). False serves only this replica's agents.
+	Forward bool
 }
 
 // ForwardedHeader marks a CONNECT one replica forwards to another.
@@ -146,7 +146,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), DialTimeout)
 	tunnel, via, err := p.dialer.DialCluster(ctx, cluster.Namespace, cluster.Name, r.Host)
 	var noAgentHere *ErrNoAgent
-	if errors.As(err, &noAgentHere) && p.opts.PeerAddr != nil && r.Header.Get(ForwardedHeader) == "" {
+	if errors.As(err, &noAgentHere) && p.opts.Forward && r.Header.Get(ForwardedHeader) == "" {
 		if t, replica, ferr := p.forward(ctx, r, cluster); t != nil {
 			tunnel, via, err = t, "replica "+replica, nil
 		} else if ferr != nil {
@@ -211,19 +211,21 @@ func (p *Proxy) forward(ctx context.Context, r *http.Request, cluster *clusterv1
 		client.MatchingLabels{infrav1.ClusterLabel: cluster.Name}); err != nil {
 		return nil, "", fmt.Errorf("listing the hosts of cluster %s/%s: %w", cluster.Namespace, cluster.Name, err)
 	}
-	var replicas []string
+	type peer struct{ name, addr string }
+	var peers []peer
 	for _, h := range hosts.Items {
-		if rep := h.Status.HubReplica; rep != "" && rep != p.opts.ReplicaName && !slices.Contains(replicas, rep) {
-			replicas = append(replicas, rep)
+		pr := peer{h.Status.HubReplica, h.Status.HubReplicaProxy}
+		if pr.name != "" && pr.addr != "" && pr.name != p.opts.ReplicaName && !slices.Contains(peers, pr) {
+			peers = append(peers, pr)
 		}
 	}
 	var errs []error
-	for _, rep := range replicas {
-		c, err := p.connectPeer(ctx, p.opts.PeerAddr(rep), r)
+	for _, pr := range peers {
+		c, err := p.connectPeer(ctx, pr.addr, r)
 		if err == nil {
-			return c, rep, nil
+			return c, pr.name, nil
 		}
-		errs = append(errs, fmt.Errorf("via hub replica %s: %w", rep, err))
+		errs = append(errs, fmt.Errorf("via hub replica %s (%s): %w", pr.name, pr.addr, err))
 	}
 	return nil, "", errors.Join(errs...)
 }

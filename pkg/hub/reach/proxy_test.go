@@ -275,20 +275,19 @@ func TestProxyForwardsToTheReplicaWithTheAgents(t *testing.T) {
 	_ = infrav1.AddToScheme(scheme)
 	host := &infrav1.EdgeHost{ObjectMeta: metav1.ObjectMeta{Name: "h1", Namespace: "site-a",
 		Labels: map[string]string{infrav1.ClusterLabel: "edge"}}}
-	host.Status.HubReplica = "hub-b"
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(fleetCluster("edge", nil), host).Build()
-
 	withAgents := &echoDialer{}
-	b := httptest.NewServer(New(Options{ReplicaName: "hub-b"}, c, withAgents, func() *Credentials { return creds }))
+	b := httptest.NewUnstartedServer(nil)
+	// Replica b holds the host's session and recorded where its proxy is.
+	host.Status.HubReplica, host.Status.HubReplicaProxy = "hub-b", b.Listener.Addr().String()
+	// A host of replica c, which takes no forwarded CONNECTs.
+	other := host.DeepCopy()
+	other.Name, other.Status.HubReplica, other.Status.HubReplicaProxy = "h2", "hub-c", ""
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(fleetCluster("edge", nil), host, other).Build()
+	b.Config.Handler = New(Options{ReplicaName: "hub-b"}, c, withAgents, func() *Credentials { return creds })
+	b.Start()
 	defer b.Close()
 	without := &echoDialer{err: &ErrNoAgent{Namespace: "site-a", Cluster: "edge"}}
-	peers := func(replica string) string {
-		if replica == "hub-b" {
-			return strings.TrimPrefix(b.URL, "http://")
-		}
-		return "127.0.0.1:1"
-	}
-	a := httptest.NewServer(New(Options{ReplicaName: "hub-a", PeerAddr: peers}, c, without, func() *Credentials { return creds }))
+	a := httptest.NewServer(New(Options{ReplicaName: "hub-a", Forward: true}, c, without, func() *Credentials { return creds }))
 	defer a.Close()
 
 	user, password := creds.For(fleetCluster("edge", nil))

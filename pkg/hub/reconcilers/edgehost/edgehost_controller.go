@@ -141,7 +141,7 @@ func (r *Reconciler) reconcileContact(host *infrav1.EdgeHost) time.Duration {
 	r.Recorder.Eventf(host, nil, corev1.EventTypeWarning, ContactLostReason, "Contact", "%s", msg)
 	conditions.Set(host, metav1.Condition{Type: infrav1.AgentConnectedCondition, Status: metav1.ConditionUnknown,
 		Reason: ContactLostReason, Message: msg})
-	host.Status.HubReplica = ""
+	host.Status.HubReplica, host.Status.HubReplicaProxy = "", ""
 	return 0
 }
 
