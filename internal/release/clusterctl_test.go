@@ -155,6 +155,10 @@ func TestClusterctlInit(t *testing.T) {
 		}
 		config.Providers = append(config.Providers, clusterctlProvider{Name: p.name, Type: p.typ, URL: filepath.Join(dir, p.file)})
 	}
+	// A patch release beside it, for `clusterctl upgrade apply`.
+	if _, err := release.Write(filepath.Join(repo, "infrastructure-edge", "v0.1.1"), release.Options{Root: root, Tag: "v0.1.1"}); err != nil {
+		t.Fatal(err)
+	}
 	cfgYAML, err := yaml.Marshal(config)
 	if err != nil {
 		t.Fatal(err)
@@ -171,7 +175,7 @@ func TestClusterctlInit(t *testing.T) {
 	kubeconfig := filepath.Join(repo, "kubeconfig")
 	writeKubeconfig(t, env, kubeconfig)
 	out := runClusterctl(t, clusterctl, repo, "init", "--config", filepath.Join(repo, "clusterctl.yaml"), "--kubeconfig", kubeconfig,
-		"--infrastructure", "edge", "--bootstrap", "kubeadm", "--control-plane", "kubeadm")
+		"--infrastructure", "edge:v0.1.0", "--bootstrap", "kubeadm", "--control-plane", "kubeadm")
 	for _, want := range []string{"Skipping installing cert-manager as it is already installed",
 		`Installing provider="infrastructure-edge" version="v0.1.0" targetNamespace="fleet-system"`,
 		`Installing provider="cluster-api" version="` + capiVersion + `"`} {
@@ -212,6 +216,31 @@ func TestClusterctlInit(t *testing.T) {
 		"--target-namespace", "default")
 	if !strings.Contains(out, "kind: KubeadmControlPlane") || !strings.Contains(out, "taints: []") {
 		t.Errorf("generate cluster --flavor single-host:\n%s", out)
+	}
+
+	// The upgrade docs/INSTALL.md gives: plan, then apply.
+	out = runClusterctl(t, clusterctl, repo, "upgrade", "plan", "--config", filepath.Join(repo, "clusterctl.yaml"), "--kubeconfig", kubeconfig)
+	if !strings.Contains(out, "infrastructure-edge") || !strings.Contains(out, "v0.1.1") {
+		t.Errorf("clusterctl upgrade plan does not offer v0.1.1:\n%s", out)
+	}
+	runClusterctl(t, clusterctl, repo, "upgrade", "apply", "--config", filepath.Join(repo, "clusterctl.yaml"), "--kubeconfig", kubeconfig,
+		"--infrastructure", "fleet-system/edge:v0.1.1")
+	if err := env.Client.List(ctx, inventory); err != nil {
+		t.Fatal(err)
+	}
+	got = got[:0]
+	for _, p := range inventory.Items {
+		v, _, _ := unstructured.NestedString(p.Object, "version")
+		got = append(got, p.GetNamespace()+"/"+p.GetName()+"@"+v)
+	}
+	if !strings.Contains(strings.Join(got, " "), "fleet-system/infrastructure-edge@v0.1.1") {
+		t.Errorf("providers after the upgrade: %v", got)
+	}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "fleet-system", Name: "fleet-hub"}, d); err != nil {
+		t.Fatal(err)
+	}
+	if img := d.Spec.Template.Spec.Containers[0].Image; img != release.ImageName+":v0.1.1" {
+		t.Errorf("fleet-hub image after the upgrade: %s", img)
 	}
 }
 
