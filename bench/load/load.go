@@ -56,6 +56,9 @@ type Hub struct {
 	MetricsURL string
 	// PprofURL serves the hub's /debug/pprof.
 	PprofURL string
+	// GatewayAddr and ProxyAddr are where its gateway and its edge-reach
+	// proxy listen (host:port).
+	GatewayAddr, ProxyAddr string
 
 	cmd  *exec.Cmd
 	done chan struct{}
@@ -73,6 +76,10 @@ type HubOptions struct {
 	Namespace string
 	Args      []string // extra flags
 	Env       []string // extra environment (e.g. GOGC=50)
+	// Replica names one of several hubs sharing the fleet (POD_NAME, as a
+	// Deployment's pod has it): they take turns leading, and each records
+	// its proxy address for the others. "" runs the only hub.
+	Replica string
 }
 
 func freePort() (int, error) {
@@ -119,13 +126,19 @@ func StartHub(ctx context.Context, c client.Client, o HubOptions) (*Hub, error) 
 		return nil, err
 	}
 	h := &Hub{Namespace: o.Namespace, URL: fmt.Sprintf("https://127.0.0.1:%d", gw), MetricsURL: fmt.Sprintf("http://127.0.0.1:%d/metrics", metrics),
-		PprofURL: fmt.Sprintf("http://127.0.0.1:%d/debug/pprof", pprof), bin: o.Binary, env: o.Env}
-	h.args = append([]string{"--kubeconfig", kubeconfig, "--leader-elect=false", "--hub-namespace", o.Namespace,
+		PprofURL: fmt.Sprintf("http://127.0.0.1:%d/debug/pprof", pprof), bin: o.Binary, env: o.Env,
+		GatewayAddr: fmt.Sprintf("127.0.0.1:%d", gw), ProxyAddr: fmt.Sprintf("127.0.0.1:%d", proxy)}
+	leader := []string{"--leader-elect=false"}
+	if o.Replica != "" {
+		leader = []string{"--leader-elect=true", "--leader-election-namespace", o.Namespace, "--proxy-peer-address", h.ProxyAddr}
+		h.env = append(h.env, "POD_NAME="+o.Replica)
+	}
+	h.args = append([]string{"--kubeconfig", kubeconfig, "--hub-namespace", o.Namespace,
 		"--gateway-bind-address", fmt.Sprintf("127.0.0.1:%d", gw), "--gateway-ips", "127.0.0.1",
 		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", metrics), "--metrics-secure=false",
 		"--health-probe-bind-address", "0", "--pprof-bind-address", fmt.Sprintf("127.0.0.1:%d", pprof),
 		"--proxy-bind-address", fmt.Sprintf("127.0.0.1:%d", proxy),
-		"--zap-log-level", "error"}, o.Args...)
+		"--zap-log-level", "error"}, append(leader, o.Args...)...)
 	if h.log, err = os.OpenFile(filepath.Join(o.Dir, "hub.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err != nil {
 		return nil, err
 	}
@@ -193,6 +206,16 @@ func (h *Hub) Kill() {
 		return
 	}
 	_ = h.cmd.Process.Kill()
+	<-h.done
+}
+
+// Terminate stops the hub with SIGTERM, as a rolling update does, and
+// waits for it to exit.
+func (h *Hub) Terminate() {
+	if h.cmd == nil || h.cmd.Process == nil {
+		return
+	}
+	_ = h.cmd.Process.Signal(syscall.SIGTERM)
 	<-h.done
 }
 
