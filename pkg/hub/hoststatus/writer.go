@@ -124,6 +124,18 @@ func (w *Writer) RecordStatus(ctx context.Context, ss Session, st *wire.Status) 
 		// A host being deleted is written no more, whatever it reports.
 		return err
 	}
+	if err := w.writeReport(ctx, peer, host, st); err != nil {
+		return err
+	}
+	reports.last = digest
+	if st.Link != nil {
+		reports.wroteLink(st.Link)
+	}
+	return nil
+}
+
+// reported is host with what st reports.
+func (w *Writer) reported(host *infrav1.EdgeHost, st *wire.Status) *infrav1.EdgeHost {
 	want := host.DeepCopy()
 	want.Status.Facts = st.Facts
 	want.Status.Addresses = st.Addresses
@@ -136,25 +148,49 @@ func (w *Writer) RecordStatus(ctx context.Context, ss Session, st *wire.Status) 
 		want.Status.Link = st.Link
 		w.setLinkDegraded(want, connectedNow(host))
 	}
-	if !equality.Semantic.DeepEqual(host.Status, want.Status) {
+	return want
+}
+
+// writeReport writes what st changes in host's status. A change to the
+// conditions (LinkDegraded) carries the resourceVersion it was computed
+// from and is retried on a fresh read: conditions are one list, and a merge
+// patch from a stale copy would drop the AgentConnected a connectivity
+// write put there meanwhile.
+func (w *Writer) writeReport(ctx context.Context, peer identity.Peer, host *infrav1.EdgeHost, st *wire.Status) error {
+	for attempt := 1; ; attempt++ {
+		want := w.reported(host, st)
+		if equality.Semantic.DeepEqual(host.Status, want.Status) {
+			return nil
+		}
 		// The uid precondition makes sure the write lands on this host, not
 		// on one re-created under the same name meanwhile.
-		p, err := patchWithUID(host, want)
+		lock := !equality.Semantic.DeepEqual(host.Status.Conditions, want.Status.Conditions)
+		p, err := patchWithUID(host, want, lock)
 		if err != nil {
 			return err
 		}
-		if err := w.write(ctx, func() error { return w.client.Status().Patch(ctx, want, p) }); err != nil {
+		err = w.write(ctx, func() error { return w.client.Status().Patch(ctx, want, p) })
+		if err == nil {
+			statusWrites.WithLabelValues("report").Inc()
+			w.linkEvent(host, want)
+			return nil
+		}
+		if !apierrors.IsConflict(err) || attempt == reportAttempts {
 			return fmt.Errorf("patching status of EdgeHost %s: %w", peer.ID, err)
 		}
-		statusWrites.WithLabelValues("report").Inc()
-		w.linkEvent(host, want)
+		fresh := &infrav1.EdgeHost{}
+		if err := w.apiReader.Get(ctx, client.ObjectKeyFromObject(host), fresh); err != nil {
+			return err
+		}
+		if err := identity.Trust(fresh, peer); err != nil {
+			return err
+		}
+		host = fresh
 	}
-	reports.last = digest
-	if st.Link != nil {
-		reports.wroteLink(st.Link)
-	}
-	return nil
 }
+
+// reportAttempts bounds the tries of a report that changes conditions.
+const reportAttempts = 5
 
 // connectedNow tells whether host reads as connected.
 func connectedNow(host *infrav1.EdgeHost) bool {
@@ -373,9 +409,10 @@ func (w *Writer) alreadyConnected(ctx context.Context, ss Session) bool {
 }
 
 // patchWithUID is a merge patch from host to want that also carries the
-// host's uid: the API server refuses it (a Conflict) if the object under
-// that name is no longer the same host.
-func patchWithUID(host, want *infrav1.EdgeHost) (client.Patch, error) {
+// host's uid, and with lock its resourceVersion: the API server refuses it
+// (a Conflict) if the object under that name is no longer the same host,
+// or no longer the version want was computed from.
+func patchWithUID(host, want *infrav1.EdgeHost, lock bool) (client.Patch, error) {
 	data, err := client.MergeFrom(host).Data(want)
 	if err != nil {
 		return nil, err
@@ -389,6 +426,9 @@ func patchWithUID(host, want *infrav1.EdgeHost) (client.Patch, error) {
 		md = map[string]any{}
 	}
 	md["uid"] = string(host.UID)
+	if lock {
+		md["resourceVersion"] = host.ResourceVersion
+	}
 	m["metadata"] = md
 	data, err = json.Marshal(m)
 	if err != nil {

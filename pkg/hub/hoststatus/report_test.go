@@ -1,0 +1,77 @@
+package hoststatus
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/contract/wire"
+	"github.com/edgefleet/fleet/pkg/hub/admission"
+	"github.com/edgefleet/fleet/pkg/hub/identity"
+	"github.com/edgefleet/fleet/pkg/hub/linkhealth"
+	"github.com/edgefleet/fleet/pkg/pki"
+)
+
+// A report read from a cache that has not yet seen the connectivity write
+// of its session (an agent's first report follows its connection at once)
+// must not take AgentConnected away: a report that changes the conditions
+// (LinkDegraded) is written only onto the version it was computed from.
+func TestReportKeepsAConditionWrittenMeanwhile(t *testing.T) {
+	ctx := context.Background()
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = infrav1.AddToScheme(scheme)
+	host := &infrav1.EdgeHost{ObjectMeta: metav1.ObjectMeta{Namespace: "site-a", Name: "store-1", UID: "uid-1"}}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(host).WithStatusSubresource(host).Build()
+	stale := &infrav1.EdgeHost{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(host), stale); err != nil {
+		t.Fatal(err)
+	}
+	s := New(staleCache{Client: c, stale: stale}, c, nil, logr.Discard(), noSessions{}, admission.NewPlaces(1), nil,
+		Options{ReplicaName: "hub-0", LastSeenInterval: 5 * time.Minute, LinkThresholds: linkhealth.DefaultThresholds()})
+	ss := &testSession{peer: identity.Peer{ID: pki.Identity{Namespace: "site-a", Name: "store-1", UID: "uid-1"}}, done: make(chan struct{})}
+
+	// The session's connectivity write lands; the cache still has the
+	// host as it was.
+	fresh := stale.DeepCopy()
+	meta.SetStatusCondition(&fresh.Status.Conditions, metav1.Condition{Type: infrav1.AgentConnectedCondition,
+		Status: metav1.ConditionTrue, Reason: ConnectedReason, LastTransitionTime: metav1.Now()})
+	if err := c.Status().Update(ctx, fresh); err != nil {
+		t.Fatal(err)
+	}
+	rtt := int64(20)
+	report := &wire.Status{ObservedGeneration: 1, Link: &infrav1.LinkHealth{WindowSeconds: 60, HubRTTMilliseconds: &rtt, ObservedTime: metav1.Now()}}
+	if err := s.RecordStatus(ctx, ss, report); err != nil {
+		t.Fatal(err)
+	}
+	got := &infrav1.EdgeHost{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(host), got); err != nil {
+		t.Fatal(err)
+	}
+	if cond := meta.FindStatusCondition(got.Status.Conditions, infrav1.AgentConnectedCondition); cond == nil || cond.Status != metav1.ConditionTrue {
+		t.Errorf("AgentConnected after the report: %+v", cond)
+	}
+	if meta.FindStatusCondition(got.Status.Conditions, infrav1.LinkDegradedCondition) == nil || got.Status.Link == nil {
+		t.Errorf("the report's link health was not written: %+v", got.Status)
+	}
+}
+
+// staleCache answers reads with a copy of the host from before a write.
+type staleCache struct {
+	client.Client
+	stale *infrav1.EdgeHost
+}
+
+func (s staleCache) Get(_ context.Context, _ client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+	s.stale.DeepCopyInto(obj.(*infrav1.EdgeHost))
+	return nil
+}
