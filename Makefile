@@ -235,6 +235,7 @@ bench: k8s ## Run every benchmark against a real API server and write docs/PERFO
 	$(GO) test ./bench -run '^$$' -bench 'HubScale' -benchtime 1x -count 1 -timeout 300m -args -agents=$(BENCH_AGENTS) -idle=$(BENCH_IDLE)
 	$(GO) test ./bench -run '^$$' -bench 'Provisioning' -benchtime 1x -count 1 -timeout 60m -args -machines=$(BENCH_MACHINES)
 	$(GO) test ./bench -run '^$$' -bench 'RealNodes' -benchtime 1x -count 1 -timeout 30m
+	$(GO) test ./bench -run '^$$' -bench 'HubReplicas' -benchtime 1x -count 1 -timeout 60m -args -replica-agents=1000
 	$(GO) run ./bench/report
 
 FUZZTIME ?= 10m

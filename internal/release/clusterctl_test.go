@@ -13,8 +13,6 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/kustomize/api/krusty"
@@ -22,7 +20,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/edgefleet/fleet/internal/release"
-	"github.com/edgefleet/fleet/internal/testenv"
 )
 
 // capiVersion is the Cluster API release fleet's go.mod pins; its
@@ -106,20 +103,6 @@ func certManagerStandIn() []client.Object {
 
 func ptrTo[T any](v T) *T { return &v }
 
-// writeKubeconfig writes a kubeconfig for env's API server.
-func writeKubeconfig(t *testing.T, env *testenv.Env, path string) {
-	t.Helper()
-	cfg := env.Config
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["test"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
-	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "test"}
-	kc.CurrentContext = "test"
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // `clusterctl init --infrastructure edge` installs fleet from a local
 // repository (clusterctl's file provider) into a real API server that has
 // no CRD at all, together with Cluster API's core, kubeadm bootstrap and
@@ -173,7 +156,9 @@ func TestClusterctlInit(t *testing.T) {
 		}
 	}
 	kubeconfig := filepath.Join(repo, "kubeconfig")
-	writeKubeconfig(t, env, kubeconfig)
+	if err := env.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
 	out := runClusterctl(t, clusterctl, repo, "init", "--config", filepath.Join(repo, "clusterctl.yaml"), "--kubeconfig", kubeconfig,
 		"--infrastructure", "edge:v0.1.0", "--bootstrap", "kubeadm", "--control-plane", "kubeadm")
 	for _, want := range []string{"Skipping installing cert-manager as it is already installed",

@@ -125,7 +125,9 @@ func TestComponentsApply(t *testing.T) {
 	// First the install without clusterctl, as docs/INSTALL.md gives it,
 	// with the real kubectl; the release's components then go over it.
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	writeKubeconfig(t, env, kubeconfig)
+	if err := env.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
 	kubectl := exec.Command(filepath.Join(root, "bin", "k8s", "kubectl"), "--kubeconfig", kubeconfig, "apply", "--server-side", "-k", filepath.Join(root, "manifests", "default"))
 	if out, err := kubectl.CombinedOutput(); err != nil || !strings.Contains(string(out), "deployment.apps/fleet-hub serverside-applied") {
 		t.Fatalf("kubectl apply --server-side -k manifests/default: %v\n%s", err, out)

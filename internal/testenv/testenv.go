@@ -13,6 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/kubeconfig"
@@ -247,6 +249,20 @@ func (e *Env) Stop() error {
 // one from a CA that tests do not make.
 func (e *Env) CreateKubeconfigSecret(ctx context.Context, cluster *clusterv1.Cluster) error {
 	return e.Client.Create(ctx, kubeconfig.GenerateSecret(cluster, kubeconfig.FromEnvTestConfig(e.Config, cluster)))
+}
+
+// WriteKubeconfig writes an administrator's kubeconfig for this API server
+// to path, for the binaries a test runs (clusterctl, fleet-hub).
+func (e *Env) WriteKubeconfig(path string) error {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["hub"] = &clientcmdapi.Cluster{Server: e.Config.Host, CertificateAuthorityData: e.Config.CAData}
+	kc.AuthInfos["hub"] = &clientcmdapi.AuthInfo{ClientCertificateData: e.Config.CertData, ClientKeyData: e.Config.KeyData}
+	kc.Contexts["hub"] = &clientcmdapi.Context{Cluster: "hub", AuthInfo: "hub"}
+	kc.CurrentContext = "hub"
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		return fmt.Errorf("writing a kubeconfig for the test API server: %w", err)
+	}
+	return nil
 }
 
 // CreateNamespace makes a fresh namespace for one test.

@@ -207,10 +207,7 @@ func TestClusterLifecycleOnRealAgents(t *testing.T) {
 	agentBin, simBin := buildBinaries(t)
 	cluster, wkc := createCluster(t, ns)
 
-	cpToken, _, err := enrollment.Create(ctx, c, ns, enrollment.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "cp"}}, time.Now())
-	must(t, err)
-	wToken, _, err := enrollment.Create(ctx, c, ns, enrollment.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "worker"}}, time.Now())
-	must(t, err)
+	cpToken, wToken := roleTokens(t, ns)
 	pin := gw.CA().Pin()
 	agents := []*agentProc{
 		startAgent(t, "cp-0", agentBin, simBin, hubURL, pin, cpToken, wkc),
@@ -353,6 +350,21 @@ func startFleetHub(t *testing.T, ns, addr string) (*gateway.Server, func()) {
 	stop := func() { cancel(); <-done }
 	t.Cleanup(stop)
 	return gw, stop
+}
+
+// roleTokens makes one enrollment token for control-plane hosts and one
+// for workers: their hosts are labelled role=cp and role=worker, which
+// createMachine's EdgeMachines select.
+func roleTokens(t *testing.T, ns string) (cp, worker string) {
+	t.Helper()
+	tokens := make([]string, 2)
+	for i, role := range []string{"cp", "worker"} {
+		tok, _, err := enrollment.Create(context.Background(), hub.Client, ns, enrollment.Options{TTL: time.Hour, HostNamespace: ns,
+			HostLabels: map[string]string{"role": role}}, time.Now())
+		must(t, err)
+		tokens[i] = tok
+	}
+	return tokens[0], tokens[1]
 }
 
 func buildBinaries(t *testing.T) (agentBin, simBin string) {

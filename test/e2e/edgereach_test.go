@@ -92,10 +92,7 @@ func TestEdgeReachThroughAgents(t *testing.T) {
 	must(t, c.Create(ctx, &infrav1.EdgeCluster{ObjectMeta: metav1.ObjectMeta{Name: clusterName, Namespace: ns},
 		Spec: infrav1.EdgeClusterSpec{ControlPlaneEndpoint: infrav1.APIEndpoint{Host: endpoint, Port: sitePort}}}))
 
-	cpToken, _, err := enrollment.Create(ctx, c, ns, enrollment.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "cp"}}, time.Now())
-	must(t, err)
-	wToken, _, err := enrollment.Create(ctx, c, ns, enrollment.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "worker"}}, time.Now())
-	must(t, err)
+	cpToken, wToken := roleTokens(t, ns)
 	agentBin, simBin := buildBinaries(t)
 	hubURL, pin := "https://"+siteGateway, gw.CA().Pin()
 	cpAgent := startAgentIn(t, s, "cp-0", agentBin, simBin, hubURL, pin, cpToken, api.kubeconfig)
@@ -204,7 +201,7 @@ func TestEdgeReachThroughAgents(t *testing.T) {
 		}
 	}
 	// The hub itself asking an agent for another address: the agent says no.
-	_, _, err = gw.DialCluster(ctx, ns, clusterName, fmt.Sprintf("%s:22", siteAddr))
+	_, _, err := gw.DialCluster(ctx, ns, clusterName, fmt.Sprintf("%s:22", siteAddr))
 	var te *reach.TunnelError
 	if !errors.As(err, &te) || te.Reason != "agent_refused" || !strings.Contains(err.Error(), "not this host's cluster endpoint") {
 		t.Errorf("agent dialled a target outside its cluster: %v", err)

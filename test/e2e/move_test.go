@@ -25,7 +25,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
 	clusterctlconfig "sigs.k8s.io/cluster-api/cmd/clusterctl/config"
@@ -35,7 +34,6 @@ import (
 	"github.com/edgefleet/fleet/internal/clusterapi"
 	"github.com/edgefleet/fleet/internal/testenv"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
-	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 )
 
 // A running fleet cluster moves to another hub cluster with the real
@@ -61,15 +59,12 @@ func TestClusterctlMove(t *testing.T) {
 	hubURL := "https://" + name.Addr()
 	agentBin, simBin := buildBinaries(t)
 	_, wkc := createCluster(t, ns)
-	cpToken, _, err := enrollment.Create(ctx, c, ns, enrollment.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "cp"}}, time.Now())
-	must(t, err)
-	wToken, _, err := enrollment.Create(ctx, c, ns, enrollment.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "worker"}}, time.Now())
-	must(t, err)
+	cpToken, wToken := roleTokens(t, ns)
 	pin := gw.CA().Pin()
 	agents := []*agentProc{
-		startAgent(t, "cp-0", agentBin, simBin, hubURL, pin, cpToken, wkc),
-		startAgent(t, "w-0", agentBin, simBin, hubURL, pin, wToken, wkc),
-		startAgent(t, "spare", agentBin, simBin, hubURL, pin, wToken, wkc),
+		startAgent(t, "mv-cp-0", agentBin, simBin, hubURL, pin, cpToken, wkc),
+		startAgent(t, "mv-w-0", agentBin, simBin, hubURL, pin, wToken, wkc),
+		startAgent(t, "mv-spare", agentBin, simBin, hubURL, pin, wToken, wkc),
 	}
 	eventually(t, "3 hosts Available", func() error { return testenv.HostsAvailable(ctx, c, ns, 3) })
 	createCPMachine(t, c, ns, "cp-0", nil)
@@ -86,7 +81,7 @@ func TestClusterctlMove(t *testing.T) {
 	must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fleet-hub-ca"}, ca))
 	target.useCA(t, ca)
 	srcKubeconfig := filepath.Join(t.TempDir(), "source.kubeconfig")
-	writeKubeconfig(t, hub, srcKubeconfig)
+	must(t, hub.WriteKubeconfig(srcKubeconfig))
 	for _, cl := range []client.Client{c, target.client} {
 		registerProviders(t, cl)
 	}
@@ -131,8 +126,8 @@ func sameFleetOn(ctx context.Context, c client.Client, ns string, want map[strin
 		if h.Spec.ClaimRef != nil {
 			got[h.Name] = h.Spec.ClaimRef.Name
 		}
-		if !conditions.IsTrue(&h, infrav1.AgentConnectedCondition) {
-			return fmt.Errorf("host %s not connected (%s)", h.Name, h.Status.Phase)
+		if c := conditions.Get(&h, infrav1.AgentConnectedCondition); c == nil || c.Status != metav1.ConditionTrue {
+			return fmt.Errorf("host %s not connected (phase %s, hubReplica %q, AgentConnected %+v)", h.Name, h.Status.Phase, h.Status.HubReplica, c)
 		}
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
@@ -217,18 +212,6 @@ func runClusterctl(t *testing.T, bin string, args ...string) string {
 		t.Fatalf("clusterctl %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return string(out)
-}
-
-// writeKubeconfig writes a kubeconfig for env's API server.
-func writeKubeconfig(t *testing.T, env *testenv.Env, path string) {
-	t.Helper()
-	cfg := env.Config
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["hub"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["hub"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
-	kc.Contexts["hub"] = &clientcmdapi.Context{Cluster: "hub", AuthInfo: "hub"}
-	kc.CurrentContext = "hub"
-	must(t, clientcmd.WriteToFile(*kc, path))
 }
 
 // devHub is a `fleet-hub dev` process: a hub cluster of its own.

@@ -23,7 +23,6 @@ import (
 	"github.com/edgefleet/fleet/internal/testhost"
 	"github.com/edgefleet/fleet/pkg/cli/create"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
-	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 	"github.com/edgefleet/fleet/pkg/hub/inventory"
 )
 
@@ -45,10 +44,7 @@ func TestRealNodesRemediation(t *testing.T) {
 	gw, _ := startFleetHubWithReach(t, ns, lan+".1")
 	site, hubURL := startRealSiteNamed(t, fmt.Sprintf("mhc-%d", os.Getpid()%100000), lan, gw)
 
-	cpToken, _, err := enrollment.Create(ctx, c, ns, enrollment.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "cp"}}, time.Now())
-	must(t, err)
-	wToken, _, err := enrollment.Create(ctx, c, ns, enrollment.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "worker"}}, time.Now())
-	must(t, err)
+	cpToken, wToken := roleTokens(t, ns)
 	prefix := fmt.Sprintf("mh%d", os.Getpid()%100000)
 	pin := gw.CA().Pin()
 	hosts := map[string]*testhost.Host{}

@@ -28,7 +28,6 @@ import (
 	"github.com/edgefleet/fleet/internal/testkit"
 	"github.com/edgefleet/fleet/pkg/cli/create"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
-	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
 	"github.com/edgefleet/fleet/pkg/hub/inventory"
 )
@@ -124,10 +123,7 @@ func TestRealNodesClusterLifecycle(t *testing.T) {
 	gw, _ := startFleetHubWithReach(t, ns, lan+".1")
 	site, hubURL := startRealSite(t, lan, gw)
 
-	cpToken, _, err := enrollment.Create(ctx, c, ns, enrollment.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "cp"}}, time.Now())
-	must(t, err)
-	wToken, _, err := enrollment.Create(ctx, c, ns, enrollment.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "worker"}}, time.Now())
-	must(t, err)
+	cpToken, wToken := roleTokens(t, ns)
 	prefix := fmt.Sprintf("rn%d", os.Getpid()%100000)
 	cpName, wName := prefix+"-cp", prefix+"-w"
 	pin := gw.CA().Pin()

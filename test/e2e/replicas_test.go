@@ -12,7 +12,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,7 +22,6 @@ import (
 
 	"github.com/edgefleet/fleet/internal/testenv"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
-	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
 )
 
@@ -42,7 +40,7 @@ func TestHubReplicasShareTheFleet(t *testing.T) {
 	c := hub.Client
 	bin := build(t, t.TempDir(), "./cmd/fleet-hub", "fleet-hub")
 	kc := filepath.Join(t.TempDir(), "hub.kubeconfig")
-	writeKubeconfig(t, hub, kc)
+	must(t, hub.WriteKubeconfig(kc))
 	addrs := func() (gw, proxy string) { return freeAddr(t), freeAddr(t) }
 	ga, pa := addrs()
 	gb, pb := addrs()
@@ -77,18 +75,15 @@ func TestHubReplicasShareTheFleet(t *testing.T) {
 		Spec: infrav1.EdgeClusterSpec{ControlPlaneEndpoint: infrav1.APIEndpoint{Host: host, Port: port}}}))
 	target := wl.Host
 
-	cpToken, _, err := enrollment.Create(ctx, c, ns, enrollment.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "cp"}}, time.Now())
-	must(t, err)
-	wToken, _, err := enrollment.Create(ctx, c, ns, enrollment.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "worker"}}, time.Now())
-	must(t, err)
+	cpToken, wToken := roleTokens(t, ns)
 	agentBin, simBin := buildBinaries(t)
 	pin := a.pin(t, ns)
 	// Each agent dials its own load balancer: the cluster's two on hub-a
 	// first, the spare on hub-b; hub-c holds none of the cluster's.
 	lb := func(order ...string) string { return "https://" + newForwarder(t, order...).Addr() }
 	agents := []*agentProc{
-		startAgent(t, "cp-0", agentBin, simBin, lb(ga, gb, gc), pin, cpToken, wkc),
-		startAgent(t, "w-0", agentBin, simBin, lb(ga, gb, gc), pin, wToken, wkc),
+		startAgent(t, "rp-cp-0", agentBin, simBin, lb(ga, gb, gc), pin, cpToken, wkc),
+		startAgent(t, "rp-w-0", agentBin, simBin, lb(ga, gb, gc), pin, wToken, wkc),
 	}
 	eventually(t, "2 hosts Available", func() error { return testenv.HostsAvailable(ctx, c, ns, 2) })
 	createCPMachine(t, c, ns, "cp-0", nil)
@@ -96,10 +91,10 @@ func TestHubReplicasShareTheFleet(t *testing.T) {
 	createWorkerMachine(t, c, ns, "worker-a", nil)
 	eventually(t, "2 Machines Running with nodeRef", func() error { return testenv.MachinesRunning(ctx, c, ns, 2) })
 	// The spare comes once the cluster's hosts are claimed.
-	spare := startAgent(t, "spare", agentBin, simBin, lb(gb, gc, ga), pin, wToken, wkc)
+	spare := startAgent(t, "rp-spare", agentBin, simBin, lb(gb, gc, ga), pin, wToken, wkc)
 	eventually(t, "the spare Available", func() error { return testenv.HostsAvailable(ctx, c, ns, 1) })
 	eventually(t, "the cluster's hosts on hub-a, the spare on hub-b", func() error {
-		return onReplicas(ctx, ns, map[string]string{"cp-0": "hub-a", "w-0": "hub-a", "spare": "hub-b"})
+		return onReplicas(ctx, ns, map[string]string{"rp-cp-0": "hub-a", "rp-w-0": "hub-a", "rp-spare": "hub-b"})
 	})
 	user, password := credentialsOf(t, ns)
 	for _, r := range replicas {
@@ -121,7 +116,7 @@ func TestHubReplicasShareTheFleet(t *testing.T) {
 		return errors.New("no new leader yet")
 	})
 	eventually(t, "hub-a's agents back on the others", func() error {
-		return onReplicas(ctx, ns, map[string]string{"cp-0": "hub-b", "w-0": "hub-b", "spare": "hub-b"})
+		return onReplicas(ctx, ns, map[string]string{"rp-cp-0": "hub-b", "rp-w-0": "hub-b", "rp-spare": "hub-b"})
 	})
 	createWorkerMachine(t, c, ns, "worker-b", nil)
 	eventually(t, "a new Machine Running: the reconcilers resumed", func() error { return testenv.MachinesRunning(ctx, c, ns, 3) })
@@ -136,7 +131,7 @@ func TestHubReplicasShareTheFleet(t *testing.T) {
 			t.Errorf("host %s was marked disconnected meanwhile (AgentConnected changed at %s)", name, after[name])
 		}
 	}
-	untouched(t, agents, since, map[string]string{"cp-0": "cp-0", "w-0": "worker-a"})
+	untouched(t, agents, since, map[string]string{"rp-cp-0": "cp-0", "rp-w-0": "worker-a"})
 	if !strings.Contains(spare.log.String(), `"machine":"worker-b"`) {
 		t.Errorf("the new Machine was not provisioned on the spare:\n%s", tail(spare.log.String(), 3000))
 	}

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -21,7 +20,6 @@ import (
 
 	"github.com/edgefleet/fleet/internal/testenv"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
-	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 )
 
 // backedUp are the kinds a backup of the hub holds, as Velero backs up a
@@ -252,16 +250,13 @@ func TestRestoreFromBackup(t *testing.T) {
 	hubURL := "https://" + gw.Addr()
 	agentBin, simBin := buildBinaries(t)
 	_, wkc := createCluster(t, ns)
-	cpToken, _, err := enrollment.Create(ctx, c, ns, enrollment.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "cp"}}, time.Now())
-	must(t, err)
-	wToken, _, err := enrollment.Create(ctx, c, ns, enrollment.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "worker"}}, time.Now())
-	must(t, err)
+	cpToken, wToken := roleTokens(t, ns)
 	pin := gw.CA().Pin()
 	agents := []*agentProc{
-		startAgent(t, "cp-0", agentBin, simBin, hubURL, pin, cpToken, wkc),
-		startAgent(t, "w-0", agentBin, simBin, hubURL, pin, wToken, wkc),
-		startAgent(t, "w-1", agentBin, simBin, hubURL, pin, wToken, wkc),
-		startAgent(t, "spare", agentBin, simBin, hubURL, pin, wToken, wkc),
+		startAgent(t, "rs-cp-0", agentBin, simBin, hubURL, pin, cpToken, wkc),
+		startAgent(t, "rs-w-0", agentBin, simBin, hubURL, pin, wToken, wkc),
+		startAgent(t, "rs-w-1", agentBin, simBin, hubURL, pin, wToken, wkc),
+		startAgent(t, "rs-spare", agentBin, simBin, hubURL, pin, wToken, wkc),
 	}
 	eventually(t, "4 hosts Available", func() error { return testenv.HostsAvailable(ctx, c, ns, 4) })
 	createCPMachine(t, c, ns, "cp-0", nil)
@@ -352,7 +347,7 @@ func duplicatedHost(t *testing.T, agents []*agentProc, ns string, claims map[str
 	since := logOffsets(agents)
 	name := ""
 	for host, machine := range claims {
-		if machine != "" && host != "cp-0" {
+		if machine != "" && host != "rs-cp-0" {
 			name = host
 		}
 	}
