@@ -22,8 +22,8 @@ import (
 	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 )
 
-// Real hosts that cannot become nodes — no container runtime, a port
-// taken, an image missing, a kubelet that never gets healthy — each end
+// Real hosts that cannot become nodes — no container runtime, no
+// kubelet, a port taken, an image missing, a kubelet that never gets healthy — each end
 // NeedsAttention with kubeadm's own words on the EdgeMachine, never a
 // Running Machine; deleting the cluster resets each for real and gives it
 // back clean.
@@ -49,6 +49,7 @@ func TestRealNodesBootstrapFailures(t *testing.T) {
 	}
 	failures := []failure{
 		{name: "nocri", host: testhost.HostOptions{Without: []string{"containerd"}}, want: "[ERROR CRI]"},
+		{name: "nokubelet", host: testhost.HostOptions{Without: []string{"kubelet"}}, want: "[ERROR KubeletVersion]"},
 		{name: "busy", want: "[ERROR Port-6443]", setup: func(t *testing.T, h *testhost.Host) {
 			// Something else already serves the API server's port.
 			var ln net.Listener

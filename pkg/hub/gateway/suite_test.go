@@ -132,12 +132,19 @@ func (t countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return t.c.count(t.rt, r)
 }
 
+// since lists the writes after the first n.
+func (c *writeCounter) since(n int) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.paths[n:]...)
+}
+
 // count counts r if it is a write, and sends it.
 func (c *writeCounter) count(rt http.RoundTripper, r *http.Request) (*http.Response, error) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		c.writes.Add(1)
 		c.mu.Lock()
-		c.paths = append(c.paths, r.URL.Path)
+		c.paths = append(c.paths, r.Method+" "+r.URL.Path)
 		c.mu.Unlock()
 	}
 	return rt.RoundTrip(r)
