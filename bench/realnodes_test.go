@@ -110,19 +110,7 @@ func realNodesKit(b *testing.B) realNodesBinaries {
 	}
 	k8s, err := filepath.Abs(k8s)
 	must(b, err)
-	if missing := testhost.Missing(k8s); len(missing) > 0 {
-		msg := "BenchmarkRealNodes needs " + strings.Join(missing, ", ") +
-			" (.ci/run installs containerd, runc, dbus and containernetworking-plugins; make k8s builds bin/k8s): not measured"
-		if os.Getenv("CI") == "true" {
-			b.Fatal(msg)
-		}
-		b.Skip(msg)
-	}
-	swept, err := testhost.Sweep()
-	for _, s := range swept {
-		b.Log(s)
-	}
-	must(b, err)
+	testhost.Require(b, k8s, "BenchmarkRealNodes's hosts")
 	dir := b.TempDir()
 	build := func(pkg, out string) string {
 		bin := filepath.Join(dir, out)

@@ -127,16 +127,7 @@ var describeClusterRow = regexp.MustCompile(`(?m)^Cluster/demo\s+(\S+)`)
 // nodes through the hub; an agent stops and starts through its unit; quit
 // leaves no host, site or process.
 func testRealDemo(t *testing.T, repo, bin string) {
-	if missing := realNodesMissing(bin); len(missing) > 0 {
-		msg := "real edge hosts need " + strings.Join(missing, ", ") + " (.ci/run installs them; make k8s builds bin/k8s)"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	if _, err := testhost.Sweep(); err != nil {
-		t.Fatal(err)
-	}
+	testhost.Require(t, filepath.Join(bin, "k8s"), "real edge hosts")
 	data := filepath.Join(t.TempDir(), ".fleet")
 	out, say, exited, input := startDemo(t, bin, data, []string{"hub.log",
 		"demo/hosts/edge-1/root/var/log/unitd/fleet-agent.service.log", "demo/hosts/edge-1/root/var/log/unitd/kubelet.service.log"},

@@ -19,7 +19,7 @@ func Missing(k8sDir string) []string {
 	if !cgroupV1() {
 		missing = append(missing, "cgroup v1 (this machine mounts cgroup v2 at "+cgroupFS+")")
 	}
-	for _, p := range []string{"containerd", "runc", "ctr", "dbus-daemon", "nsenter", "unshare", "ip"} {
+	for _, p := range []string{"containerd", "runc", "ctr", "dbus-daemon", "nsenter", "unshare", "ip", "sysctl"} {
 		if _, err := exec.LookPath(p); err != nil {
 			missing = append(missing, p)
 		}

@@ -61,13 +61,12 @@ func eventOn(ctx context.Context, ns, kind, name, reason string) (*eventsv1.Even
 	return nil, fmt.Errorf("no %s Event on %s %s", reason, kind, name)
 }
 
-// The hardware of a host that serves a Machine dies (its agent is killed):
-// `host remove` refuses and names the Machine; `--force` removes the host,
-// says what was given up, and leaves Events on the host and the Machine.
-// The agent, when it comes back, is refused: its identity was revoked.
-func TestDeadHostRemovedByForce(t *testing.T) {
+// serveMachine starts a hub in a new namespace and one agent on host
+// name, whose host then serves the control-plane Machine "cp", Running.
+func serveMachine(t *testing.T, name string) (ns, host string, a *agentProc) {
+	t.Helper()
 	ctx := context.Background()
-	ns := newNamespace(t)
+	ns = newNamespace(t)
 	c := hub.Client
 	addr := freeAddr(t)
 	gw, _ := startFleetHub(t, ns, addr)
@@ -75,11 +74,22 @@ func TestDeadHostRemovedByForce(t *testing.T) {
 	_, wkc := createCluster(t, ns)
 	token, _, err := enrollment.Create(ctx, c, ns, enrollment.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "cp"}}, time.Now())
 	must(t, err)
-	a := startAgent(t, "dead-cp-0", agentBin, simBin, "https://"+addr, gw.CA().Pin(), token, wkc)
+	a = startAgent(t, name, agentBin, simBin, "https://"+addr, gw.CA().Pin(), token, wkc)
 	eventually(t, "host enrolled", func() error { return testenv.HostsAvailable(ctx, c, ns, 1) })
-	host := onlyHost(t, ns)
+	host = onlyHost(t, ns)
 	createCPMachine(t, c, ns, "cp", nil)
 	eventually(t, "Machine Running", func() error { return testenv.MachinesRunning(ctx, c, ns, 1) })
+	return ns, host, a
+}
+
+// The hardware of a host that serves a Machine dies (its agent is killed):
+// `host remove` refuses and names the Machine; `--force` removes the host,
+// says what was given up, and leaves Events on the host and the Machine.
+// The agent, when it comes back, is refused: its identity was revoked.
+func TestDeadHostRemovedByForce(t *testing.T) {
+	ctx := context.Background()
+	c := hub.Client
+	ns, host, a := serveMachine(t, "dead-cp-0")
 
 	a.kill(t)
 	eventually(t, "agent gone", func() error {
@@ -90,7 +100,7 @@ func TestDeadHostRemovedByForce(t *testing.T) {
 		}
 		return nil
 	})
-	_, err = kubectlFleet(t, ns, "host", "remove", host)
+	_, err := kubectlFleet(t, ns, "host", "remove", host)
 	if err == nil || !strings.Contains(err.Error(), "serves Machine "+ns+"/cp") || !strings.Contains(err.Error(), "--force") {
 		t.Fatalf("remove of a host serving a Machine: %v", err)
 	}
@@ -152,19 +162,8 @@ func TestDeadHostRemovedByForce(t *testing.T) {
 // is Available again.
 func TestFailedResetRetried(t *testing.T) {
 	ctx := context.Background()
-	ns := newNamespace(t)
 	c := hub.Client
-	addr := freeAddr(t)
-	gw, _ := startFleetHub(t, ns, addr)
-	agentBin, simBin := buildBinaries(t)
-	_, wkc := createCluster(t, ns)
-	token, _, err := enrollment.Create(ctx, c, ns, enrollment.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "cp"}}, time.Now())
-	must(t, err)
-	a := startAgent(t, "retry-cp-0", agentBin, simBin, "https://"+addr, gw.CA().Pin(), token, wkc)
-	eventually(t, "host enrolled", func() error { return testenv.HostsAvailable(ctx, c, ns, 1) })
-	host := onlyHost(t, ns)
-	createCPMachine(t, c, ns, "cp", nil)
-	eventually(t, "Machine Running", func() error { return testenv.MachinesRunning(ctx, c, ns, 1) })
+	ns, host, a := serveMachine(t, "retry-cp-0")
 
 	failFile := filepath.Join(a.root, sim.ResetFailsFile)
 	must(t, os.WriteFile(failFile, []byte("the disk is read-only\n"), 0o644))

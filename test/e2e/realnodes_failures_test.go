@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/internal/testenv"
@@ -34,9 +35,7 @@ func TestRealNodesBootstrapFailures(t *testing.T) {
 	c := hub.Client
 	const lan = "10.97.1"
 	gw, _ := startFleetHubWithReach(t, ns, lan+".1")
-	site, hubURL := startRealSite(t, lan, gw)
-	tmpl, err := os.ReadFile("../../docs/templates/kubeadm-cgroupv1-test-hosts.yaml")
-	must(t, err)
+	site, hubURL := startRealSite(t, "rf", lan, gw)
 	prefix := fmt.Sprintf("rf%d", os.Getpid()%100000)
 
 	type failure struct {
@@ -80,8 +79,7 @@ func TestRealNodesBootstrapFailures(t *testing.T) {
 	realEventually(t, "the hosts enrolled and Available", func() error { return testenv.HostsAvailable(ctx, c, ns, len(failures)) })
 
 	for _, f := range failures {
-		settings, err := create.ParseKubeadmConfig(tmpl)
-		must(t, err)
+		settings := testHostsKubeadm(t)
 		if f.kubeadm != nil {
 			f.kubeadm(&settings)
 		}
@@ -107,8 +105,25 @@ func TestRealNodesBootstrapFailures(t *testing.T) {
 			}
 			return nil
 		})
+		// Cluster API's Machine says it too, as `kubectl get machine` and
+		// `kubectl fleet describe` show it.
+		realEventually(t, f.name+": the Machine's InfrastructureReady has kubeadm's words", func() error {
+			m := &clusterv1.Machine{}
+			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: machine}, m); err != nil {
+				return err
+			}
+			cond := conditions.Get(m, clusterv1.MachineInfrastructureReadyCondition)
+			if cond == nil || cond.Status != metav1.ConditionFalse || !strings.Contains(cond.Message, f.want) {
+				return fmt.Errorf("Machine InfrastructureReady %+v", cond)
+			}
+			t.Logf("%s: Machine InfrastructureReady: %s", f.name, cond.Message)
+			return nil
+		})
+	}
+	// Long after, none went Running.
+	for _, f := range failures {
 		m := &clusterv1.Machine{}
-		must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: machine}, m))
+		must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: f.name + "-control-plane-0"}, m))
 		if m.Status.Phase == string(clusterv1.MachinePhaseRunning) {
 			t.Errorf("%s: a Machine whose bootstrap failed went Running", f.name)
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,7 +41,7 @@ func TestRealNodesRemediation(t *testing.T) {
 	c := hub.Client
 	const lan = "10.96.7"
 	gw, _ := startFleetHubWithReach(t, ns, lan+".1")
-	site, hubURL := startRealSiteNamed(t, fmt.Sprintf("mhc-%d", os.Getpid()%100000), lan, gw)
+	site, hubURL := startRealSite(t, "mhc", lan, gw)
 
 	cpToken, wToken := roleTokens(t, ns)
 	prefix := fmt.Sprintf("mh%d", os.Getpid()%100000)
@@ -54,21 +53,13 @@ func TestRealNodesRemediation(t *testing.T) {
 	cpHost := hosts[prefix+"-cp"]
 	realEventually(t, "3 real hosts enrolled and Available", func() error { return testenv.HostsAvailable(ctx, c, ns, 3) })
 
-	tmpl, err := os.ReadFile(filepath.Join("..", "..", "docs", "templates", "kubeadm-cgroupv1-test-hosts.yaml"))
-	must(t, err)
-	settings, err := create.ParseKubeadmConfig(tmpl)
-	must(t, err)
 	// Short health checks, as `create cluster --unhealthy-timeout 20s
 	// --host-unready-timeout 10m` writes them: the Node's NotReady is what
 	// gets the Machine replaced here.
-	objs := create.Objects(create.Spec{Kubeadm: settings, Name: clusterName, Namespace: ns, KubernetesVersion: "v1.36.3",
-		ControlPlane: "kubeadm", ControlPlaneMachines: 1, WorkerMachines: 1,
-		ControlPlaneSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": "cp"}},
-		WorkerSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"role": "worker"}},
-		Endpoint:             infrav1.APIEndpoint{Host: clusterName + "." + ns + "." + infrav1.EndpointDomain, Port: 6443},
-		HealthCheck: &create.HealthCheck{NodeStartupTimeout: 10 * time.Minute, UnhealthyTimeout: 20 * time.Second,
-			HostUnreadyTimeout: 10 * time.Minute, MaxUnhealthy: intstr.FromString("100%")}})
-	for _, o := range objs {
+	spec := realClusterSpec(t, ns)
+	spec.HealthCheck = &create.HealthCheck{NodeStartupTimeout: 10 * time.Minute, UnhealthyTimeout: 20 * time.Second,
+		HostUnreadyTimeout: 10 * time.Minute, MaxUnhealthy: intstr.FromString("100%")}
+	for _, o := range create.Objects(spec) {
 		must(t, c.Create(ctx, o))
 	}
 	realEventually(t, "Cluster Available on real nodes", func() error { return clusterAvailable(ctx, c, ns) })
@@ -184,22 +175,6 @@ func TestRealNodesRemediation(t *testing.T) {
 		}
 		return nil
 	})
-}
-
-// startRealSiteNamed is startRealSite with a site name of the test's own,
-// so it can run beside the other real-node tests.
-func startRealSiteNamed(t *testing.T, name, lan string, gw interface{ Addr() string }) (*testhost.Site, string) {
-	t.Helper()
-	s, err := testhost.NewSite(name, lan)
-	must(t, err)
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	addr, err := s.Forward(net.JoinHostPort(s.Router, "8443"), gw.Addr())
-	must(t, err)
-	return s, "https://" + addr
 }
 
 // liveWorker is the one worker Machine not being deleted.

@@ -18,6 +18,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
@@ -43,30 +44,19 @@ func realKit(t *testing.T) testhost.Binaries {
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	must(t, err)
 	k8s := filepath.Join(root, "bin", "k8s")
-	missing := testhost.Missing(k8s)
-	if len(missing) > 0 {
-		msg := "real nodes need " + strings.Join(missing, ", ") + " (.ci/run installs containerd, runc, dbus and containernetworking-plugins; make k8s builds bin/k8s)"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	swept, err := testhost.Sweep()
-	for _, s := range swept {
-		t.Log(s)
-	}
-	must(t, err)
+	testhost.Require(t, k8s, "real nodes")
 	dir := t.TempDir()
 	agentBin, _ := buildBinaries(t)
 	return testhost.Binaries{K8s: k8s, Images: filepath.Join(k8s, "images"), Agent: agentBin,
 		Unitd: build(t, dir, "./test/unitd", "unitd")}
 }
 
-// startRealSite makes an edge site whose router forwards the gateway port
-// to the hub, and returns it with the hub URL its hosts dial.
-func startRealSite(t *testing.T, lan string, gw *gateway.Server) (*testhost.Site, string) {
+// startRealSite makes an edge site named prefix-<pid> (so tests can run
+// beside each other) whose router forwards the gateway port to the hub, and
+// returns it with the hub URL its hosts dial.
+func startRealSite(t *testing.T, prefix, lan string, gw *gateway.Server) (*testhost.Site, string) {
 	t.Helper()
-	s, err := testhost.NewSite(fmt.Sprintf("fts-%d", os.Getpid()%100000), lan)
+	s, err := testhost.NewSite(fmt.Sprintf("%s-%d", prefix, os.Getpid()%100000), lan)
 	must(t, err)
 	t.Cleanup(func() {
 		if err := s.Close(); err != nil {
@@ -103,6 +93,28 @@ func startRealHostWith(t *testing.T, s *testhost.Site, bin testhost.Binaries, o 
 	return h
 }
 
+// testHostsKubeadm is what this machine's hosts need from the bootstrap,
+// read from the documented template as `create --kubeadm-config` reads it.
+func testHostsKubeadm(t *testing.T) bootstrapv1.KubeadmConfigSpec {
+	t.Helper()
+	tmpl, err := os.ReadFile(filepath.Join("..", "..", "docs", "templates", "kubeadm-cgroupv1-test-hosts.yaml"))
+	must(t, err)
+	settings, err := create.ParseKubeadmConfig(tmpl)
+	must(t, err)
+	return settings
+}
+
+// realClusterSpec is the cluster `create` makes for one control-plane
+// host (KubeadmControlPlane, stacked etcd) labelled role=cp and one worker
+// labelled role=worker.
+func realClusterSpec(t *testing.T, ns string) create.Spec {
+	return create.Spec{Kubeadm: testHostsKubeadm(t), Name: clusterName, Namespace: ns, KubernetesVersion: "v1.36.3",
+		ControlPlane: "kubeadm", ControlPlaneMachines: 1, WorkerMachines: 1,
+		ControlPlaneSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": "cp"}},
+		WorkerSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"role": "worker"}},
+		Endpoint:             infrav1.APIEndpoint{Host: clusterName + "." + ns + "." + infrav1.EndpointDomain, Port: 6443}}
+}
+
 func realEventually(t *testing.T, what string, cond func() error) {
 	t.Helper()
 	testkit.Eventually(t, realNodesWait, 2*time.Second, what, cond)
@@ -121,7 +133,7 @@ func TestRealNodesClusterLifecycle(t *testing.T) {
 	c := hub.Client
 	const lan = "10.97.0"
 	gw, _ := startFleetHubWithReach(t, ns, lan+".1")
-	site, hubURL := startRealSite(t, lan, gw)
+	site, hubURL := startRealSite(t, "fts", lan, gw)
 
 	cpToken, wToken := roleTokens(t, ns)
 	prefix := fmt.Sprintf("rn%d", os.Getpid()%100000)
@@ -131,19 +143,9 @@ func TestRealNodesClusterLifecycle(t *testing.T) {
 	wHost := startRealHost(t, site, bin, wName, hubURL, pin, wToken)
 	realEventually(t, "2 real hosts enrolled and Available", func() error { return testenv.HostsAvailable(ctx, c, ns, 2) })
 
-	// The settings this machine's hosts need, from the documented
-	// template, as `kubectl fleet create --kubeadm-config` reads it.
-	tmpl, err := os.ReadFile(filepath.Join("..", "..", "docs", "templates", "kubeadm-cgroupv1-test-hosts.yaml"))
-	must(t, err)
-	settings, err := create.ParseKubeadmConfig(tmpl)
-	must(t, err)
-	endpoint := clusterName + "." + ns + "." + infrav1.EndpointDomain
-	objs := create.Objects(create.Spec{Kubeadm: settings, Name: clusterName, Namespace: ns, KubernetesVersion: "v1.36.3",
-		ControlPlane: "kubeadm", ControlPlaneMachines: 1, WorkerMachines: 1,
-		ControlPlaneSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": "cp"}},
-		WorkerSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"role": "worker"}},
-		Endpoint:             infrav1.APIEndpoint{Host: endpoint, Port: 6443}})
-	for _, o := range objs {
+	// The settings this machine's hosts need come from the documented
+	// template.
+	for _, o := range create.Objects(realClusterSpec(t, ns)) {
 		must(t, c.Create(ctx, o))
 	}
 	realEventually(t, "Cluster Available on real nodes", func() error { return clusterAvailable(ctx, c, ns) })
@@ -170,6 +172,7 @@ func TestRealNodesClusterLifecycle(t *testing.T) {
 
 	// Workers to 0: the host is reset for real and back in the pool; to 1:
 	// the same host is provisioned a second time.
+	firstWorker := machineOnHost(ctx, t, c, ns, wName).Name
 	scaleWorkers(ctx, t, c, ns, 0)
 	realEventually(t, "the worker host reset and Available", func() error {
 		if err := hostPhase(ctx, c, ns, wName, infrav1.HostAvailable); err != nil {
@@ -181,6 +184,9 @@ func TestRealNodesClusterLifecycle(t *testing.T) {
 	realEventually(t, "the worker host provisioned again, its Node Ready", func() error {
 		return nodeReady(t, kc, wName, inventory.ProviderIDOf(ns, wName))
 	})
+	if second := machineOnHost(ctx, t, c, ns, wName).Name; second == firstWorker {
+		t.Errorf("the worker host still serves Machine %s after workers 0 → 1, want a new Machine", second)
+	}
 
 	// Delete the cluster: every host clean and Available.
 	must(t, c.Delete(ctx, &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: clusterName}}))
