@@ -238,7 +238,7 @@ func testSimulatedDemo(t *testing.T, bin string) {
 	if len(uids) != 3 {
 		t.Fatalf("%d hosts, want 3", len(uids))
 	}
-	for _, want := range []string{"kubectl fleet token create", "cluster demo is ready", "Machine/demo-control-plane-0", "KUBECONFIG=" + filepath.Join(data, "kubeconfig")} {
+	for _, want := range []string{"kubectl fleet token create", "cluster demo: every machine Running", "Machine/demo-control-plane-0", "KUBECONFIG=" + filepath.Join(data, "kubeconfig")} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the demo's output lacks %q", want)
 		}

@@ -83,7 +83,7 @@ func WaitForMachines(ctx context.Context, c client.Client, out io.Writer, ns, cl
 			last = line
 		}
 		if running >= want && len(machines.Items) == want {
-			fmt.Fprintf(out, "cluster %s is ready\n", cluster)
+			fmt.Fprintf(out, "cluster %s: every machine Running\n", cluster)
 			return nil
 		}
 		select {
