@@ -107,11 +107,11 @@ $(K8S_BIN)/pause: hack/tools/k8s/cmd/pause/main.go
 	@mkdir -p $(K8S_BIN)
 	cd hack/tools/k8s && CGO_ENABLED=0 $(GO) build -o $@ ./cmd/pause
 
-$(NODEIMAGE): $(filter-out %_test.go,$(wildcard hack/tools/k8s/cmd/nodeimage/*.go)) hack/tools/k8s/go.mod hack/tools/k8s/go.sum
+$(NODEIMAGE): $(filter-out %_test.go,$(wildcard hack/tools/k8s/cmd/nodeimage/*.go hack/tools/k8s/ocilayout/*.go)) hack/tools/k8s/go.mod hack/tools/k8s/go.sum
 	@mkdir -p $(BIN)
 	cd hack/tools/k8s && $(GO) build -o $@ ./cmd/nodeimage
 
-$(HUBIMAGE): $(filter-out %_test.go,$(wildcard hack/tools/k8s/cmd/hubimage/*.go)) hack/tools/k8s/go.mod hack/tools/k8s/go.sum
+$(HUBIMAGE): $(filter-out %_test.go,$(wildcard hack/tools/k8s/cmd/hubimage/*.go hack/tools/k8s/ocilayout/*.go)) hack/tools/k8s/go.mod hack/tools/k8s/go.sum
 	@mkdir -p $(BIN)
 	cd hack/tools/k8s && $(GO) build -o $@ ./cmd/hubimage
 

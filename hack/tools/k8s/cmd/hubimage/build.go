@@ -7,20 +7,18 @@ import (
 	"debug/elf"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/edgefleet/fleet/hack/tools/k8s/ocilayout"
 )
 
 // buildSpec is what build makes.
@@ -79,24 +77,7 @@ func build(spec buildSpec) (v1.Hash, error) {
 		return v1.Hash{}, err
 	}
 
-	dir, err := os.MkdirTemp(filepath.Dir(spec.out), ".hubimage-*")
-	if err != nil {
-		return v1.Hash{}, err
-	}
-	defer os.RemoveAll(dir)
-	p, err := layout.Write(dir, empty.Index)
-	if err != nil {
-		return v1.Hash{}, fmt.Errorf("writing the OCI layout: %w", err)
-	}
-	// Both names an importer looks for: OCI's ref.name (the tag, as skopeo
-	// reads it) and containerd's full image name.
-	if err := p.AppendIndex(idx, layout.WithAnnotations(map[string]string{
-		"org.opencontainers.image.ref.name": tag.TagStr(),
-		"io.containerd.image.name":          tag.Name(),
-	})); err != nil {
-		return v1.Hash{}, fmt.Errorf("writing the OCI layout: %w", err)
-	}
-	if err := tarDir(dir, spec.out); err != nil {
+	if err := ocilayout.WriteIndex(spec.out, tag, idx); err != nil {
 		return v1.Hash{}, err
 	}
 	return digest, nil
@@ -218,117 +199,4 @@ func layerTarGz(bin, caBundle []byte) ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), nil
-}
-
-// tarDir writes the OCI layout in dir as a tarball at out (paths relative
-// to dir, sorted, fixed mtimes); out is replaced only once it is complete.
-func tarDir(dir, out string) error {
-	var paths []string
-	if err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || p == dir {
-			return err
-		}
-		paths = append(paths, p)
-		return nil
-	}); err != nil {
-		return err
-	}
-	slices.Sort(paths)
-	tmp := out + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp)
-	tw := tar.NewWriter(f)
-	for _, p := range paths {
-		if err := addToTar(tw, dir, p); err != nil {
-			f.Close()
-			return fmt.Errorf("writing %s: %w", out, err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, out)
-}
-
-func addToTar(tw *tar.Writer, dir, p string) error {
-	info, err := os.Stat(p)
-	if err != nil {
-		return err
-	}
-	rel, err := filepath.Rel(dir, p)
-	if err != nil {
-		return err
-	}
-	hdr := &tar.Header{Name: filepath.ToSlash(rel), Mode: 0o644, ModTime: fixedTime, Typeflag: tar.TypeReg, Size: info.Size()}
-	if info.IsDir() {
-		hdr.Name, hdr.Mode, hdr.Typeflag, hdr.Size = hdr.Name+"/", 0o755, tar.TypeDir, 0
-		return tw.WriteHeader(hdr)
-	}
-	if err := tw.WriteHeader(hdr); err != nil {
-		return err
-	}
-	f, err := os.Open(p)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	_, err = io.Copy(tw, f)
-	return err
-}
-
-// untar extracts an archive written by tarDir into dir.
-func untar(archive, dir string) error {
-	f, err := os.Open(archive)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	tr := tar.NewReader(f)
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("reading %s: %w", archive, err)
-		}
-		target := filepath.Join(dir, filepath.FromSlash(hdr.Name))
-		if !strings.HasPrefix(target, filepath.Clean(dir)+string(filepath.Separator)) {
-			return fmt.Errorf("%s: entry %q is outside the archive", archive, hdr.Name)
-		}
-		switch hdr.Typeflag {
-		case tar.TypeDir:
-			if err := os.MkdirAll(target, 0o755); err != nil {
-				return err
-			}
-		case tar.TypeReg:
-			if err := writeFile(target, tr); err != nil {
-				return err
-			}
-		default:
-			return fmt.Errorf("%s: entry %q is neither a file nor a directory", archive, hdr.Name)
-		}
-	}
-}
-
-func writeFile(target string, r io.Reader) error {
-	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-		return err
-	}
-	f, err := os.Create(target)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, r); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }

@@ -9,6 +9,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/edgefleet/fleet/hack/tools/k8s/ocilayout"
 )
 
 // readArchive opens the image index an archive written by build holds; the
@@ -20,7 +22,7 @@ func readArchive(archive string) (v1.ImageIndex, func(), error) {
 		return nil, nil, err
 	}
 	cleanup := func() { os.RemoveAll(dir) }
-	if err := untar(archive, dir); err != nil {
+	if err := ocilayout.Extract(archive, dir); err != nil {
 		cleanup()
 		return nil, nil, err
 	}

@@ -1,5 +1,5 @@
-// Command nodeimage builds container images from local binaries, as
-// docker-archive tarballs that `ctr -n k8s.io images import` loads, so the
+// Command nodeimage builds container images from local binaries, as OCI
+// layout tarballs that `ctr -n k8s.io images import` loads, so the
 // real-node test hosts can run kubeadm's control plane with no registry.
 //
 // `nodeimage build` makes one single-layer linux/amd64 image: each binary at

@@ -12,6 +12,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/edgefleet/fleet/hack/tools/k8s/ocilayout"
 )
 
 // imageSpec says what goes into one image.
@@ -24,8 +27,8 @@ type imageSpec struct {
 // searchPath is the image's PATH.
 const searchPath = "PATH=/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-// buildArchive writes the image spec describes to out as a docker-archive
-// tarball tagged with its name, and returns the image's ID (its config's
+// buildArchive writes the image spec describes to out as an OCI layout
+// tarball named for it, and returns the image's ID (its config's
 // digest, which importing keeps). out is replaced only once it is complete.
 func buildArchive(spec imageSpec, out string) (v1.Hash, error) {
 	tag, err := name.NewTag(spec.name)
@@ -58,12 +61,13 @@ func buildArchive(spec imageSpec, out string) (v1.Hash, error) {
 	if err := layerFile.Close(); err != nil {
 		return v1.Hash{}, fmt.Errorf("writing the layer: %w", err)
 	}
-	layer, err := tarball.LayerFromFile(layerFile.Name())
+	layer, err := tarball.LayerFromFile(layerFile.Name(), tarball.WithMediaType(types.OCILayer))
 	if err != nil {
 		return v1.Hash{}, fmt.Errorf("reading back the layer: %w", err)
 	}
 
-	img, err := mutate.Append(empty.Image, mutate.Addendum{
+	img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+	img, err = mutate.Append(img, mutate.Addendum{
 		Layer:   layer,
 		History: v1.History{Created: v1.Time{Time: fixedModTime}, CreatedBy: "nodeimage build"},
 	})
@@ -94,14 +98,8 @@ func buildArchive(spec imageSpec, out string) (v1.Hash, error) {
 		return v1.Hash{}, err
 	}
 
-	tmp := out + ".tmp"
-	if err := tarball.WriteToFile(tmp, tag, img); err != nil {
-		os.Remove(tmp)
+	if err := ocilayout.WriteImage(out, tag, img); err != nil {
 		return v1.Hash{}, fmt.Errorf("writing %s: %w", out, err)
-	}
-	if err := os.Rename(tmp, out); err != nil {
-		os.Remove(tmp)
-		return v1.Hash{}, err
 	}
 	return id, nil
 }

@@ -9,7 +9,7 @@ import (
 	"strings"
 )
 
-const usage = `nodeimage builds container images from local binaries, as docker-archive
+const usage = `nodeimage builds container images from local binaries, as OCI layout
 tarballs for "ctr -n k8s.io images import".
 
 Usage:
@@ -71,7 +71,7 @@ func runBuild(args []string, stdout, stderr io.Writer) error {
 	var out string
 	fs.StringVar(&spec.name, "name", "", "image name and tag, e.g. registry.k8s.io/kube-apiserver:v1.36.3 (required)")
 	fs.Var(&binaries, "binary", "a binary to put at /usr/local/bin/<its name>; repeat for more (at least one)")
-	fs.StringVar(&out, "out", "", "the docker-archive tarball to write (required)")
+	fs.StringVar(&out, "out", "", "the OCI layout tarball to write (required)")
 	fs.StringVar(&spec.entrypoint, "entrypoint", "", "the image's entrypoint (default: /usr/local/bin/<name> when there is one binary, none otherwise)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage: nodeimage build --name IMAGE --binary FILE [--binary FILE...] --out FILE.tar [--entrypoint PATH]")

@@ -14,7 +14,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/edgefleet/fleet/hack/tools/k8s/ocilayout"
 )
 
 // The x86-64 psABI's loader path, and where Debian and Ubuntu keep libc.
@@ -29,19 +33,28 @@ type layerEntry struct {
 	data []byte
 }
 
-// readArchive returns the RepoTags and the layer entries of a
-// single-image, single-layer archive.
-func readArchive(t *testing.T, file string) ([]string, map[string]layerEntry) {
+// readArchive returns the image of a single-image, single-layer OCI
+// layout archive, the names the archive gives it (containerd's and OCI's
+// ref.name), and its layer's entries.
+func readArchive(t *testing.T, file string) (v1.Image, []string, map[string]layerEntry) {
 	t.Helper()
-	opener := func() (io.ReadCloser, error) { return os.Open(file) }
-	manifest, err := tarball.LoadManifest(opener)
+	dir := t.TempDir()
+	if err := ocilayout.Extract(file, dir); err != nil {
+		t.Fatal(err)
+	}
+	idx, err := layout.ImageIndexFromPath(dir)
 	if err != nil {
-		t.Fatalf("reading the manifest of %s: %v", file, err)
+		t.Fatalf("%s is not an OCI layout: %v", file, err)
 	}
-	if len(manifest) != 1 || len(manifest[0].Layers) != 1 {
-		t.Fatalf("want one image with one layer, got %+v", manifest)
+	top, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
 	}
-	img, err := tarball.Image(opener, nil)
+	if len(top.Manifests) != 1 || top.Manifests[0].MediaType != types.OCIManifestSchema1 {
+		t.Fatalf("want one OCI image manifest in %s, got %+v", file, top.Manifests)
+	}
+	names := []string{top.Manifests[0].Annotations["io.containerd.image.name"], top.Manifests[0].Annotations["org.opencontainers.image.ref.name"]}
+	img, err := idx.Image(top.Manifests[0].Digest)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +83,10 @@ func readArchive(t *testing.T, file string) ([]string, map[string]layerEntry) {
 		}
 		entries[hdr.Name] = layerEntry{hdr: hdr, data: data}
 	}
-	return manifest[0].RepoTags, entries
+	if len(layers) != 1 {
+		t.Fatalf("want one layer in %s, got %d", file, len(layers))
+	}
+	return img, names, entries
 }
 
 func fileDigest(t *testing.T, file string) [32]byte {
@@ -96,9 +112,9 @@ func TestBuildDynamicBinary(t *testing.T) {
 	if !strings.Contains(stdout.String(), "registry.example/tools/true:v1, image ID sha256:") {
 		t.Errorf("build printed %q", stdout.String())
 	}
-	tags, entries := readArchive(t, out)
-	if !slices.Equal(tags, []string{"registry.example/tools/true:v1"}) {
-		t.Errorf("RepoTags = %q", tags)
+	img, names, entries := readArchive(t, out)
+	if !slices.Equal(names, []string{"registry.example/tools/true:v1", "v1"}) {
+		t.Errorf("the archive names its image %q", names)
 	}
 
 	hostLoader, err := filepath.EvalSymlinks("/" + loaderPath)
@@ -149,10 +165,6 @@ func TestBuildDynamicBinary(t *testing.T) {
 		}
 	}
 
-	img, err := tarball.ImageFromPath(out, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg, err := img.ConfigFile()
 	if err != nil {
 		t.Fatal(err)
@@ -271,9 +283,9 @@ func TestKubeadmImages(t *testing.T) {
 		t.Errorf("out dir holds %q, want only %d archives", got, len(want))
 	}
 	for file, image := range want {
-		tags, entries := readArchive(t, filepath.Join(outDir, file))
-		if !slices.Equal(tags, []string{image}) {
-			t.Errorf("%s is tagged %q, want %s", file, tags, image)
+		img, names, entries := readArchive(t, filepath.Join(outDir, file))
+		if names[0] != image {
+			t.Errorf("%s names its image %q, want %s", file, names, image)
 		}
 		if file == "pause.tar" {
 			if entries["pause"].hdr == nil || entries["pause"].hdr.Linkname != "/usr/local/bin/pause" {
@@ -282,10 +294,6 @@ func TestKubeadmImages(t *testing.T) {
 			// pause is static: no loader, no library.
 			if _, ok := entries[loaderPath]; ok {
 				t.Errorf("pause.tar has a loader, but pause is static")
-			}
-			img, err := tarball.ImageFromPath(filepath.Join(outDir, file), nil)
-			if err != nil {
-				t.Fatal(err)
 			}
 			cfg, err := img.ConfigFile()
 			if err != nil {
