@@ -24,6 +24,7 @@ import (
 	"github.com/edgefleet/fleet/pkg/contract/wire"
 	"github.com/edgefleet/fleet/pkg/hub/admission"
 	"github.com/edgefleet/fleet/pkg/hub/enrollment"
+	"github.com/edgefleet/fleet/pkg/hub/eventnote"
 	"github.com/edgefleet/fleet/pkg/hub/hoststatus"
 	"github.com/edgefleet/fleet/pkg/hub/identity"
 	"github.com/edgefleet/fleet/pkg/hub/linkhealth"
@@ -287,7 +288,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Server, error)
 	if err := hubmux.CheckKind(opts.SessionMux); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	s := newServer(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder("fleet-hub-gateway"), opts)
+	s := newServer(mgr.GetClient(), mgr.GetAPIReader(), eventnote.Recorder(mgr.GetEventRecorder("fleet-hub-gateway")), opts)
 	inf, err := mgr.GetCache().GetInformer(ctx, &infrav1.EdgeHost{})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: EdgeHost informer: %w", err)

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/hub/eventnote"
 	"github.com/edgefleet/fleet/pkg/hub/fleetmetrics"
 	"github.com/edgefleet/fleet/pkg/hub/reconcilers/edgecluster"
 	"github.com/edgefleet/fleet/pkg/hub/reconcilers/edgehost"
@@ -81,14 +82,14 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	if err := (&edgemachine.Reconciler{
 		Client:           mgr.GetClient(),
 		APIReader:        mgr.GetAPIReader(),
-		Recorder:         mgr.GetEventRecorder("edgemachine-controller"),
+		Recorder:         eventnote.Recorder(mgr.GetEventRecorder("edgemachine-controller")),
 		WatchFilterValue: opts.WatchFilterValue,
 	}).SetupWithManager(ctx, mgr, copts); err != nil {
 		return fmt.Errorf("setting up EdgeMachine reconciler: %w", err)
 	}
 	if err := (&edgecluster.Reconciler{
 		Client:           mgr.GetClient(),
-		Recorder:         mgr.GetEventRecorder("edgecluster-controller"),
+		Recorder:         eventnote.Recorder(mgr.GetEventRecorder("edgecluster-controller")),
 		WatchFilterValue: opts.WatchFilterValue,
 	}).SetupWithManager(ctx, mgr, copts); err != nil {
 		return fmt.Errorf("setting up EdgeCluster reconciler: %w", err)
@@ -96,7 +97,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	if err := (&edgehost.Reconciler{
 		Client:         mgr.GetClient(),
 		APIReader:      mgr.GetAPIReader(),
-		Recorder:       mgr.GetEventRecorder("edgehost-controller"),
+		Recorder:       eventnote.Recorder(mgr.GetEventRecorder("edgehost-controller")),
 		ContactTimeout: opts.ContactTimeout,
 	}).SetupWithManager(ctx, mgr, copts); err != nil {
 		return fmt.Errorf("setting up EdgeHost reconciler: %w", err)
