@@ -45,6 +45,9 @@ func TestRealNodesBootstrapFailures(t *testing.T) {
 		kubeadm func(s *bootstrapv1.KubeadmConfigSpec)
 		// want is what kubeadm says, found in the EdgeMachine's condition.
 		want string
+		// cause checks the host for the cause, where kubeadm's words do
+		// not name it.
+		cause func(h *testhost.Host) error
 	}
 	failures := []failure{
 		{name: "nocri", host: testhost.HostOptions{Without: []string{"containerd"}}, want: "[ERROR CRI]"},
@@ -56,10 +59,18 @@ func TestRealNodesBootstrapFailures(t *testing.T) {
 			t.Cleanup(func() { _ = ln.Close() })
 		}},
 		{name: "noimage", host: testhost.HostOptions{WithoutImages: []string{"etcd.tar"}}, want: "error execution phase wait-control-plane",
+			cause: func(h *testhost.Host) error {
+				// The kubelet ran the control plane's containers but for etcd's.
+				out, err := h.Command(context.Background(), "ctr", "-n", "k8s.io", "containers", "ls").CombinedOutput()
+				if err != nil || !strings.Contains(string(out), "registry.k8s.io/kube-apiserver:") || strings.Contains(string(out), "registry.k8s.io/etcd:") {
+					return fmt.Errorf("the host's containers (%v):\n%s", err, out)
+				}
+				return nil
+			},
 			kubeadm: func(s *bootstrapv1.KubeadmConfigSpec) {
 				s.InitConfiguration.Timeouts.ControlPlaneComponentHealthCheckSeconds = ptr.To[int32](30)
 			}},
-		{name: "sick", want: "error execution phase wait-control-plane",
+		{name: "sick", want: "error execution phase wait-control-plane", cause: kubeletLogSays("has some missing paths"),
 			kubeadm: func(s *bootstrapv1.KubeadmConfigSpec) {
 				// A cgroup parent that does not exist: the kubelet exits at start.
 				s.Files[0].Content = strings.Replace(s.Files[0].Content, "cgroupRoot: /fleet-", "cgroupRoot: /missing-", 1)
@@ -116,9 +127,24 @@ func TestRealNodesBootstrapFailures(t *testing.T) {
 			if cond == nil || cond.Status != metav1.ConditionFalse || !strings.Contains(cond.Message, f.want) {
 				return fmt.Errorf("Machine InfrastructureReady %+v", cond)
 			}
-			t.Logf("%s: Machine InfrastructureReady: %s", f.name, cond.Message)
 			return nil
 		})
+		// And so does its Event, cut to what the events API takes.
+		realEventually(t, f.name+": a ProvisioningFailed Event with kubeadm's last words", func() error {
+			e, err := eventOn(ctx, ns, "EdgeMachine", machine, infrav1.ProvisioningFailedReason)
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(e.Note, "error execution phase") {
+				return fmt.Errorf("event: %s", e.Note)
+			}
+			return nil
+		})
+		if f.cause != nil {
+			if err := f.cause(hosts[f.name]); err != nil {
+				t.Errorf("%s: not the cause asked for: %v", f.name, err)
+			}
+		}
 	}
 	// Long after, none went Running.
 	for _, f := range failures {
@@ -141,9 +167,19 @@ func TestRealNodesBootstrapFailures(t *testing.T) {
 				return err
 			}
 			if f.name == "nocri" {
-				return nil // no runtime to ask about containers
+				return hostFilesClean(h) // no runtime to ask about containers
 			}
 			return hostClean(h)
 		})
+	}
+}
+
+// kubeletLogSays checks the host's kubelet log for s.
+func kubeletLogSays(s string) func(h *testhost.Host) error {
+	return func(h *testhost.Host) error {
+		if log := h.UnitLog("kubelet.service"); !strings.Contains(log, s) {
+			return fmt.Errorf("the kubelet's log does not say %q:\n%s", s, log)
+		}
+		return nil
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
@@ -170,23 +171,37 @@ func TestRealNodesClusterLifecycle(t *testing.T) {
 	must(t, wHost.ImportImages(ctx, echoImage(t)))
 	runEchoPod(t, kc, wName)
 
-	// Workers to 0: the host is reset for real and back in the pool; to 1:
-	// the same host is provisioned a second time.
-	firstWorker := machineOnHost(ctx, t, c, ns, wName).Name
+	// Workers to 0: the Machine and its Node go, the host is reset for real
+	// and back in the pool.
+	first := machineOnHost(ctx, t, c, ns, wName)
+	firstNode := kubectl(t, kc, "get", "node", wName, "-o", "jsonpath={.metadata.uid}")
 	scaleWorkers(ctx, t, c, ns, 0)
-	realEventually(t, "the worker host reset and Available", func() error {
+	realEventually(t, "the worker Machine gone, its host reset and Available", func() error {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(first), &clusterv1.Machine{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("Machine %s is still there (%v)", first.Name, err)
+		}
 		if err := hostPhase(ctx, c, ns, wName, infrav1.HostAvailable); err != nil {
 			return err
 		}
 		return hostClean(wHost)
 	})
+	// To 1: the same host is provisioned a second time, for a new Machine,
+	// and its kubelet registers a new Node (the first one's Ready would
+	// prove nothing).
 	scaleWorkers(ctx, t, c, ns, 1)
-	realEventually(t, "the worker host provisioned again, its Node Ready", func() error {
+	realEventually(t, "the worker host provisioned again, a new Node Ready", func() error {
+		m, err := liveWorker(ctx, c, ns)
+		if err != nil {
+			return err
+		}
+		if m.Name == first.Name || m.Spec.ProviderID != inventory.ProviderIDOf(ns, wName) || !m.Status.NodeRef.IsDefined() {
+			return fmt.Errorf("worker Machine %s on %q, nodeRef %q", m.Name, m.Spec.ProviderID, m.Status.NodeRef.Name)
+		}
+		if uid := kubectl(t, kc, "get", "node", wName, "-o", "jsonpath={.metadata.uid}"); uid == firstNode {
+			return fmt.Errorf("Node %s is still the first one (uid %s)", wName, uid)
+		}
 		return nodeReady(t, kc, wName, inventory.ProviderIDOf(ns, wName))
 	})
-	if second := machineOnHost(ctx, t, c, ns, wName).Name; second == firstWorker {
-		t.Errorf("the worker host still serves Machine %s after workers 0 → 1, want a new Machine", second)
-	}
 
 	// Delete the cluster: every host clean and Available.
 	must(t, c.Delete(ctx, &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: clusterName}}))
@@ -239,6 +254,21 @@ func hostPhase(ctx context.Context, c client.Client, ns, name string, want infra
 // hostClean checks what kubeadm reset must leave: no cluster PKI or
 // kubeconfigs, no etcd data, no running containers.
 func hostClean(h *testhost.Host) error {
+	if err := hostFilesClean(h); err != nil {
+		return err
+	}
+	out, err := h.Command(context.Background(), "ctr", "-n", "k8s.io", "tasks", "ls", "-q").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("host %s: listing containers: %v: %s", h.Name, err, out)
+	}
+	if tasks := strings.Fields(string(out)); len(tasks) > 0 {
+		return fmt.Errorf("host %s: %d containers still running", h.Name, len(tasks))
+	}
+	return nil
+}
+
+// hostFilesClean is hostClean's part that needs no container runtime.
+func hostFilesClean(h *testhost.Host) error {
 	for _, dir := range []string{"etc/kubernetes/pki", "etc/kubernetes/manifests", "var/lib/etcd"} {
 		entries, err := os.ReadDir(h.Root(dir))
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -252,13 +282,6 @@ func hostClean(h *testhost.Host) error {
 		if _, err := os.Stat(h.Root(f)); !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("host %s: /%s is still there", h.Name, f)
 		}
-	}
-	out, err := h.Command(context.Background(), "ctr", "-n", "k8s.io", "tasks", "ls", "-q").CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("host %s: listing containers: %v: %s", h.Name, err, out)
-	}
-	if tasks := strings.Fields(string(out)); len(tasks) > 0 {
-		return fmt.Errorf("host %s: %d containers still running", h.Name, len(tasks))
 	}
 	return nil
 }
