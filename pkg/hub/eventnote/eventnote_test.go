@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/tools/events"
 )
 
 func TestShortenKeepsTheFirstLineAndTheEnd(t *testing.T) {
@@ -60,7 +59,7 @@ func (f *fake) Eventf(_, _ runtime.Object, _, _, _, note string, args ...interfa
 
 func TestRecorderFormatsThenShortens(t *testing.T) {
 	f := &fake{}
-	var r events.EventRecorder = Recorder(f)
+	r := Recorder(f)
 	obj := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x"}}
 	r.Eventf(obj, nil, corev1.EventTypeNormal, "Reason", "Action", "%d%% done: %s", 50, "half")
 	r.Eventf(obj, nil, corev1.EventTypeWarning, "Reason", "Action", "%s", strings.Repeat("line\n", 1000))
