@@ -38,14 +38,25 @@ func WriteIndex(out string, tag name.Tag, idx v1.ImageIndex) error {
 func names(tag name.Tag) map[string]string {
 	return map[string]string{
 		"org.opencontainers.image.ref.name": tag.TagStr(),
-		"io.containerd.image.name":          tag.Name(),
+		"io.containerd.image.name":          containerdName(tag),
 	}
+}
+
+// containerdName is the name containerd and the kubelet look an image up
+// by: Docker Hub's is docker.io/…, where go-containerregistry says
+// index.docker.io.
+func containerdName(tag name.Tag) string {
+	registry := tag.RegistryStr()
+	if registry == name.DefaultRegistry {
+		registry = "docker.io"
+	}
+	return registry + "/" + tag.RepositoryStr() + ":" + tag.TagStr()
 }
 
 func write(out string, add func(layout.Path) error) error {
 	dir, err := os.MkdirTemp(filepath.Dir(out), "."+filepath.Base(out)+"-layout-*")
 	if err != nil {
-		return err
+		return fmt.Errorf("writing %s: %w", out, err)
 	}
 	defer os.RemoveAll(dir)
 	p, err := layout.Write(dir, empty.Index)
@@ -55,7 +66,10 @@ func write(out string, add func(layout.Path) error) error {
 	if err := add(p); err != nil {
 		return fmt.Errorf("writing the OCI layout: %w", err)
 	}
-	return tarDir(dir, out)
+	if err := tarDir(dir, out); err != nil {
+		return fmt.Errorf("writing %s: %w", out, err)
+	}
+	return nil
 }
 
 // Extract unpacks an archive written here into dir, where the layout
@@ -78,17 +92,22 @@ func tarDir(dir, out string) error {
 		return err
 	}
 	slices.Sort(paths)
-	tmp := out + ".tmp"
-	f, err := os.Create(tmp)
+	f, err := os.CreateTemp(filepath.Dir(out), "."+filepath.Base(out)+"-*.tmp")
 	if err != nil {
 		return err
 	}
+	tmp := f.Name()
 	defer os.Remove(tmp)
+	// CreateTemp's 0600 would keep the archive from other users.
+	if err := f.Chmod(0o644); err != nil {
+		f.Close()
+		return err
+	}
 	tw := tar.NewWriter(f)
 	for _, p := range paths {
 		if err := addToTar(tw, dir, p); err != nil {
 			f.Close()
-			return fmt.Errorf("writing %s: %w", out, err)
+			return err
 		}
 	}
 	if err := tw.Close(); err != nil {

@@ -99,7 +99,7 @@ func buildArchive(spec imageSpec, out string) (v1.Hash, error) {
 	}
 
 	if err := ocilayout.WriteImage(out, tag, img); err != nil {
-		return v1.Hash{}, fmt.Errorf("writing %s: %w", out, err)
+		return v1.Hash{}, err
 	}
 	return id, nil
 }

@@ -70,6 +70,10 @@ func buildKubeadmImages(opts kubeadmOptions, stdout io.Writer) error {
 	if err := os.MkdirAll(opts.outDir, 0o755); err != nil {
 		return err
 	}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("finding nodeimage's own binary: %w", err)
+	}
 	for _, image := range images {
 		short, _ := shortName(image)
 		entrypoint, ok := buildable[short]
@@ -79,7 +83,8 @@ func buildKubeadmImages(opts kubeadmOptions, stdout io.Writer) error {
 		}
 		binary := filepath.Join(opts.binDir, short)
 		out := filepath.Join(opts.outDir, short+".tar")
-		upToDate, err := newerThan(out, binary, opts.kubeadm)
+		// nodeimage itself is an input: a newer one may write another format.
+		upToDate, err := newerThan(out, binary, opts.kubeadm, self)
 		if err != nil {
 			return fmt.Errorf("%s: %w", image, err)
 		}

@@ -62,6 +62,9 @@ func readArchive(t *testing.T, file string) (v1.Image, []string, map[string]laye
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(layers) != 1 {
+		t.Fatalf("want one layer in %s, got %d", file, len(layers))
+	}
 	rc, err := layers[0].Uncompressed()
 	if err != nil {
 		t.Fatal(err)
@@ -82,9 +85,6 @@ func readArchive(t *testing.T, file string) (v1.Image, []string, map[string]laye
 			t.Fatal(err)
 		}
 		entries[hdr.Name] = layerEntry{hdr: hdr, data: data}
-	}
-	if len(layers) != 1 {
-		t.Fatalf("want one layer in %s, got %d", file, len(layers))
 	}
 	return img, names, entries
 }
