@@ -31,20 +31,24 @@ func (r recorder) Eventf(regarding, related runtime.Object, eventtype, reason, a
 // says what failed) and as much of its end (where a command's output says
 // why) as fits, never splitting a character.
 func Shorten(s string) string {
+	// The API counts the note as JSON sends it, where a stray byte becomes
+	// a three-byte U+FFFD.
+	s = strings.ToValidUTF8(s, "?")
 	if len(s) <= MaxLength {
 		return s
 	}
 	head, _, _ := strings.Cut(s, "\n")
 	head = prefix(head, maxHead)
 	room := MaxLength - len(head) - len(elision)
-	tail := s[len(s)-room:]
-	for len(tail) > 0 && !utf8.RuneStart(tail[0]) {
-		tail = tail[1:]
+	start := len(s) - room
+	for start < len(s) && !utf8.RuneStart(s[start]) {
+		start++
 	}
 	// Whole lines read better, when a line break is near.
-	if i := strings.IndexByte(tail, '\n'); i >= 0 && i < room/4 {
-		tail = tail[i+1:]
+	if i := strings.IndexByte(s[start-1:], '\n'); i >= 0 && i < room/4 {
+		start += i
 	}
+	tail := s[start:]
 	return head + elision + tail
 }
 

@@ -67,3 +67,25 @@ func TestRecorderFormatsThenShortens(t *testing.T) {
 		t.Errorf("notes: %q", f.notes)
 	}
 }
+
+// JSON sends a stray byte as a three-byte U+FFFD: a note of such bytes
+// that fits by length would not fit the API.
+func TestShortenMendsInvalidUTF8(t *testing.T) {
+	s := strings.Repeat("ok \xff", 256)
+	got := Shorten(s)
+	if !utf8.ValidString(got) || len(got) > MaxLength {
+		t.Errorf("%d bytes, valid %v", len(got), utf8.ValidString(got))
+	}
+}
+
+// A tail that starts on a line's first byte keeps that line.
+func TestShortenKeepsALineThatStartsTheTail(t *testing.T) {
+	head, last := "head", "error: the last line"
+	room := MaxLength - len(head) - len(elision)
+	first := strings.Repeat("y", 10) + "\n"
+	tail := first + strings.Repeat("z", room-len(first)-len(last)-1) + "\n" + last
+	got := Shorten(head + "\n" + strings.Repeat("x", 2000) + "\n" + tail)
+	if got != head+elision+tail {
+		t.Errorf("got %q…, want the whole tail after the elision", got[:40])
+	}
+}
