@@ -44,7 +44,7 @@ func realNodesMissing(binDir string) []string { return testhost.Missing(filepath
 func (d *demo) chooseNodes() error {
 	missing := realNodesMissing(d.binDir)
 	why := "real edge hosts need " + strings.Join(missing, ", ") +
-		" (apt-get install containerd runc containernetworking-plugins dbus; make k8s)"
+		" (apt-get install containerd runc containernetworking-plugins dbus procps; make k8s)"
 	switch {
 	case d.nodes == nodesReal && len(missing) > 0:
 		return errors.New(why)

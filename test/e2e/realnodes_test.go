@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -116,6 +117,9 @@ func realClusterSpec(t *testing.T, ns string) create.Spec {
 		Endpoint:             infrav1.APIEndpoint{Host: clusterName + "." + ns + "." + infrav1.EndpointDomain, Port: 6443}}
 }
 
+// uidPattern is an object's uid, as kubectl prints it.
+var uidPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
 func realEventually(t *testing.T, what string, cond func() error) {
 	t.Helper()
 	testkit.Eventually(t, realNodesWait, 2*time.Second, what, cond)
@@ -174,7 +178,14 @@ func TestRealNodesClusterLifecycle(t *testing.T) {
 	// Workers to 0: the Machine and its Node go, the host is reset for real
 	// and back in the pool.
 	first := machineOnHost(ctx, t, c, ns, wName)
-	firstNode := kubectl(t, kc, "get", "node", wName, "-o", "jsonpath={.metadata.uid}")
+	var firstNode string
+	realEventually(t, "the first Node's uid", func() error {
+		firstNode = kubectl(t, kc, "get", "node", wName, "-o", "jsonpath={.metadata.uid}")
+		if !uidPattern.MatchString(firstNode) {
+			return fmt.Errorf("node %s: %s", wName, firstNode)
+		}
+		return nil
+	})
 	scaleWorkers(ctx, t, c, ns, 0)
 	realEventually(t, "the worker Machine gone, its host reset and Available", func() error {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(first), &clusterv1.Machine{}); !apierrors.IsNotFound(err) {
@@ -197,8 +208,8 @@ func TestRealNodesClusterLifecycle(t *testing.T) {
 		if m.Name == first.Name || m.Spec.ProviderID != inventory.ProviderIDOf(ns, wName) || !m.Status.NodeRef.IsDefined() {
 			return fmt.Errorf("worker Machine %s on %q, nodeRef %q", m.Name, m.Spec.ProviderID, m.Status.NodeRef.Name)
 		}
-		if uid := kubectl(t, kc, "get", "node", wName, "-o", "jsonpath={.metadata.uid}"); uid == firstNode {
-			return fmt.Errorf("Node %s is still the first one (uid %s)", wName, uid)
+		if uid := kubectl(t, kc, "get", "node", wName, "-o", "jsonpath={.metadata.uid}"); !uidPattern.MatchString(uid) || uid == firstNode {
+			return fmt.Errorf("Node %s: %s, the first was %s", wName, uid, firstNode)
 		}
 		return nodeReady(t, kc, wName, inventory.ProviderIDOf(ns, wName))
 	})
