@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -217,5 +218,47 @@ func TestCreateClusterKubeadmConfig(t *testing.T) {
 				t.Errorf("%s: a refused file left a %T: %v", name, obj, err)
 			}
 		}
+	}
+}
+
+// Cluster API's reconcilers write a MachineDeployment all the time; scale
+// must not fail when one wrote it between scale's read and its write
+// (kubectl scale patches, with no resourceVersion).
+func TestScaleWhileTheMachineDeploymentIsWritten(t *testing.T) {
+	ns := newNamespace(t, "busy")
+	ctx := context.Background()
+	if _, stderr, err := fleet(t, "create", "cluster", "busy", "-n", ns, "--kubernetes-version", "v1.36.3",
+		"--control-plane=machines", "--worker-machines", "0"); err != nil {
+		t.Fatalf("create: %v\n%s", err, stderr)
+	}
+	key := client.ObjectKey{Namespace: ns, Name: "busy-md-0"}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			md := &clusterv1.MachineDeployment{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+			p := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"metadata":{"annotations":{"test.fleet/writes":"%d"}}}`, i))
+			_ = env.Client.Patch(ctx, md, p)
+		}
+	}()
+	for n := 1; n <= 8; n++ {
+		if _, stderr, err := fleet(t, "scale", "cluster", "busy", "-n", ns, "--worker-machines", fmt.Sprint(n)); err != nil {
+			t.Errorf("scale to %d while the MachineDeployment is written: %v\n%s", n, err, stderr)
+		}
+	}
+	close(stop)
+	<-done
+	md := &clusterv1.MachineDeployment{}
+	if err := env.Client.Get(ctx, key, md); err != nil {
+		t.Fatal(err)
+	}
+	if md.Spec.Replicas == nil || *md.Spec.Replicas != 8 {
+		t.Errorf("replicas %v, want 8", md.Spec.Replicas)
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
@@ -91,13 +92,12 @@ func (o *Options) Run(ctx context.Context) error {
 	return nil
 }
 
+// scaleTo sets replicas with a merge patch of the scale subresource, as
+// kubectl scale does: Cluster API's reconcilers write the object all the
+// time, and an update carrying the resourceVersion read would conflict.
 func scaleTo(ctx context.Context, c client.Client, obj client.Object, replicas int32) error {
-	scale := &autoscalingv1.Scale{}
-	if err := c.SubResource("scale").Get(ctx, obj, scale); err != nil {
-		return fmt.Errorf("reading scale of %s: %w", obj.GetName(), err)
-	}
-	scale.Spec.Replicas = replicas
-	if err := c.SubResource("scale").Update(ctx, obj, client.WithSubResourceBody(scale)); err != nil {
+	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, replicas))
+	if err := c.SubResource("scale").Patch(ctx, obj, patch, client.WithSubResourceBody(&autoscalingv1.Scale{})); err != nil {
 		return fmt.Errorf("scaling %s: %w", obj.GetName(), err)
 	}
 	return nil
