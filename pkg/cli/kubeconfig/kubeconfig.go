@@ -15,6 +15,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/secret"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -138,13 +139,23 @@ func (o *Options) rotate(ctx context.Context, conn *kube.Connection, cluster *cl
 		return nil, fmt.Errorf("edge reach is disabled for cluster %s: it has no proxy credential to rotate", o.Name)
 	}
 	before := proxyURLs(s)
-	epoch, _ := strconv.ParseUint(cluster.Annotations[infrav1.ReachCredentialEpochAnnotation], 10, 63)
-	patch := client.MergeFromWithOptions(cluster.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	if cluster.Annotations == nil {
-		cluster.Annotations = map[string]string{}
-	}
-	cluster.Annotations[infrav1.ReachCredentialEpochAnnotation] = strconv.FormatUint(epoch+1, 10)
-	if err := conn.Client.Patch(ctx, cluster, patch); err != nil {
+	// The epoch read is bumped with that resourceVersion, so each rotation
+	// retires one credential; Cluster API writes the Cluster often, so a
+	// conflict is read again and retried.
+	var epoch uint64
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := conn.Client.Get(ctx, client.ObjectKeyFromObject(cluster), cluster); err != nil {
+			return err
+		}
+		epoch, _ = strconv.ParseUint(cluster.Annotations[infrav1.ReachCredentialEpochAnnotation], 10, 63)
+		patch := client.MergeFromWithOptions(cluster.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		if cluster.Annotations == nil {
+			cluster.Annotations = map[string]string{}
+		}
+		cluster.Annotations[infrav1.ReachCredentialEpochAnnotation] = strconv.FormatUint(epoch+1, 10)
+		return conn.Client.Patch(ctx, cluster, patch)
+	})
+	if err != nil {
 		return nil, conn.Explain(err)
 	}
 	fmt.Fprintf(o.ErrOut, "Retired the edge-reach credential of cluster %s (epoch %d); waiting for the hub to write the new one…\n", o.Name, epoch+1)
