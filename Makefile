@@ -50,13 +50,13 @@ generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code, CRDs and RBAC from the 
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./pkg/contract/...
 	$(CONTROLLER_GEN) crd paths=./pkg/contract/... output:crd:dir=manifests/crd
 	$(CONTROLLER_GEN) rbac:roleName=fleet-hub-manager paths=./pkg/hub/... output:rbac:dir=manifests/rbac
-	$(GO) run ./hack/capicrds -o internal/clusterapi/crds.yaml.gz
+	$(GO) run ./hack/capicrds -o pkg/hub/embedded/clusterapi/crds.yaml.gz
 
 .PHONY: fmt
 fmt: ## Format the Go code.
 	gofmt -s -w $$(git ls-files '*.go')
 
-GENERATED := pkg/contract/v1alpha1/zz_generated.deepcopy.go manifests/crd manifests/rbac/role.yaml internal/clusterapi/crds.yaml.gz
+GENERATED := pkg/contract/v1alpha1/zz_generated.deepcopy.go manifests/crd manifests/rbac/role.yaml pkg/hub/embedded/clusterapi/crds.yaml.gz
 
 .PHONY: verify
 verify: $(CONTROLLER_GEN) $(GOLANGCI_LINT) ## Fail if generated files are stale, code is not gofmt'ed, go vet or golangci-lint complain, or a go.mod is not tidy.
@@ -146,7 +146,7 @@ krew: ## Build kubectl-fleet archives (KREW_PLATFORMS) and render $(KREW_DIST)/f
 	  os=$${p%/*}; arch=$${p#*/}; ext=; [ "$$os" = windows ] && ext=.exe; \
 	  d=$(KREW_DIST)/build/$$os-$$arch; mkdir -p $$d; \
 	  echo ">> kubectl-fleet $$os/$$arch"; \
-	  GOOS=$$os GOARCH=$$arch CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-X github.com/edgefleet/fleet/internal/version.Version=$(KREW_VERSION)" -o $$d/kubectl-fleet$$ext ./cmd/kubectl-fleet || exit 1; \
+	  GOOS=$$os GOARCH=$$arch CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X github.com/edgefleet/fleet/internal/version.Version=$(KREW_VERSION)" -o $$d/kubectl-fleet$$ext ./cmd/kubectl-fleet || exit 1; \
 	  cp LICENSE hack/kubectl_complete-fleet $$d/; \
 	  tar -C $$d -czf $(KREW_DIST)/kubectl-fleet_$${os}_$${arch}.tar.gz . || exit 1; \
 	done

@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/bench/results"
-	"github.com/edgefleet/fleet/internal/testenv"
+	"github.com/edgefleet/fleet/internal/testkit/testenv"
 	"github.com/edgefleet/fleet/pkg/cli/describe"
 	"github.com/edgefleet/fleet/pkg/cli/kube"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"

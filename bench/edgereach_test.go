@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgefleet/fleet/pkg/enrolltoken"
+
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,7 +36,6 @@ import (
 
 	"github.com/edgefleet/fleet/pkg/agent"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
-	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
 	"github.com/edgefleet/fleet/pkg/hub/reach"
 	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
@@ -132,7 +133,7 @@ func startReachRig(b *testing.B) *reachRig {
 
 	// One real agent, enrolled, holding a control-plane claim of the
 	// cluster (no bootstrap: nothing to provision, only to carry).
-	token, _, err := enrollment.Create(ctx, c, ns, enrollment.Options{TTL: time.Hour, HostNamespace: ns}, time.Now())
+	token, _, err := enrolltoken.Create(ctx, c, ns, enrolltoken.Options{TTL: time.Hour, HostNamespace: ns}, time.Now())
 	must(b, err)
 	root := b.TempDir()
 	must(b, os.MkdirAll(filepath.Join(root, "etc"), 0o755))

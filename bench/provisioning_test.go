@@ -28,11 +28,11 @@ import (
 
 	"github.com/edgefleet/fleet/bench/load"
 	"github.com/edgefleet/fleet/bench/results"
-	"github.com/edgefleet/fleet/internal/clusterapi"
 	"github.com/edgefleet/fleet/pkg/agent"
 	"github.com/edgefleet/fleet/pkg/agent/provision"
-	"github.com/edgefleet/fleet/pkg/cli/create"
+	"github.com/edgefleet/fleet/pkg/clustertemplate"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/hub/embedded/clusterapi"
 	"github.com/edgefleet/fleet/test/nodesim/sim"
 )
 
@@ -169,7 +169,7 @@ func provisioning(b *testing.B, bin string, n int) {
 
 	// The cluster: one control-plane Machine (kubeadm init on the
 	// simulator), and a MachineDeployment at 0.
-	objs := create.Objects(create.Spec{Name: "prov", Namespace: ns, KubernetesVersion: "v1.36.3", ControlPlane: "machines",
+	objs := clustertemplate.Objects(clustertemplate.Spec{Name: "prov", Namespace: ns, KubernetesVersion: "v1.36.3", ControlPlane: "machines",
 		ControlPlaneMachines: 1, WorkerMachines: 0,
 		ControlPlaneSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fleet.bench/role": "control-plane"}},
 		WorkerSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"fleet.bench/role": "worker"}},

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgefleet/fleet/pkg/enrolltoken"
+
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,11 +42,10 @@ import (
 
 	"github.com/edgefleet/fleet/bench/load"
 	"github.com/edgefleet/fleet/bench/results"
-	"github.com/edgefleet/fleet/internal/clusterapi"
-	"github.com/edgefleet/fleet/internal/testhost"
 	"github.com/edgefleet/fleet/internal/testkit"
+	"github.com/edgefleet/fleet/internal/testkit/testhost"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
-	"github.com/edgefleet/fleet/pkg/hub/enrollment"
+	"github.com/edgefleet/fleet/pkg/hub/embedded/clusterapi"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
 	"github.com/edgefleet/fleet/pkg/hub/reach"
 	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
@@ -221,7 +222,7 @@ func realNodes(b *testing.B, kit realNodesBinaries) {
 	roleLabel := map[role]string{controlPlane: "control-plane", worker: "worker"}
 	hosts := map[role]*testhost.Host{}
 	for _, r := range roles {
-		token, _, err := enrollment.Create(ctx, c, ns, enrollment.Options{TTL: time.Hour, HostNamespace: ns,
+		token, _, err := enrolltoken.Create(ctx, c, ns, enrolltoken.Options{TTL: time.Hour, HostNamespace: ns,
 			HostLabels: map[string]string{"fleet.bench/role": roleLabel[r]}}, time.Now())
 		must(b, err)
 		h, err := site.NewHost(ctx, testhost.HostOptions{Name: hostNames[r], Dir: b.TempDir(), Bin: kit.host})

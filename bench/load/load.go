@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/edgefleet/fleet/pkg/enrolltoken"
+
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,10 +30,9 @@ import (
 	"github.com/edgefleet/fleet/pkg/agent"
 	"github.com/edgefleet/fleet/pkg/agent/agenttest"
 	"github.com/edgefleet/fleet/pkg/agent/state"
+	"github.com/edgefleet/fleet/pkg/contract/hubinfo"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
-	"github.com/edgefleet/fleet/pkg/hub/enrollment"
-	"github.com/edgefleet/fleet/pkg/hub/gateway"
 )
 
 // RaiseFileLimit lifts the soft limit on open files to the hard one:
@@ -148,9 +149,9 @@ func StartHub(ctx context.Context, c client.Client, o HubOptions) (*Hub, error) 
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		info := &corev1.ConfigMap{}
-		err := c.Get(ctx, client.ObjectKey{Namespace: o.Namespace, Name: gateway.InfoConfigMap}, info)
-		if err == nil && info.Data[gateway.InfoKeyCAPin] != "" {
-			h.Pin = info.Data[gateway.InfoKeyCAPin]
+		err := c.Get(ctx, client.ObjectKey{Namespace: o.Namespace, Name: hubinfo.ConfigMap}, info)
+		if err == nil && info.Data[hubinfo.KeyCAPin] != "" {
+			h.Pin = info.Data[hubinfo.KeyCAPin]
 			if conn, err := net.DialTimeout("tcp", strings.TrimPrefix(h.URL, "https://"), time.Second); err == nil {
 				conn.Close()
 				return h, nil
@@ -348,7 +349,7 @@ func NewAgents(ctx context.Context, c client.Client, hub *Hub, o AgentOptions) (
 			// one token enroll one at a time (the hub counts its uses), as
 			// a site's do.
 			var err error
-			tok, _, err = enrollment.Create(ctx, c, hub.Namespace, enrollment.Options{TTL: 24 * time.Hour, HostNamespace: hub.Namespace,
+			tok, _, err = enrolltoken.Create(ctx, c, hub.Namespace, enrolltoken.Options{TTL: 24 * time.Hour, HostNamespace: hub.Namespace,
 				HostLabels: labels}, time.Now())
 			if err != nil {
 				return nil, fmt.Errorf("creating an enrollment token: %w", err)

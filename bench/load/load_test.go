@@ -13,9 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgefleet/fleet/internal/testenv"
-	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/edgefleet/fleet/internal/testkit/testenv"
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 )
 
 // The load driver's smoke run, in make test so it cannot rot: 50 agents

@@ -17,8 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/edgefleet/fleet/internal/testenv"
 	"github.com/edgefleet/fleet/internal/testkit"
+	"github.com/edgefleet/fleet/internal/testkit/testenv"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 )
 

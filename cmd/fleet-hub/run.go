@@ -17,6 +17,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/edgefleet/fleet/internal/version"
+	"github.com/edgefleet/fleet/pkg/fleetscheme"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
 	"github.com/edgefleet/fleet/pkg/hub/reach"
 	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
@@ -61,7 +62,7 @@ func newManager(cfg *rest.Config, o managerOptions) (ctrl.Manager, error) {
 		metricsOpts.TLSOpts = append(metricsOpts.TLSOpts, disableHTTP2)
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                  hubreconcilers.NewScheme(),
+		Scheme:                  fleetscheme.New(),
 		Metrics:                 metricsOpts,
 		HealthProbeBindAddress:  o.probeAddr,
 		PprofBindAddress:        o.pprofAddr,

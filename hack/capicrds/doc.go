@@ -3,7 +3,7 @@
 // into one gzipped multi-document YAML file, so that the embedded hub can
 // install them without a Go toolchain or module cache at run time.
 //
-//	go run ./hack/capicrds -o internal/clusterapi/crds.yaml.gz
+//	go run ./hack/capicrds -o pkg/hub/embedded/clusterapi/crds.yaml.gz
 //
 // The output is deterministic (sorted inputs, no gzip timestamp), so `make
 // verify` can tell when it is stale.

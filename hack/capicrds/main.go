@@ -20,7 +20,7 @@ var dirs = []string{
 }
 
 func main() {
-	out := flag.String("o", "internal/clusterapi/crds.yaml.gz", "Output file.")
+	out := flag.String("o", "pkg/hub/embedded/clusterapi/crds.yaml.gz", "Output file.")
 	flag.Parse()
 	if err := run(*out); err != nil {
 		fmt.Fprintf(os.Stderr, "capicrds: %v\n", err)

@@ -17,12 +17,12 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/edgefleet/fleet/internal/clusterapi"
-	"github.com/edgefleet/fleet/internal/localkube"
-	"github.com/edgefleet/fleet/internal/testenv"
-	"github.com/edgefleet/fleet/internal/testhost"
 	"github.com/edgefleet/fleet/internal/testkit"
+	"github.com/edgefleet/fleet/internal/testkit/testenv"
+	"github.com/edgefleet/fleet/internal/testkit/testhost"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/hub/embedded/clusterapi"
+	"github.com/edgefleet/fleet/pkg/hub/embedded/localkube"
 )
 
 // The demo as a user runs it, driven through its input: with real edge

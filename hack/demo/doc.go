@@ -4,7 +4,7 @@
 // It starts the embedded hub (`fleet-hub dev`, with the KubeadmControlPlane
 // reconciler and edge reach) and edge hosts. Where the machine can (root,
 // containerd, runc, dbus, the CNI plugins, kubelet and kubeadm in bin/k8s),
-// the hosts are real (internal/testhost): each in network, mount and UTS
+// the hosts are real (internal/testkit/testhost): each in network, mount and UTS
 // namespaces of its own behind a site's NAT router, with its own containerd
 // and a service manager in place of systemd, where fleet-agent runs real
 // kubeadm and the kubelet. They end with the demo, so each run starts over.

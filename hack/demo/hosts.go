@@ -14,10 +14,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	"github.com/edgefleet/fleet/internal/testhost"
+	"github.com/edgefleet/fleet/internal/testkit/testhost"
 	"github.com/edgefleet/fleet/pkg/agent"
+	"github.com/edgefleet/fleet/pkg/contract/hubinfo"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
-	"github.com/edgefleet/fleet/pkg/hub/gateway"
 )
 
 // siteLabel is on every demo host; roleLabel says what a host is for.
@@ -110,10 +110,10 @@ func (d *demo) startHosts(ctx context.Context) error {
 	// The hub publishes its URL and CA pin; every run rewrites the agents'
 	// configs from it (the pin is stable: the hub CA is kept in its data).
 	info := &corev1.ConfigMap{}
-	if err := d.client.Get(ctx, client.ObjectKey{Namespace: "fleet-system", Name: gateway.InfoConfigMap}, info); err != nil {
+	if err := d.client.Get(ctx, client.ObjectKey{Namespace: "fleet-system", Name: hubinfo.ConfigMap}, info); err != nil {
 		return fmt.Errorf("reading the hub's published URL and CA pin: %w", err)
 	}
-	hubURL, pin := info.Data[gateway.InfoKeyURL], info.Data[gateway.InfoKeyCAPin]
+	hubURL, pin := info.Data[hubinfo.KeyURL], info.Data[hubinfo.KeyCAPin]
 	var fresh []*host
 	for _, h := range d.hosts {
 		if h.th == nil {

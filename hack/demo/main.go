@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/edgefleet/fleet/internal/localkube"
+	"github.com/edgefleet/fleet/pkg/hub/embedded/localkube"
 )
 
 func main() {

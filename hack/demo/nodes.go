@@ -12,8 +12,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/edgefleet/fleet/internal/localkube"
-	"github.com/edgefleet/fleet/internal/testhost"
+	"github.com/edgefleet/fleet/internal/testkit/testhost"
+	"github.com/edgefleet/fleet/pkg/hub/embedded/localkube"
 )
 
 // The node modes of --nodes.

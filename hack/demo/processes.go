@@ -16,9 +16,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/edgefleet/fleet/internal/clusterapi"
-	"github.com/edgefleet/fleet/internal/localkube"
-	"github.com/edgefleet/fleet/internal/testhost"
+	"github.com/edgefleet/fleet/internal/testkit/testhost"
+	"github.com/edgefleet/fleet/pkg/hub/embedded/clusterapi"
+	"github.com/edgefleet/fleet/pkg/hub/embedded/localkube"
 )
 
 const clusterName = "demo"

@@ -7,18 +7,18 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/edgefleet/fleet/internal/release"
+	"github.com/edgefleet/fleet/hack/release/render"
 )
 
 func main() {
 	var out string
-	o := release.Options{Root: "."}
+	o := render.Options{Root: "."}
 	flag.StringVar(&out, "out", "dist", "directory to write into")
-	flag.StringVar(&o.Image, "image", release.ImageName, "repository of the hub's image")
+	flag.StringVar(&o.Image, "image", render.ImageName, "repository of the hub's image")
 	flag.StringVar(&o.Tag, "tag", "", "the image's tag")
 	flag.StringVar(&o.Digest, "digest", "", "the image's digest (sha256:…), pinning it")
 	flag.Parse()
-	files, err := release.Write(out, o)
+	files, err := render.Write(out, o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "release:", err)
 		os.Exit(1)

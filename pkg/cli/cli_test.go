@@ -26,7 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/edgefleet/fleet/internal/testenv"
+	"github.com/edgefleet/fleet/internal/testkit/testenv"
 	"github.com/edgefleet/fleet/pkg/agent"
 	"github.com/edgefleet/fleet/pkg/cli"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"

@@ -19,8 +19,8 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/edgefleet/fleet/internal/release"
-	"github.com/edgefleet/fleet/pkg/cli/create"
+	"github.com/edgefleet/fleet/hack/release/render"
+	"github.com/edgefleet/fleet/pkg/clustertemplate"
 )
 
 // clusterctlBinary is the real clusterctl `make test` builds into bin/; a
@@ -79,7 +79,7 @@ func decodeObjects(t *testing.T, b []byte) []map[string]any {
 func TestClusterctlTemplatesAreCreatesObjects(t *testing.T) {
 	clusterctl := clusterctlBinary(t)
 	dir := t.TempDir()
-	if _, err := release.Write(dir, release.Options{Root: "../..", Tag: "v0.1.0"}); err != nil {
+	if _, err := render.Write(dir, render.Options{Root: "../..", Tag: "v0.1.0"}); err != nil {
 		t.Fatal(err)
 	}
 	noTaints := filepath.Join(dir, "no-taints.yaml")
@@ -118,7 +118,7 @@ func TestClusterctlTemplatesAreCreatesObjects(t *testing.T) {
 			t.Fatalf("clusterctl generate cluster --from %s: %v\n%s", file, err, stderr.String())
 		}
 		created, _, err := fleet(t, append([]string{"create", "cluster", tc.name, "-n", ns, "--kubernetes-version", "v1.36.3",
-			"--host-selector", "site=store-17", "--service-cidr", create.DefaultServiceCIDR, "--dry-run=client", "-o", "yaml"}, tc.createFlags...)...)
+			"--host-selector", "site=store-17", "--service-cidr", clustertemplate.DefaultServiceCIDR, "--dry-run=client", "-o", "yaml"}, tc.createFlags...)...)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgefleet/fleet/pkg/enrolltoken"
+
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,10 +27,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/edgefleet/fleet/internal/testenv"
 	"github.com/edgefleet/fleet/internal/testkit"
+	"github.com/edgefleet/fleet/internal/testkit/testenv"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
-	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
 	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
 )
@@ -359,7 +360,7 @@ func roleTokens(t *testing.T, ns string) (cp, worker string) {
 	t.Helper()
 	tokens := make([]string, 2)
 	for i, role := range []string{"cp", "worker"} {
-		tok, _, err := enrollment.Create(context.Background(), hub.Client, ns, enrollment.Options{TTL: time.Hour, HostNamespace: ns,
+		tok, _, err := enrolltoken.Create(context.Background(), hub.Client, ns, enrolltoken.Options{TTL: time.Hour, HostNamespace: ns,
 			HostLabels: map[string]string{"role": role}}, time.Now())
 		must(t, err)
 		tokens[i] = tok

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgefleet/fleet/pkg/enrolltoken"
+
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,10 +37,9 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/edgefleet/fleet/internal/testenv"
-	"github.com/edgefleet/fleet/pkg/cli/create"
+	"github.com/edgefleet/fleet/internal/testkit/testenv"
+	"github.com/edgefleet/fleet/pkg/clustertemplate"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
-	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
 	"github.com/edgefleet/fleet/pkg/hub/reach"
 	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
@@ -418,7 +419,7 @@ func TestEdgeReachKubeadmControlPlaneAvailable(t *testing.T) {
 	const siteGateway = "127.0.0.1:17443"
 	s.forward(t, siteGateway, gw.Addr())
 
-	objs := create.Objects(create.Spec{Name: clusterName, Namespace: ns, KubernetesVersion: "v1.36.3",
+	objs := clustertemplate.Objects(clustertemplate.Spec{Name: clusterName, Namespace: ns, KubernetesVersion: "v1.36.3",
 		ControlPlane: "kubeadm", ControlPlaneMachines: 1, WorkerMachines: 0,
 		ControlPlaneSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": "cp"}}, WorkerSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": "worker"}},
 		Endpoint: infrav1.APIEndpoint{Host: endpoint, Port: sitePort}})
@@ -460,7 +461,7 @@ func TestEdgeReachKubeadmControlPlaneAvailable(t *testing.T) {
 		must(t, c.Create(ctx, o))
 	}
 
-	token, _, err := enrollment.Create(ctx, c, ns, enrollment.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "cp"}}, time.Now())
+	token, _, err := enrolltoken.Create(ctx, c, ns, enrolltoken.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "cp"}}, time.Now())
 	must(t, err)
 	agentBin, simBin := buildBinaries(t)
 	startAgentIn(t, s, "cp-0", agentBin, simBin, "https://"+siteGateway, gw.CA().Pin(), token, api.kubeconfig)

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgefleet/fleet/pkg/enrolltoken"
+
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
@@ -17,10 +19,9 @@ import (
 	"sigs.k8s.io/cluster-api/util/kubeconfig"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/edgefleet/fleet/internal/testenv"
+	"github.com/edgefleet/fleet/internal/testkit/testenv"
 	"github.com/edgefleet/fleet/pkg/cli"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
-	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 	"github.com/edgefleet/fleet/test/nodesim/sim"
 )
 
@@ -72,7 +73,7 @@ func serveMachine(t *testing.T, name string) (ns, host string, a *agentProc) {
 	gw, _ := startFleetHub(t, ns, addr)
 	agentBin, simBin := buildBinaries(t)
 	_, wkc := createCluster(t, ns)
-	token, _, err := enrollment.Create(ctx, c, ns, enrollment.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "cp"}}, time.Now())
+	token, _, err := enrolltoken.Create(ctx, c, ns, enrolltoken.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "cp"}}, time.Now())
 	must(t, err)
 	a = startAgent(t, name, agentBin, simBin, "https://"+addr, gw.CA().Pin(), token, wkc)
 	eventually(t, "host enrolled", func() error { return testenv.HostsAvailable(ctx, c, ns, 1) })

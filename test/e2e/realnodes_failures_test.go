@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgefleet/fleet/pkg/enrolltoken"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
@@ -16,11 +18,10 @@ import (
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/edgefleet/fleet/internal/testenv"
-	"github.com/edgefleet/fleet/internal/testhost"
-	"github.com/edgefleet/fleet/pkg/cli/create"
+	"github.com/edgefleet/fleet/internal/testkit/testenv"
+	"github.com/edgefleet/fleet/internal/testkit/testhost"
+	"github.com/edgefleet/fleet/pkg/clustertemplate"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
-	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 )
 
 // Real hosts that cannot become nodes — no container runtime, no kubelet,
@@ -79,7 +80,7 @@ func TestRealNodesBootstrapFailures(t *testing.T) {
 	}
 	hosts := map[string]*testhost.Host{}
 	for _, f := range failures {
-		token, _, err := enrollment.Create(ctx, c, ns, enrollment.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"fail": f.name}}, time.Now())
+		token, _, err := enrolltoken.Create(ctx, c, ns, enrolltoken.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"fail": f.name}}, time.Now())
 		must(t, err)
 		h := startRealHostWith(t, site, bin, f.host, prefix+"-"+f.name, hubURL, gw.CA().Pin(), token)
 		if f.setup != nil {
@@ -95,7 +96,7 @@ func TestRealNodesBootstrapFailures(t *testing.T) {
 			f.kubeadm(&settings)
 		}
 		sel := &metav1.LabelSelector{MatchLabels: map[string]string{"fail": f.name}}
-		for _, o := range create.Objects(create.Spec{Name: f.name, Namespace: ns, KubernetesVersion: "v1.36.3",
+		for _, o := range clustertemplate.Objects(clustertemplate.Spec{Name: f.name, Namespace: ns, KubernetesVersion: "v1.36.3",
 			ControlPlane: "machines", ControlPlaneMachines: 1, ControlPlaneSelector: sel, WorkerSelector: sel,
 			Endpoint: infrav1.APIEndpoint{Host: f.name + "." + ns + "." + infrav1.EndpointDomain, Port: 6443}, Kubeadm: settings}) {
 			must(t, c.Create(ctx, o))

@@ -18,9 +18,9 @@ import (
 	"sigs.k8s.io/cluster-api/util/kubeconfig"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/edgefleet/fleet/internal/testenv"
-	"github.com/edgefleet/fleet/internal/testhost"
-	"github.com/edgefleet/fleet/pkg/cli/create"
+	"github.com/edgefleet/fleet/internal/testkit/testenv"
+	"github.com/edgefleet/fleet/internal/testkit/testhost"
+	"github.com/edgefleet/fleet/pkg/clustertemplate"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/hub/inventory"
 )
@@ -57,9 +57,9 @@ func TestRealNodesRemediation(t *testing.T) {
 	// --host-unready-timeout 10m` writes them: the Node's NotReady is what
 	// gets the Machine replaced here.
 	spec := realClusterSpec(t, ns)
-	spec.HealthCheck = &create.HealthCheck{NodeStartupTimeout: 10 * time.Minute, UnhealthyTimeout: 20 * time.Second,
+	spec.HealthCheck = &clustertemplate.HealthCheck{NodeStartupTimeout: 10 * time.Minute, UnhealthyTimeout: 20 * time.Second,
 		HostUnreadyTimeout: 10 * time.Minute, MaxUnhealthy: intstr.FromString("100%")}
-	for _, o := range create.Objects(spec) {
+	for _, o := range clustertemplate.Objects(spec) {
 		must(t, c.Create(ctx, o))
 	}
 	realEventually(t, "Cluster Available on real nodes", func() error { return clusterAvailable(ctx, c, ns) })

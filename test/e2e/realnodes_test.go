@@ -26,10 +26,10 @@ import (
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/edgefleet/fleet/internal/testenv"
-	"github.com/edgefleet/fleet/internal/testhost"
 	"github.com/edgefleet/fleet/internal/testkit"
-	"github.com/edgefleet/fleet/pkg/cli/create"
+	"github.com/edgefleet/fleet/internal/testkit/testenv"
+	"github.com/edgefleet/fleet/internal/testkit/testhost"
+	"github.com/edgefleet/fleet/pkg/clustertemplate"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
 	"github.com/edgefleet/fleet/pkg/hub/inventory"
@@ -101,7 +101,7 @@ func testHostsKubeadm(t *testing.T) bootstrapv1.KubeadmConfigSpec {
 	t.Helper()
 	tmpl, err := os.ReadFile(filepath.Join("..", "..", "docs", "templates", "kubeadm-cgroupv1-test-hosts.yaml"))
 	must(t, err)
-	settings, err := create.ParseKubeadmConfig(tmpl)
+	settings, err := clustertemplate.ParseKubeadmConfig(tmpl)
 	must(t, err)
 	return settings
 }
@@ -109,8 +109,8 @@ func testHostsKubeadm(t *testing.T) bootstrapv1.KubeadmConfigSpec {
 // realClusterSpec is the cluster `create` makes for one control-plane
 // host (KubeadmControlPlane, stacked etcd) labelled role=cp and one worker
 // labelled role=worker.
-func realClusterSpec(t *testing.T, ns string) create.Spec {
-	return create.Spec{Kubeadm: testHostsKubeadm(t), Name: clusterName, Namespace: ns, KubernetesVersion: "v1.36.3",
+func realClusterSpec(t *testing.T, ns string) clustertemplate.Spec {
+	return clustertemplate.Spec{Kubeadm: testHostsKubeadm(t), Name: clusterName, Namespace: ns, KubernetesVersion: "v1.36.3",
 		ControlPlane: "kubeadm", ControlPlaneMachines: 1, WorkerMachines: 1,
 		ControlPlaneSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": "cp"}},
 		WorkerSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"role": "worker"}},
@@ -150,7 +150,7 @@ func TestRealNodesClusterLifecycle(t *testing.T) {
 
 	// The settings this machine's hosts need come from the documented
 	// template.
-	for _, o := range create.Objects(realClusterSpec(t, ns)) {
+	for _, o := range clustertemplate.Objects(realClusterSpec(t, ns)) {
 		must(t, c.Create(ctx, o))
 	}
 	realEventually(t, "Cluster Available on real nodes", func() error { return clusterAvailable(ctx, c, ns) })

@@ -20,9 +20,9 @@ import (
 	"sigs.k8s.io/cluster-api/util/kubeconfig"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/edgefleet/fleet/internal/testenv"
+	"github.com/edgefleet/fleet/internal/testkit/testenv"
+	"github.com/edgefleet/fleet/pkg/contract/hubinfo"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
-	"github.com/edgefleet/fleet/pkg/hub/gateway"
 )
 
 // Three fleet-hub processes share one fleet, as a Deployment's replicas
@@ -221,15 +221,15 @@ func (r *replica) pin(t *testing.T, ns string) string {
 	t.Helper()
 	cm := &corev1.ConfigMap{}
 	eventually(t, "the hub's CA pin published", func() error {
-		if err := hub.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: gateway.InfoConfigMap}, cm); err != nil {
+		if err := hub.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: hubinfo.ConfigMap}, cm); err != nil {
 			return err
 		}
-		if cm.Data[gateway.InfoKeyCAPin] == "" {
+		if cm.Data[hubinfo.KeyCAPin] == "" {
 			return errors.New("no pin yet")
 		}
 		return nil
 	})
-	return cm.Data[gateway.InfoKeyCAPin]
+	return cm.Data[hubinfo.KeyCAPin]
 }
 
 func (r *replica) kill() {

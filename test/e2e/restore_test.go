@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	"github.com/edgefleet/fleet/internal/testenv"
+	"github.com/edgefleet/fleet/internal/testkit/testenv"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 )
 

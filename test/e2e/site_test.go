@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/edgefleet/fleet/internal/testhost"
+	"github.com/edgefleet/fleet/internal/testkit/testhost"
 	"github.com/edgefleet/fleet/pkg/pki"
 )
 

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgefleet/fleet/pkg/enrolltoken"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -20,9 +22,8 @@ import (
 	"sigs.k8s.io/cluster-api/util/secret"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/edgefleet/fleet/internal/release"
-	"github.com/edgefleet/fleet/internal/testenv"
-	"github.com/edgefleet/fleet/pkg/hub/enrollment"
+	"github.com/edgefleet/fleet/hack/release/render"
+	"github.com/edgefleet/fleet/internal/testkit/testenv"
 )
 
 // A cluster made with `clusterctl generate cluster` from fleet's release
@@ -38,7 +39,7 @@ func TestClusterFromTemplateOnRealAgents(t *testing.T) {
 	c := hub.Client
 	gw, _ := startFleetHub(t, ns, freeAddr(t))
 	dir := t.TempDir()
-	if _, err := release.Write(dir, release.Options{Root: filepath.Join("..", ".."), Tag: "v0.1.0"}); err != nil {
+	if _, err := render.Write(dir, render.Options{Root: filepath.Join("..", ".."), Tag: "v0.1.0"}); err != nil {
 		t.Fatal(err)
 	}
 	must(t, os.WriteFile(filepath.Join(dir, "clusterctl.yaml"), []byte("{}\n"), 0o600))
@@ -56,7 +57,7 @@ func TestClusterFromTemplateOnRealAgents(t *testing.T) {
 	must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: clusterName}, cluster))
 	setKubeconfig(t, cluster, kubeconfig.FromEnvTestConfig(workload.Config, cluster))
 
-	token, _, err := enrollment.Create(ctx, c, ns, enrollment.Options{TTL: time.Hour, HostNamespace: ns}, time.Now())
+	token, _, err := enrolltoken.Create(ctx, c, ns, enrolltoken.Options{TTL: time.Hour, HostNamespace: ns}, time.Now())
 	must(t, err)
 	agentBin, simBin := buildBinaries(t)
 	wkc := kubeconfig.FromEnvTestConfig(workload.Config, cluster)

@@ -3,7 +3,7 @@
 // the units it is told to from their unit files, restarts them as their
 // Restart= says and when asked over D-Bus (fleet-agent's restarts of
 // containerd and the kubelet), and on SIGTERM or SIGINT stops every unit
-// before it exits. See internal/unitd for what it supports.
+// before it exits. See internal/testkit/unitd for what it supports.
 //
 // Run as "systemctl" (a link named so, ahead of the real systemctl on
 // PATH) it is the client: daemon-reload, start, stop, restart, is-active,

@@ -15,7 +15,7 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
-	"github.com/edgefleet/fleet/internal/unitd"
+	"github.com/edgefleet/fleet/internal/testkit/unitd"
 )
 
 func main() {

@@ -8,6 +8,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"github.com/edgefleet/fleet/pkg/cli/command"
+	"github.com/edgefleet/fleet/pkg/clustertemplate"
 )
 
 // NewCmd returns `kubectl fleet create`.
@@ -82,10 +83,10 @@ func newClusterCmd(flags *genericclioptions.ConfigFlags, streams genericiooption
 	f.StringVar(&o.DryRun, "dry-run", "none", `"client" prints the objects without writing them.`)
 	f.StringVarP(&o.Output, "output", "o", "", "With --dry-run=client: yaml or json.")
 	f.BoolVar(&o.HealthCheck, "health-check", true, "Create MachineHealthChecks for the control plane and the workers (false: none).")
-	f.DurationVar(&o.NodeStartupTimeout, "node-startup-timeout", DefaultNodeStartupTimeout, "Replace a Machine whose Node has not joined this long after its creation (0: never).")
-	f.DurationVar(&o.UnhealthyTimeout, "unhealthy-timeout", DefaultUnhealthyTimeout, "Replace a Machine whose Node has been NotReady or unreachable this long (0: never).")
-	f.DurationVar(&o.HostUnreadyTimeout, "host-unready-timeout", DefaultHostUnreadyTimeout, "Replace a Machine whose host has not been ready this long: agent disconnected, host lost, bootstrap failed (0: never).")
-	f.StringVar(&o.MaxUnhealthy, "max-unhealthy", DefaultMaxUnhealthy, "Remediate only while at most this many of a health check's Machines are unhealthy: a count or a percentage.")
+	f.DurationVar(&o.NodeStartupTimeout, "node-startup-timeout", clustertemplate.DefaultNodeStartupTimeout, "Replace a Machine whose Node has not joined this long after its creation (0: never).")
+	f.DurationVar(&o.UnhealthyTimeout, "unhealthy-timeout", clustertemplate.DefaultUnhealthyTimeout, "Replace a Machine whose Node has been NotReady or unreachable this long (0: never).")
+	f.DurationVar(&o.HostUnreadyTimeout, "host-unready-timeout", clustertemplate.DefaultHostUnreadyTimeout, "Replace a Machine whose host has not been ready this long: agent disconnected, host lost, bootstrap failed (0: never).")
+	f.StringVar(&o.MaxUnhealthy, "max-unhealthy", clustertemplate.DefaultMaxUnhealthy, "Remediate only while at most this many of a health check's Machines are unhealthy: a count or a percentage.")
 	f.BoolVar(&o.Wait, "wait", false, "Wait until every machine is Running, showing progress.")
 	f.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "How long --wait waits.")
 	return cmd

@@ -18,6 +18,7 @@ import (
 
 	"github.com/edgefleet/fleet/pkg/cli/kube"
 	"github.com/edgefleet/fleet/pkg/cli/validate"
+	"github.com/edgefleet/fleet/pkg/clustertemplate"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 )
 
@@ -52,14 +53,14 @@ type Options struct {
 	HostUnreadyTimeout time.Duration
 	MaxUnhealthy       string
 
-	spec Spec
+	spec clustertemplate.Spec
 	conn *kube.Connection
 }
 
 // Complete takes the name and finds the namespace; it builds a client
 // unless the objects are only printed.
 func (o *Options) Complete(args []string) error {
-	o.spec = Spec{Name: args[0], KubernetesVersion: o.KubernetesVersion, ControlPlane: o.ControlPlane,
+	o.spec = clustertemplate.Spec{Name: args[0], KubernetesVersion: o.KubernetesVersion, ControlPlane: o.ControlPlane,
 		ControlPlaneMachines: o.ControlPlaneMachines, WorkerMachines: o.WorkerMachines,
 		PodCIDR: o.PodCIDR, ServiceCIDR: o.ServiceCIDR}
 	if o.DryRun == "client" {
@@ -163,7 +164,7 @@ func (o *Options) completeEndpoint() error {
 
 // Run applies (or prints) the objects and optionally waits.
 func (o *Options) Run(ctx context.Context) error {
-	objs := Objects(o.spec)
+	objs := clustertemplate.Objects(o.spec)
 	if o.DryRun == "client" {
 		var p printers.ResourcePrinter = &printers.YAMLPrinter{}
 		if o.Output == "json" {
@@ -213,7 +214,7 @@ func (o *Options) completeHealthCheck() []error {
 	if !o.HealthCheck {
 		return nil
 	}
-	hc := HealthCheck{NodeStartupTimeout: o.NodeStartupTimeout, UnhealthyTimeout: o.UnhealthyTimeout, HostUnreadyTimeout: o.HostUnreadyTimeout}
+	hc := clustertemplate.HealthCheck{NodeStartupTimeout: o.NodeStartupTimeout, UnhealthyTimeout: o.UnhealthyTimeout, HostUnreadyTimeout: o.HostUnreadyTimeout}
 	var errs []error
 	for flag, d := range map[string]time.Duration{"--node-startup-timeout": o.NodeStartupTimeout,
 		"--unhealthy-timeout": o.UnhealthyTimeout, "--host-unready-timeout": o.HostUnreadyTimeout} {

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/edgefleet/fleet/pkg/cli/command"
+	"github.com/edgefleet/fleet/pkg/clustertemplate"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 )
 
@@ -33,7 +34,7 @@ func TestValidate(t *testing.T) {
 	valid := func() *Options {
 		return &Options{KubernetesVersion: "v1.36.3", ControlPlane: "kubeadm", ControlPlaneMachines: 1, DryRun: "none",
 			PodCIDR: "192.168.0.0/16", Endpoint: "store.hosts.fleet.internal:6443", Timeout: time.Minute,
-			spec: Spec{Name: "store", Namespace: "hosts"}}
+			spec: clustertemplate.Spec{Name: "store", Namespace: "hosts"}}
 	}
 	if err := valid().Validate(); err != nil {
 		t.Fatalf("valid options: %v", err)
@@ -72,7 +73,7 @@ func TestValidate(t *testing.T) {
 // The common selector and each role's own combine, in full selector syntax.
 func TestValidateParsesSelectors(t *testing.T) {
 	o := &Options{KubernetesVersion: "v1.36.3", ControlPlane: "kubeadm", ControlPlaneMachines: 1, DryRun: "none",
-		Endpoint: "s:6443", spec: Spec{Name: "s"},
+		Endpoint: "s:6443", spec: clustertemplate.Spec{Name: "s"},
 		HostSelector: []string{"site in (a,b)"}, WorkerSelector: []string{"!fleet.edgefleet.io/interruptible"}}
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)
@@ -102,7 +103,7 @@ func objects(t *testing.T, o *Options) []client.Object {
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	return Objects(o.spec)
+	return clustertemplate.Objects(o.spec)
 }
 
 // find returns the first object of type T among objs.
@@ -130,14 +131,14 @@ func writeFile(t *testing.T, content string) string {
 // wired checks create's node wiring is in nr, with the settings want kept.
 func wired(t *testing.T, what string, nr bootstrapv1.NodeRegistrationOptions) {
 	t.Helper()
-	if nr.Name != nodeNameTemplate {
+	if nr.Name != clustertemplate.NodeNameTemplate {
 		t.Errorf("%s: node name %q", what, nr.Name)
 	}
 	n := 0
 	for _, a := range nr.KubeletExtraArgs {
-		if a.Name == providerIDArg {
+		if a.Name == clustertemplate.ProviderIDArg {
 			n++
-			if ptr.Deref(a.Value, "") != providerIDTemplate {
+			if ptr.Deref(a.Value, "") != clustertemplate.ProviderIDTemplate {
 				t.Errorf("%s: provider-id %q", what, ptr.Deref(a.Value, ""))
 			}
 		}
@@ -186,8 +187,8 @@ func TestEdgeClusterScopedToControlPlaneHosts(t *testing.T) {
 func TestNoKubeadmSettingsOnlyWiring(t *testing.T) {
 	o := validOptions()
 	objs := objects(t, o)
-	nr := bootstrapv1.NodeRegistrationOptions{Name: nodeNameTemplate,
-		KubeletExtraArgs: []bootstrapv1.Arg{{Name: providerIDArg, Value: ptr.To(providerIDTemplate)}}}
+	nr := bootstrapv1.NodeRegistrationOptions{Name: clustertemplate.NodeNameTemplate,
+		KubeletExtraArgs: []bootstrapv1.Arg{{Name: clustertemplate.ProviderIDArg, Value: ptr.To(clustertemplate.ProviderIDTemplate)}}}
 	want := bootstrapv1.KubeadmConfigSpec{InitConfiguration: bootstrapv1.InitConfiguration{NodeRegistration: nr},
 		JoinConfiguration: bootstrapv1.JoinConfiguration{NodeRegistration: nr}}
 	if got := find[*controlplanev1.KubeadmControlPlane](t, objs).Spec.KubeadmConfigSpec; !equality.Semantic.DeepEqual(got, want) {
@@ -537,7 +538,7 @@ func TestHealthCheckFlagsRefused(t *testing.T) {
 		{func(o *Options) { o.MaxUnhealthy = "some" }, `--max-unhealthy "some"`},
 	} {
 		o := &Options{KubernetesVersion: "v1.36.3", ControlPlane: "kubeadm", ControlPlaneMachines: 1, DryRun: "none",
-			Endpoint: "s:6443", spec: Spec{Name: "s"}, HealthCheck: true, MaxUnhealthy: "100%"}
+			Endpoint: "s:6443", spec: clustertemplate.Spec{Name: "s"}, HealthCheck: true, MaxUnhealthy: "100%"}
 		tc.change(o)
 		if err := o.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Validate() = %v, want %q", err, tc.want)

@@ -1,7 +1,6 @@
 package create
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,45 +10,11 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/utils/ptr"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
-	"sigs.k8s.io/yaml"
-)
 
-// The node wiring create adds to every nodeRegistration: the node name is
-// the host's name, and the kubelet's providerID the one fleet gives the
-// host, so Cluster API finds the Node. The agent expands both on the host.
-const (
-	nodeNameTemplate   = "{{ ds.meta_data.local_hostname }}"
-	providerIDTemplate = "{{ ds.meta_data.provider_id }}"
-	providerIDArg      = "provider-id"
+	"github.com/edgefleet/fleet/pkg/clustertemplate"
 )
-
-// ParseKubeadmConfig reads a partial KubeadmConfigSpec (YAML or JSON, the
-// field names of bootstrap.cluster.x-k8s.io/v1beta2) strictly: an unknown or
-// repeated field is an error naming it, so a typo never goes silently unused.
-func ParseKubeadmConfig(data []byte) (bootstrapv1.KubeadmConfigSpec, error) {
-	var spec bootstrapv1.KubeadmConfigSpec
-	doc, err := yaml.YAMLToJSONStrict(data)
-	if err != nil {
-		return spec, err
-	}
-	// The typed decoding gives the clearer message for a wrong type; the
-	// unstructured one names an unknown field by its full path.
-	if err := json.Unmarshal(doc, &spec); err != nil {
-		return spec, err
-	}
-	var fields map[string]any
-	if err := utiljson.Unmarshal(doc, &fields); err != nil {
-		return spec, err
-	}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(fields, &bootstrapv1.KubeadmConfigSpec{}, true); err != nil {
-		return spec, err
-	}
-	return spec, nil
-}
 
 // readKubeadmConfig reads --kubeadm-config: a file, or stdin for "-".
 func (o *Options) readKubeadmConfig() ([]byte, error) {
@@ -74,7 +39,7 @@ func (o *Options) completeKubeadm() error {
 	if o.KubeadmConfig != "" {
 		data, err := o.readKubeadmConfig()
 		if err == nil {
-			spec, err = ParseKubeadmConfig(data)
+			spec, err = clustertemplate.ParseKubeadmConfig(data)
 		}
 		if err != nil {
 			return fmt.Errorf("--kubeadm-config %s: %w", o.KubeadmConfig, err)
@@ -129,33 +94,21 @@ func checkNodeRegistration(path string, nr *bootstrapv1.NodeRegistrationOptions)
 	default:
 		errs = append(errs, fmt.Errorf("%s.imagePullPolicy %q: want Always, IfNotPresent or Never", path, nr.ImagePullPolicy))
 	}
-	if nr.Name != "" && nr.Name != nodeNameTemplate {
+	if nr.Name != "" && nr.Name != clustertemplate.NodeNameTemplate {
 		errs = append(errs, fmt.Errorf("%s.name %q: create names each node after its host (%q), which fleet reports; leave it out",
-			path, nr.Name, nodeNameTemplate))
+			path, nr.Name, clustertemplate.NodeNameTemplate))
 	}
 	for _, a := range nr.KubeletExtraArgs {
 		if a.Name == "hostname-override" {
 			errs = append(errs, fmt.Errorf("%s.kubeletExtraArgs hostname-override: it renames the node, which create names after its host (%q); leave it out",
-				path, nodeNameTemplate))
+				path, clustertemplate.NodeNameTemplate))
 		}
-		if a.Name == providerIDArg && ptr.Deref(a.Value, "") != providerIDTemplate {
+		if a.Name == clustertemplate.ProviderIDArg && ptr.Deref(a.Value, "") != clustertemplate.ProviderIDTemplate {
 			errs = append(errs, fmt.Errorf("%s.kubeletExtraArgs %s=%q: create sets it to %q, the providerID fleet gives the host, so Cluster API finds the Node; leave it out",
-				path, providerIDArg, ptr.Deref(a.Value, ""), providerIDTemplate))
+				path, clustertemplate.ProviderIDArg, ptr.Deref(a.Value, ""), clustertemplate.ProviderIDTemplate))
 		}
 	}
 	return errs
-}
-
-// wireNode adds create's node name and provider-id to nr, keeping every
-// other setting it has.
-func wireNode(nr *bootstrapv1.NodeRegistrationOptions) {
-	nr.Name = nodeNameTemplate
-	arg := bootstrapv1.Arg{Name: providerIDArg, Value: ptr.To(providerIDTemplate)}
-	if i := slices.IndexFunc(nr.KubeletExtraArgs, func(a bootstrapv1.Arg) bool { return a.Name == providerIDArg }); i >= 0 {
-		nr.KubeletExtraArgs[i] = arg
-		return
-	}
-	nr.KubeletExtraArgs = append(nr.KubeletExtraArgs, arg)
 }
 
 // addOnce appends v unless the list has it already (kubeadm compares

@@ -13,8 +13,8 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/edgefleet/fleet/pkg/contract/hostphase"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
-	"github.com/edgefleet/fleet/pkg/hub/inventory"
 )
 
 // warnAboutHosts says, before anything is written, when fewer hosts match
@@ -31,7 +31,7 @@ func (o *Options) warnAboutHosts(ctx context.Context) {
 		}
 		free := 0
 		for i := range hosts.Items {
-			if s.Matches(labels.Set(hosts.Items[i].Labels)) && inventory.IsClaimable(&hosts.Items[i]) {
+			if s.Matches(labels.Set(hosts.Items[i].Labels)) && hostphase.IsClaimable(&hosts.Items[i]) {
 				free++
 			}
 		}

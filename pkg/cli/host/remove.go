@@ -7,10 +7,10 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
-	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/pkg/cli/kube"
@@ -94,7 +94,7 @@ func (o *RemoveOptions) removable(ctx context.Context, h *infrav1.EdgeHost) (boo
 	if !h.DeletionTimestamp.IsZero() {
 		return true, nil
 	}
-	connected := conditions.IsTrue(h, infrav1.AgentConnectedCondition)
+	connected := meta.IsStatusConditionTrue(h.Status.Conditions, infrav1.AgentConnectedCondition)
 	switch h.Status.Phase {
 	case infrav1.HostNeedsAttention:
 		return false, fmt.Errorf("edgehost/%s's reset failed (%s): order it again with `kubectl fleet host retry %s`, "+

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
-	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/pkg/cli/kube"
@@ -70,7 +70,7 @@ func (o *RetryOptions) Run(ctx context.Context) error {
 		return o.conn.Explain(err)
 	}
 	fmt.Fprintf(o.Out, "edgehost/%s reset ordered again (retry %d)\n", o.Name, n)
-	if !conditions.IsTrue(h, infrav1.AgentConnectedCondition) {
+	if !meta.IsStatusConditionTrue(h.Status.Conditions, infrav1.AgentConnectedCondition) {
 		fmt.Fprintf(o.Out, "edgehost/%s's agent is not connected%s: it resets the host when it comes back\n", o.Name, lastSeen(h))
 	}
 	if !o.Wait {

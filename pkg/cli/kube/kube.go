@@ -6,24 +6,16 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/rest"
-	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
-	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/internal/version"
-	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
+	"github.com/edgefleet/fleet/pkg/fleetscheme"
 )
 
 // Scheme knows every kind the plugin reads or writes.
-func Scheme() *runtime.Scheme {
-	s := hubreconcilers.NewScheme()
-	utilruntime.Must(bootstrapv1.AddToScheme(s))
-	utilruntime.Must(controlplanev1.AddToScheme(s))
-	return s
-}
+func Scheme() *runtime.Scheme { return fleetscheme.New() }
 
 // Connection is a client to the hub cluster and the namespace to work in.
 type Connection struct {

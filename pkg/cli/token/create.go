@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/edgefleet/fleet/pkg/contract/hubinfo"
+	"github.com/edgefleet/fleet/pkg/enrolltoken"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -14,8 +17,6 @@ import (
 
 	"github.com/edgefleet/fleet/pkg/cli/kube"
 	"github.com/edgefleet/fleet/pkg/cli/validate"
-	"github.com/edgefleet/fleet/pkg/hub/enrollment"
-	"github.com/edgefleet/fleet/pkg/hub/gateway"
 )
 
 // CreateOptions is `kubectl fleet token create`.
@@ -58,7 +59,7 @@ func (o *CreateOptions) Validate() error {
 		return err
 	}
 	for k := range labels {
-		if enrollment.ReservedLabel(k) {
+		if enrolltoken.ReservedLabel(k) {
 			return fmt.Errorf("invalid --labels key %q: labels under fleet.edgefleet.io/ and cluster.x-k8s.io/ are set by the hub and Cluster API, not by tokens", k)
 		}
 	}
@@ -69,19 +70,19 @@ func (o *CreateOptions) Validate() error {
 // Run creates the token and prints how to use it.
 func (o *CreateOptions) Run(ctx context.Context) error {
 	info := &corev1.ConfigMap{}
-	err := o.conn.Client.Get(ctx, client.ObjectKey{Namespace: o.HubNamespace, Name: gateway.InfoConfigMap}, info)
+	err := o.conn.Client.Get(ctx, client.ObjectKey{Namespace: o.HubNamespace, Name: hubinfo.ConfigMap}, info)
 	if apierrors.IsNotFound(err) {
 		return fmt.Errorf("no fleet hub found in namespace %q of context %q (ConfigMap %s missing): is the hub running? Use --hub-namespace to point at it",
-			o.HubNamespace, o.conn.Context, gateway.InfoConfigMap)
+			o.HubNamespace, o.conn.Context, hubinfo.ConfigMap)
 	}
 	if err != nil {
 		return o.conn.Explain(fmt.Errorf("reading hub info: %w", err))
 	}
 	hubURL := o.HubURL
 	if hubURL == "" {
-		hubURL = info.Data[gateway.InfoKeyURL]
+		hubURL = info.Data[hubinfo.KeyURL]
 	}
-	tok, _, err := enrollment.Create(ctx, o.conn.Client, o.HubNamespace, enrollment.Options{
+	tok, _, err := enrolltoken.Create(ctx, o.conn.Client, o.HubNamespace, enrolltoken.Options{
 		TTL: o.TTL, UsageLimit: o.Usages, HostNamespace: o.conn.Namespace, HostLabels: o.labels,
 		ApprovalRequired: o.RequireApproval, Description: o.Description,
 	}, time.Now())
@@ -102,6 +103,6 @@ func (o *CreateOptions) Run(ctx context.Context) error {
 	}
 	fmt.Fprintln(o.Out, ".")
 	fmt.Fprintf(o.Out, "\nOn the machine (or in its image, with the token dropped in at first boot):\n\n")
-	fmt.Fprintf(o.Out, "  fleet-agent --hub %s \\\n    --ca-cert-hash %s \\\n    --token %s\n", hubURL, info.Data[gateway.InfoKeyCAPin], tok)
+	fmt.Fprintf(o.Out, "  fleet-agent --hub %s \\\n    --ca-cert-hash %s \\\n    --token %s\n", hubURL, info.Data[hubinfo.KeyCAPin], tok)
 	return nil
 }

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/edgefleet/fleet/pkg/enrolltoken"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -18,7 +20,6 @@ import (
 
 	"github.com/edgefleet/fleet/pkg/cli/kube"
 	"github.com/edgefleet/fleet/pkg/cli/validate"
-	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 )
 
 // ListOptions is `kubectl fleet token list`.
@@ -55,7 +56,7 @@ func (o *ListOptions) Run(ctx context.Context) error {
 	slices.SortFunc(list.Items, func(a, b corev1.Secret) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
 	now := time.Now()
 	for i := range list.Items {
-		t, err := enrollment.Parse(&list.Items[i])
+		t, err := enrolltoken.Parse(&list.Items[i])
 		if err != nil {
 			continue
 		}

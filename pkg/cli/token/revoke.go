@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/edgefleet/fleet/pkg/enrolltoken"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -13,7 +15,6 @@ import (
 
 	"github.com/edgefleet/fleet/pkg/cli/kube"
 	"github.com/edgefleet/fleet/pkg/cli/validate"
-	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 )
 
 // RevokeOptions is `kubectl fleet token revoke ID`.
@@ -37,7 +38,7 @@ func (o *RevokeOptions) Complete(args []string) error {
 
 // Validate checks the id's form and --hub-namespace.
 func (o *RevokeOptions) Validate() error {
-	if !enrollment.ValidID(o.ID) {
+	if !enrolltoken.ValidID(o.ID) {
 		return fmt.Errorf("invalid token id %q: want the 6 lowercase letters or digits before the dot of <id>.<secret> (see `kubectl fleet token list`)", o.ID)
 	}
 	return validate.Namespace("--hub-namespace", o.HubNamespace)
@@ -46,20 +47,20 @@ func (o *RevokeOptions) Validate() error {
 // Run revokes the token.
 func (o *RevokeOptions) Run(ctx context.Context) error {
 	s := &corev1.Secret{}
-	if err := o.conn.Client.Get(ctx, client.ObjectKey{Namespace: o.HubNamespace, Name: enrollment.SecretName(o.ID)}, s); err != nil {
+	if err := o.conn.Client.Get(ctx, client.ObjectKey{Namespace: o.HubNamespace, Name: enrolltoken.SecretName(o.ID)}, s); err != nil {
 		if apierrors.IsNotFound(err) {
 			return fmt.Errorf("token %q not found in namespace %s (see `kubectl fleet token list`)", o.ID, o.HubNamespace)
 		}
 		return o.conn.Explain(err)
 	}
-	if s.Type != enrollment.SecretType {
+	if s.Type != enrolltoken.SecretType {
 		return fmt.Errorf("secret %s is not an enrollment token", s.Name)
 	}
 	patch := client.MergeFrom(s.DeepCopy())
 	if s.Data == nil {
 		s.Data = map[string][]byte{}
 	}
-	s.Data[enrollment.KeyRevoked] = []byte("true")
+	s.Data[enrolltoken.KeyRevoked] = []byte("true")
 	if err := o.conn.Client.Patch(ctx, s, patch); err != nil {
 		return o.conn.Explain(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/edgefleet/fleet/internal/version"
 	"github.com/edgefleet/fleet/pkg/cli/kube"
 	"github.com/edgefleet/fleet/pkg/cli/validate"
-	"github.com/edgefleet/fleet/pkg/hub/gateway"
+	"github.com/edgefleet/fleet/pkg/contract/hubinfo"
 )
 
 // Options is `kubectl fleet version`.
@@ -54,10 +54,10 @@ func (o *Options) Run(ctx context.Context) error {
 		return nil
 	}
 	info := &corev1.ConfigMap{}
-	if err := o.conn.Client.Get(ctx, client.ObjectKey{Namespace: o.HubNamespace, Name: gateway.InfoConfigMap}, info); err != nil {
+	if err := o.conn.Client.Get(ctx, client.ObjectKey{Namespace: o.HubNamespace, Name: hubinfo.ConfigMap}, info); err != nil {
 		fmt.Fprintf(o.Out, "fleet-hub: unknown (%v)\n", err)
 		return nil
 	}
-	fmt.Fprintf(o.Out, "fleet-hub: %s\n", info.Data[gateway.InfoKeyVersion])
+	fmt.Fprintf(o.Out, "fleet-hub: %s\n", info.Data[hubinfo.KeyVersion])
 	return nil
 }

@@ -7,7 +7,7 @@
 // gateway and edge-reach proxy).
 //
 // `fleet-hub dev` is its command. What it runs is what the tests run
-// (internal/clusterapi). The KubeadmControlPlane reconciler reaches each
+// (pkg/hub/embedded/clusterapi). The KubeadmControlPlane reconciler reaches each
 // workload cluster's API server and etcd through the edge-reach proxy,
 // which carries the connection through one of the cluster's agents, so
 // edge hosts behind NAT need nothing but their outbound connection.

@@ -24,10 +24,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/edgefleet/fleet/internal/clusterapi"
-	"github.com/edgefleet/fleet/internal/localkube"
 	"github.com/edgefleet/fleet/internal/version"
 	fleetcrd "github.com/edgefleet/fleet/manifests/crd"
+	"github.com/edgefleet/fleet/pkg/hub/embedded/clusterapi"
+	"github.com/edgefleet/fleet/pkg/hub/embedded/localkube"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
 	"github.com/edgefleet/fleet/pkg/hub/linkhealth"
 	"github.com/edgefleet/fleet/pkg/hub/reach"

@@ -24,6 +24,7 @@ import (
 
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
+	"github.com/edgefleet/fleet/pkg/enrolltoken"
 	"github.com/edgefleet/fleet/pkg/hub/admission"
 	"github.com/edgefleet/fleet/pkg/pki"
 )
@@ -76,11 +77,11 @@ var tokenRefusals = []struct {
 	err    error
 	result string
 }{
-	{ErrMalformed, "malformed"},
-	{ErrUnknown, "unknown"},
-	{ErrExpired, "expired"},
-	{ErrUsedUp, "used_up"},
-	{ErrRevoked, "revoked"},
+	{enrolltoken.ErrMalformed, "malformed"},
+	{enrolltoken.ErrUnknown, "unknown"},
+	{enrolltoken.ErrExpired, "expired"},
+	{enrolltoken.ErrUsedUp, "used_up"},
+	{enrolltoken.ErrRevoked, "revoked"},
 }
 
 // ServeHTTP enrolls a machine.
@@ -137,7 +138,7 @@ func (s *Enroller) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// No part of what was sent as a secret is logged: an id only when
 		// the token is well formed.
 		s.log.Info("Refused enrollment", "reason", err.Error(), "hostname", req.Facts.Hostname,
-			"tokenID", PublicID(req.Token), "remote", r.RemoteAddr)
+			"tokenID", enrolltoken.PublicID(req.Token), "remote", r.RemoteAddr)
 		msg := err.Error()
 		if status == http.StatusInternalServerError {
 			// The caller has not proven anything yet: the API server's
@@ -148,7 +149,7 @@ func (s *Enroller) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	enrollments.WithLabelValues("ok").Inc()
-	s.log.Info("Enrolled host", "EdgeHost", resp.Namespace+"/"+resp.Host, "tokenID", PublicID(req.Token))
+	s.log.Info("Enrolled host", "EdgeHost", resp.Namespace+"/"+resp.Host, "tokenID", enrolltoken.PublicID(req.Token))
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(resp)
 }
@@ -191,7 +192,7 @@ func (s *Enroller) enroll(ctx context.Context, req *wire.EnrollRequest) (*wire.E
 			// exist that a retry resumes, so the use stays spent.
 			refund := errors.Is(err, errHostExists) || apierrors.IsInvalid(err)
 			if refund {
-				if rerr := Refund(ctx, s.client, s.apiReader, tok); rerr != nil {
+				if rerr := enrolltoken.Refund(ctx, s.client, s.apiReader, tok); rerr != nil {
 					s.log.Error(rerr, "Giving a use back to a token after a refused enrollment", "tokenID", tok.ID)
 				}
 			}
@@ -217,12 +218,12 @@ func (s *Enroller) enroll(ctx context.Context, req *wire.EnrollRequest) (*wire.E
 // booting at once would otherwise all race on the token's usage counter
 // at the API server, and most would lose. Striped by token id, so the
 // lock table stays small whatever ids callers send.
-func (s *Enroller) consumeToken(ctx context.Context, token string) (*Token, int, string, error) {
-	mu := &s.tokenLocks[fnv32(PublicID(token))%uint32(len(s.tokenLocks))]
+func (s *Enroller) consumeToken(ctx context.Context, token string) (*enrolltoken.Token, int, string, error) {
+	mu := &s.tokenLocks[fnv32(enrolltoken.PublicID(token))%uint32(len(s.tokenLocks))]
 	mu.Lock()
 	defer mu.Unlock()
 	for attempt := 0; ; attempt++ {
-		tok, err := Authenticate(ctx, s.apiReader, s.opts.HubNamespace, token, time.Now())
+		tok, err := enrolltoken.Authenticate(ctx, s.apiReader, s.opts.HubNamespace, token, time.Now())
 		if err != nil {
 			for _, tr := range tokenRefusals {
 				if errors.Is(err, tr.err) {
@@ -231,7 +232,7 @@ func (s *Enroller) consumeToken(ctx context.Context, token string) (*Token, int,
 			}
 			return nil, http.StatusInternalServerError, "Internal", err
 		}
-		err = Consume(ctx, s.client, tok)
+		err = enrolltoken.Consume(ctx, s.client, tok)
 		if err == nil {
 			return tok, http.StatusOK, "", nil
 		}
@@ -270,11 +271,11 @@ var errHostExists = errors.New("this machine already has an EdgeHost")
 // Two machines with the same hostname get distinct names; a machine that
 // enrolls again while its old EdgeHost exists is refused until an operator
 // deletes that EdgeHost.
-func (s *Enroller) createHost(ctx context.Context, tok *Token, req *wire.EnrollRequest, keyID string) (*infrav1.EdgeHost, error) {
+func (s *Enroller) createHost(ctx context.Context, tok *enrolltoken.Token, req *wire.EnrollRequest, keyID string) (*infrav1.EdgeHost, error) {
 	candidates := hostCandidates(req)
 	labels := map[string]string{TokenIDLabel: tok.ID}
 	for k, v := range tok.HostLabels {
-		if ReservedLabel(k) {
+		if enrolltoken.ReservedLabel(k) {
 			// A token Secret made by hand; `token create` refuses these.
 			s.log.Info("Ignoring a label the token may not set", "tokenID", tok.ID, "label", k)
 			continue
@@ -313,7 +314,7 @@ func (s *Enroller) createHost(ctx context.Context, tok *Token, req *wire.EnrollR
 
 // sameEnrollment returns host name if an attempt of the same enrollment
 // (same token, same key) made it and no agent has connected as it yet.
-func (s *Enroller) sameEnrollment(ctx context.Context, tok *Token, name, keyID string) *infrav1.EdgeHost {
+func (s *Enroller) sameEnrollment(ctx context.Context, tok *enrolltoken.Token, name, keyID string) *infrav1.EdgeHost {
 	h := &infrav1.EdgeHost{}
 	if err := s.apiReader.Get(ctx, client.ObjectKey{Namespace: tok.HostNamespace, Name: name}, h); err != nil {
 		return nil
@@ -326,7 +327,7 @@ func (s *Enroller) sameEnrollment(ctx context.Context, tok *Token, name, keyID s
 
 // resumable tells that h was made by an enrollment with this token and key
 // and no agent has connected as it yet.
-func resumable(h *infrav1.EdgeHost, tok *Token, keyID string) bool {
+func resumable(h *infrav1.EdgeHost, tok *enrolltoken.Token, keyID string) bool {
 	return h.Annotations[infrav1.EnrollmentKeyAnnotation] == keyID && h.Labels[TokenIDLabel] == tok.ID && h.DeletionTimestamp.IsZero() &&
 		meta.FindStatusCondition(h.Status.Conditions, infrav1.AgentConnectedCondition) == nil
 }
@@ -345,7 +346,7 @@ func hostCandidates(req *wire.EnrollRequest) []string {
 // agent has ever connected as it. Anyone else asking with that key gains
 // nothing: the certificate is useless without the private key.
 func (s *Enroller) resumedHost(ctx context.Context, req *wire.EnrollRequest, keyID string) (*infrav1.EdgeHost, error) {
-	tok, err := Verify(ctx, s.apiReader, s.opts.HubNamespace, req.Token, time.Now())
+	tok, err := enrolltoken.Verify(ctx, s.apiReader, s.opts.HubNamespace, req.Token, time.Now())
 	if err != nil {
 		return nil, nil // refused below, with the right answer
 	}

@@ -21,6 +21,7 @@ import (
 
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
+	"github.com/edgefleet/fleet/pkg/enrolltoken"
 	"github.com/edgefleet/fleet/pkg/pki"
 )
 
@@ -33,7 +34,7 @@ func TestEnrollOnAContendedTokenIsBusyNotAnError(t *testing.T) {
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = infrav1.AddToScheme(scheme)
 	base := fake.NewClientBuilder().WithScheme(scheme).Build()
-	token, _, err := Create(ctx, base, "fleet-system", Options{TTL: time.Hour, HostNamespace: "site-a"}, time.Now())
+	token, _, err := enrolltoken.Create(ctx, base, "fleet-system", enrolltoken.Options{TTL: time.Hour, HostNamespace: "site-a"}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/edgefleet/fleet/pkg/contract/hostphase"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
-	"github.com/edgefleet/fleet/pkg/hub/inventory"
 )
 
 // The metric names; manifests/monitoring's alerts and dashboard use them.
@@ -124,7 +124,7 @@ func collectHosts(ch chan<- prometheus.Metric, hosts []infrav1.EdgeHost, now tim
 			byPhase[h.Namespace] = map[infrav1.EdgeHostPhase]float64{}
 			byConn[h.Namespace] = map[string]float64{"true": 0, "false": 0, "unknown": 0}
 		}
-		byPhase[h.Namespace][inventory.Phase(h)]++
+		byPhase[h.Namespace][hostphase.Phase(h)]++
 		connected := "unknown"
 		switch cond := conditions.Get(h, infrav1.AgentConnectedCondition); {
 		case cond == nil:

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgefleet/fleet/pkg/enrolltoken"
+
 	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,7 +25,6 @@ import (
 	"github.com/edgefleet/fleet/internal/testkit"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
-	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
 	"github.com/edgefleet/fleet/pkg/hub/inventory"
 	"github.com/edgefleet/fleet/pkg/hub/reach"
@@ -39,7 +40,7 @@ import (
 func TestDeletionRevokesWhateverTheAgentReports(t *testing.T) {
 	ns := newNamespace(t)
 	h := startHub(t, hubOptions{ns: ns})
-	tok := newToken(t, ns, enrollment.Options{})
+	tok := newToken(t, ns, enrolltoken.Options{})
 	mallory := newEdge(t, "vetoer", h.url, h.srv.CA().Pin(), tok)
 	must(t, agentEnroll(mallory))
 	pair, caPEM := credentials(t, mallory)
@@ -90,7 +91,7 @@ func TestDeletionRevokesWhateverTheAgentReports(t *testing.T) {
 func TestDeletingAClaimedHostRevokesItAtOnce(t *testing.T) {
 	ns := newNamespace(t)
 	h := startHub(t, hubOptions{ns: ns})
-	tok := newToken(t, ns, enrollment.Options{})
+	tok := newToken(t, ns, enrolltoken.Options{})
 	e := newEdge(t, "retiring", h.url, h.srv.CA().Pin(), tok).start()
 	bootstrapSecret(t, ns, "boot", "#cloud-config\n")
 	eventually(t, "enrolled", func() error { _, err := getHost(ns, "retiring"); return err })
@@ -171,7 +172,7 @@ func TestRotationRetiresTheOldCertificate(t *testing.T) {
 	// rotation three seconds or more before the certificate expires and
 	// the hub ends the session, even on a busy machine.
 	h := startHub(t, hubOptions{ns: ns, certValid: 30 * time.Second, rotationOverlap: 300 * time.Millisecond})
-	tok := newToken(t, ns, enrollment.Options{})
+	tok := newToken(t, ns, enrolltoken.Options{})
 	e := newEdge(t, "rotor", h.url, h.srv.CA().Pin(), tok)
 	must(t, agentEnroll(e))
 	old, caPEM := credentials(t, e)
@@ -215,7 +216,7 @@ func TestRotationRetiresTheOldCertificate(t *testing.T) {
 func TestSessionEndsWithItsCertificate(t *testing.T) {
 	ns := newNamespace(t)
 	h := startHub(t, hubOptions{ns: ns, certValid: 3 * time.Second})
-	tok := newToken(t, ns, enrollment.Options{})
+	tok := newToken(t, ns, enrolltoken.Options{})
 	e := newEdge(t, "lapsing", h.url, h.srv.CA().Pin(), tok)
 	must(t, agentEnroll(e))
 	pair, caPEM := credentials(t, e)
@@ -246,7 +247,7 @@ func TestSessionEndsWithItsCertificate(t *testing.T) {
 func TestOneIdentityCannotHoldTheSetupPlaces(t *testing.T) {
 	ns := newNamespace(t)
 	h := startHub(t, hubOptions{ns: ns, handshakes: 4})
-	tok := newToken(t, ns, enrollment.Options{})
+	tok := newToken(t, ns, enrolltoken.Options{})
 	e := newEdge(t, "hoarder", h.url, h.srv.CA().Pin(), tok)
 	must(t, agentEnroll(e))
 	pair, caPEM := credentials(t, e)
@@ -303,8 +304,8 @@ func enrollRaw(t *testing.T, hubURL string, caPEM []byte, token string, facts in
 func tokenUsages(t *testing.T, ns, token string) string {
 	t.Helper()
 	s := &corev1.Secret{}
-	must(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: enrollment.SecretName(enrollment.PublicID(token))}, s))
-	return string(s.Data[enrollment.KeyUsages])
+	must(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: enrolltoken.SecretName(enrolltoken.PublicID(token))}, s))
+	return string(s.Data[enrolltoken.KeyUsages])
 }
 
 // A refused enrollment never spends a use of its token: not facts an
@@ -314,7 +315,7 @@ func TestRefusedEnrollmentsKeepTheirUses(t *testing.T) {
 	ns := newNamespace(t)
 	h := startHub(t, hubOptions{ns: ns})
 	caPEM := h.srv.CA().CertPEM
-	one := newToken(t, ns, enrollment.Options{UsageLimit: 1})
+	one := newToken(t, ns, enrolltoken.Options{UsageLimit: 1})
 	status, code, msg := enrollRaw(t, h.url, caPEM, one, infrav1.HostFacts{Hostname: "till", MachineID: strings.Repeat("a", 66)})
 	if status != http.StatusBadRequest || !strings.Contains(msg, "machineID") {
 		t.Fatalf("a 66-character machine-id: %d %s %q, want 400 naming machineID", status, code, msg)
@@ -325,7 +326,7 @@ func TestRefusedEnrollmentsKeepTheirUses(t *testing.T) {
 
 	// A cloned image: the third machine with the same hostname and
 	// machine-id has no name left (409), and spends nothing.
-	three := newToken(t, ns, enrollment.Options{UsageLimit: 3})
+	three := newToken(t, ns, enrolltoken.Options{UsageLimit: 3})
 	clone := infrav1.HostFacts{Hostname: "clone", MachineID: "0123456789abcdef0123456789abcdef"}
 	for i, want := range []int{http.StatusOK, http.StatusOK, http.StatusConflict, http.StatusConflict} {
 		if status, code, msg := enrollRaw(t, h.url, caPEM, three, clone); status != want {
@@ -350,7 +351,7 @@ func TestTokenSecretsStayOutOfTheLog(t *testing.T) {
 	logs := &syncBuffer{}
 	log := funcr.New(func(prefix, args string) { _, _ = io.WriteString(logs, prefix+" "+args+"\n") }, funcr.Options{})
 	h := startHub(t, hubOptions{ns: ns, log: log})
-	tok := newToken(t, ns, enrollment.Options{})
+	tok := newToken(t, ns, enrolltoken.Options{})
 	id, secret, _ := strings.Cut(tok, ".")
 	for _, sent := range []string{secret, "abcdefgh" + secret, secret + "." + id} {
 		status, _, _ := enrollRaw(t, h.url, h.srv.CA().CertPEM, sent, infrav1.HostFacts{Hostname: "paster", MachineID: "x"})
@@ -380,15 +381,15 @@ func TestTunnelsNeedAClaimNotLabels(t *testing.T) {
 	ns := newNamespace(t)
 	h := startHub(t, hubOptions{ns: ns})
 	for _, k := range []string{infrav1.ClusterLabel, infrav1.ControlPlaneLabel, clusterv1.ClusterNameLabel, "controlplane.cluster.x-k8s.io/x"} {
-		if _, _, err := enrollment.Create(ctx, env.Client, ns, enrollment.Options{HostNamespace: ns, HostLabels: map[string]string{k: "store"}}, time.Now()); err == nil {
+		if _, _, err := enrolltoken.Create(ctx, env.Client, ns, enrolltoken.Options{HostNamespace: ns, HostLabels: map[string]string{k: "store"}}, time.Now()); err == nil {
 			t.Errorf("a token with label %s was made", k)
 		}
 	}
 	// A token Secret made by hand with them: the labels are not stamped.
-	tok := newToken(t, ns, enrollment.Options{})
+	tok := newToken(t, ns, enrolltoken.Options{})
 	s := &corev1.Secret{}
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: enrollment.SecretName(enrollment.PublicID(tok))}, s))
-	s.Data[enrollment.KeyHostLabels] = []byte(`{"fleet.edgefleet.io/cluster":"store","fleet.edgefleet.io/control-plane":"true","site":"s1"}`)
+	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: enrolltoken.SecretName(enrolltoken.PublicID(tok))}, s))
+	s.Data[enrolltoken.KeyHostLabels] = []byte(`{"fleet.edgefleet.io/cluster":"store","fleet.edgefleet.io/control-plane":"true","site":"s1"}`)
 	must(t, env.Client.Update(ctx, s))
 	sneaky := newEdge(t, "sneaky", h.url, h.srv.CA().Pin(), tok).start()
 	eventually(t, "sneaky connected", func() error {

@@ -22,7 +22,7 @@ import (
 	"github.com/edgefleet/fleet/pkg/agent"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
-	"github.com/edgefleet/fleet/pkg/hub/enrollment"
+	"github.com/edgefleet/fleet/pkg/enrolltoken"
 	"github.com/edgefleet/fleet/pkg/pki"
 )
 
@@ -32,7 +32,7 @@ import (
 func TestEnrollAndResume(t *testing.T) {
 	ns := newNamespace(t)
 	h := startHub(t, hubOptions{ns: ns})
-	tok := newToken(t, ns, enrollment.Options{HostLabels: map[string]string{"site": "store-17", infrav1.ZoneLabel: "eu-1"}})
+	tok := newToken(t, ns, enrolltoken.Options{HostLabels: map[string]string{"site": "store-17", infrav1.ZoneLabel: "eu-1"}})
 	e := newEdge(t, "store-17-pos", h.url, h.srv.CA().Pin(), tok).start()
 
 	eventually(t, "EdgeHost enrolled and connected", func() error {
@@ -82,24 +82,24 @@ func TestEnrollmentRefusals(t *testing.T) {
 	pin := h.srv.CA().Pin()
 	ctx := context.Background()
 
-	good := newToken(t, ns, enrollment.Options{})
+	good := newToken(t, ns, enrolltoken.Options{})
 	wrongPin := "sha256:" + fmt.Sprintf("%064x", 42)
 	e := newEdge(t, "pinned", h.url, wrongPin, good)
 	err := agent.EnrollOnce(ctx, e.cfg)
 	if !errors.Is(err, agent.ErrPinMismatch) {
 		t.Fatalf("wrong pin: %v, want ErrPinMismatch", err)
 	}
-	if tk, err := enrollment.Authenticate(ctx, env.Client, ns, good, time.Now()); err != nil || tk.Usages != 0 {
+	if tk, err := enrolltoken.Authenticate(ctx, env.Client, ns, good, time.Now()); err != nil || tk.Usages != 0 {
 		t.Fatalf("the token reached the hub despite the wrong pin: usages %v err %v", tk, err)
 	}
 
-	expired := newToken(t, ns, enrollment.Options{TTL: time.Nanosecond})
-	usedUp := newToken(t, ns, enrollment.Options{UsageLimit: 1})
+	expired := newToken(t, ns, enrolltoken.Options{TTL: time.Nanosecond})
+	usedUp := newToken(t, ns, enrolltoken.Options{UsageLimit: 1})
 	must(t, agent.EnrollOnce(ctx, newEdge(t, "first", h.url, pin, usedUp).cfg))
-	revoked := newToken(t, ns, enrollment.Options{})
+	revoked := newToken(t, ns, enrolltoken.Options{})
 	sec := &corev1.Secret{}
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: enrollment.SecretName(revoked[:6])}, sec))
-	sec.Data[enrollment.KeyRevoked] = []byte("true")
+	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: enrolltoken.SecretName(revoked[:6])}, sec))
+	sec.Data[enrolltoken.KeyRevoked] = []byte("true")
 	must(t, env.Client.Update(ctx, sec))
 	unknown := "abcdef.0123456789abcdef"
 	wrongSecret := good[:7] + "0000000000000000"
@@ -145,7 +145,7 @@ func TestEnrollmentRetryGetsTheSameHost(t *testing.T) {
 	ns := newNamespace(t)
 	h := startHub(t, hubOptions{ns: ns})
 	ctx := context.Background()
-	tok := newToken(t, ns, enrollment.Options{UsageLimit: 1})
+	tok := newToken(t, ns, enrolltoken.Options{UsageLimit: 1})
 	keyPEM, _, err := pki.NewKeyAndCSR("x")
 	must(t, err)
 	csr, err := pki.CSRForKey(keyPEM, "kiosk")
@@ -197,7 +197,7 @@ func TestEnrollmentRetryGetsTheSameHost(t *testing.T) {
 	if len(hosts.Items) != 1 {
 		t.Errorf("EdgeHosts %v, want one", names(hosts.Items))
 	}
-	if tk, err := enrollment.Verify(ctx, env.Client, ns, tok, time.Now()); err != nil || tk.Usages != 1 {
+	if tk, err := enrolltoken.Verify(ctx, env.Client, ns, tok, time.Now()); err != nil || tk.Usages != 1 {
 		t.Errorf("token usages %v %v, want 1", tk, err)
 	}
 }

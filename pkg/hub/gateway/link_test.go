@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgefleet/fleet/pkg/enrolltoken"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,7 +18,6 @@ import (
 
 	"github.com/edgefleet/fleet/pkg/agent/linkprobe"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
-	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 )
 
 // fakeProbe stands in for the kernel's counters, which this test cannot
@@ -50,7 +51,7 @@ func (f *fakeProbe) rate(c linkprobe.Counters) {
 func TestLinkHealth(t *testing.T) {
 	ns := newNamespace(t)
 	h := startHub(t, hubOptions{ns: ns, lastSeen: 6 * time.Second})
-	tok := newToken(t, ns, enrollment.Options{})
+	tok := newToken(t, ns, enrolltoken.Options{})
 	// Windows this short count as a second each (windowSeconds is whole
 	// seconds), so a healthy link here resends nothing to the hub.
 	probe := &fakeProbe{perRead: linkprobe.Counters{Retransmits: 3, Drops: 2}}
@@ -166,7 +167,7 @@ func TestLinkHealth(t *testing.T) {
 func TestAConnectivityChangeIsOneWrite(t *testing.T) {
 	ns := newNamespace(t)
 	h := startHub(t, hubOptions{ns: ns, lastSeen: lastSeenForIdleTest})
-	tok := newToken(t, ns, enrollment.Options{})
+	tok := newToken(t, ns, enrolltoken.Options{})
 	e := newEdge(t, "flappy", h.url, h.srv.CA().Pin(), tok).start()
 	settled := func(what string, connected metav1.ConditionStatus, linkMessage string) {
 		t.Helper()

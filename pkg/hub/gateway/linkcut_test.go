@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgefleet/fleet/pkg/hub/enrollment"
+	"github.com/edgefleet/fleet/pkg/enrolltoken"
 )
 
 // flakyLink is a TCP relay between agents and the hub that can go dark:
@@ -113,7 +113,7 @@ func TestLinkCut(t *testing.T) {
 	ns := newNamespace(t)
 	h := startHub(t, hubOptions{ns: ns})
 	link := newFlakyLink(t, h.srv.Addr())
-	tok := newToken(t, ns, enrollment.Options{})
+	tok := newToken(t, ns, enrolltoken.Options{})
 	e := newEdge(t, "depot", "https://"+link.ln.Addr().String(), h.srv.CA().Pin(), tok).start()
 	bootstrapSecret(t, ns, "boot", "#cloud-config\n")
 	eventually(t, "enrolled", func() error { _, err := getHost(ns, "depot"); return err })

@@ -6,12 +6,13 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/edgefleet/fleet/pkg/enrolltoken"
+
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/pkg/agent"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
-	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 )
 
 // Machine-ids and hostnames are not secrets: enrolling with the facts of an
@@ -19,7 +20,7 @@ import (
 func TestReenrollmentNeverReusesAHost(t *testing.T) {
 	ns := newNamespace(t)
 	h := startHub(t, hubOptions{ns: ns})
-	tok := newToken(t, ns, enrollment.Options{})
+	tok := newToken(t, ns, enrolltoken.Options{})
 	ctx := context.Background()
 	must(t, agent.EnrollOnce(ctx, newEdge(t, "clone", h.url, h.srv.CA().Pin(), tok).cfg))
 	// A second machine from the same image (same hostname and machine-id).
@@ -48,7 +49,7 @@ func TestReenrollmentNeverReusesAHost(t *testing.T) {
 func TestForeignProviderIDIsIgnored(t *testing.T) {
 	ns := newNamespace(t)
 	h := startHub(t, hubOptions{ns: ns})
-	tok := newToken(t, ns, enrollment.Options{})
+	tok := newToken(t, ns, enrolltoken.Options{})
 	liar := newEdge(t, "liar", h.url, h.srv.CA().Pin(), tok)
 	must(t, agentEnroll(liar))
 	pair, caPEM := credentials(t, liar)

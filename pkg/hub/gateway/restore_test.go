@@ -9,11 +9,12 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/edgefleet/fleet/pkg/enrolltoken"
+
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
-	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 )
 
 // A hub restored from a backup re-creates each EdgeHost with a new uid and
@@ -26,7 +27,7 @@ func TestARestoredHostKeepsItsAgent(t *testing.T) {
 	ns := newNamespace(t)
 	addr := freeAddr(t)
 	h := startHub(t, hubOptions{ns: ns, addr: addr})
-	tok := newToken(t, ns, enrollment.Options{})
+	tok := newToken(t, ns, enrolltoken.Options{})
 	e := newEdge(t, "vault", h.url, h.srv.CA().Pin(), tok).start()
 	bootstrapSecret(t, ns, "boot", "#cloud-config\n")
 	eventually(t, "enrolled", func() error { _, err := getHost(ns, "vault"); return err })

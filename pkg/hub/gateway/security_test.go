@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgefleet/fleet/pkg/enrolltoken"
+
 	"github.com/gorilla/websocket"
 	"github.com/hashicorp/yamux"
 	dto "github.com/prometheus/client_model/go"
@@ -24,7 +26,6 @@ import (
 
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
-	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 	"github.com/edgefleet/fleet/pkg/pki"
 	"github.com/edgefleet/fleet/pkg/transport"
 )
@@ -153,7 +154,7 @@ func credentials(t *testing.T, e *edge) (tls.Certificate, []byte) {
 func TestAgentsAreIsolated(t *testing.T) {
 	ns := newNamespace(t)
 	h := startHub(t, hubOptions{ns: ns})
-	tok := newToken(t, ns, enrollment.Options{})
+	tok := newToken(t, ns, enrolltoken.Options{})
 	a := newEdge(t, "alpha", h.url, h.srv.CA().Pin(), tok).start()
 	b := newEdge(t, "bravo", h.url, h.srv.CA().Pin(), tok).start()
 	eventually(t, "both connected", func() error {
@@ -216,7 +217,7 @@ func TestAgentsAreIsolated(t *testing.T) {
 func TestHostileInput(t *testing.T) {
 	ns := newNamespace(t)
 	h := startHub(t, hubOptions{ns: ns, handshakes: 2})
-	tok := newToken(t, ns, enrollment.Options{})
+	tok := newToken(t, ns, enrolltoken.Options{})
 	good := newEdge(t, "steady", h.url, h.srv.CA().Pin(), tok).start()
 	bad := newEdge(t, "mallory", h.url, h.srv.CA().Pin(), tok)
 	must(t, agentEnroll(bad))
@@ -311,7 +312,7 @@ func TestHostileInput(t *testing.T) {
 func TestSessionHousekeeping(t *testing.T) {
 	ns := newNamespace(t)
 	h := startHub(t, hubOptions{ns: ns})
-	tok := newToken(t, ns, enrollment.Options{})
+	tok := newToken(t, ns, enrolltoken.Options{})
 	mallory := newEdge(t, "mallory", h.url, h.srv.CA().Pin(), tok)
 	must(t, agentEnroll(mallory))
 	pair, caPEM := credentials(t, mallory)
@@ -382,7 +383,7 @@ func (c *rawClient) expectDesiredState(t *testing.T) {
 func TestRotationAndRevocation(t *testing.T) {
 	ns := newNamespace(t)
 	h := startHub(t, hubOptions{ns: ns, certValid: 6 * time.Second})
-	tok := newToken(t, ns, enrollment.Options{UsageLimit: 1})
+	tok := newToken(t, ns, enrolltoken.Options{UsageLimit: 1})
 	e := newEdge(t, "rotor", h.url, h.srv.CA().Pin(), tok).start()
 	eventually(t, "two rotations on one session", func() error {
 		if e.agent.Rotations() < 2 {
@@ -434,7 +435,7 @@ func TestRotationAndRevocation(t *testing.T) {
 func TestReconnectWritesOnlyWhatChanged(t *testing.T) {
 	ns := newNamespace(t)
 	h := startHub(t, hubOptions{ns: ns})
-	tok := newToken(t, ns, enrollment.Options{})
+	tok := newToken(t, ns, enrolltoken.Options{})
 	e := newEdge(t, "kiosk", h.url, h.srv.CA().Pin(), tok)
 	must(t, agentEnroll(e))
 	pair, caPEM := credentials(t, e)
@@ -492,7 +493,7 @@ func TestDisconnectGraceAbsorbsAQuickReturn(t *testing.T) {
 	const grace = 3 * time.Second
 	ns := newNamespace(t)
 	h := startHub(t, hubOptions{ns: ns, disconnectGrace: grace})
-	tok := newToken(t, ns, enrollment.Options{})
+	tok := newToken(t, ns, enrolltoken.Options{})
 	e := newEdge(t, "till", h.url, h.srv.CA().Pin(), tok)
 	must(t, agentEnroll(e))
 	pair, caPEM := credentials(t, e)
@@ -556,7 +557,7 @@ func TestDisconnectGraceAbsorbsAQuickReturn(t *testing.T) {
 func TestDisconnectSurvivesAnOverloadedAPIServer(t *testing.T) {
 	ns := newNamespace(t)
 	h := startHub(t, hubOptions{ns: ns})
-	tok := newToken(t, ns, enrollment.Options{})
+	tok := newToken(t, ns, enrolltoken.Options{})
 	e := newEdge(t, "till", h.url, h.srv.CA().Pin(), tok)
 	must(t, agentEnroll(e))
 	pair, caPEM := credentials(t, e)

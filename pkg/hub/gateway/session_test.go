@@ -7,12 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgefleet/fleet/pkg/enrolltoken"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/pkg/agent/linkprobe"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
-	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 	"github.com/edgefleet/fleet/pkg/hub/inventory"
 	"github.com/edgefleet/fleet/pkg/transport/hubmux"
 )
@@ -30,7 +31,7 @@ func TestDesiredStateFlow(t *testing.T) {
 func testDesiredStateFlow(t *testing.T, mux string) {
 	ns := newNamespace(t)
 	h := startHub(t, hubOptions{ns: ns, mux: mux})
-	tok := newToken(t, ns, enrollment.Options{})
+	tok := newToken(t, ns, enrolltoken.Options{})
 	e := newEdge(t, "kiosk", h.url, h.srv.CA().Pin(), tok).start()
 	eventually(t, "connected", func() error {
 		if s, err := connectedStatus(ns, "kiosk"); err != nil || s != "True" {
@@ -100,7 +101,7 @@ func TestHubRestart(t *testing.T) {
 	addr := freeAddr(t)
 	h := startHub(t, hubOptions{ns: ns, addr: addr})
 	pin := h.srv.CA().Pin()
-	tok := newToken(t, ns, enrollment.Options{})
+	tok := newToken(t, ns, enrolltoken.Options{})
 	var edges []*edge
 	for i := range 3 {
 		edges = append(edges, newEdge(t, fmt.Sprintf("till-%d", i), h.url, pin, tok).start())
@@ -183,7 +184,7 @@ var lastSeenForIdleTest = 5 * time.Minute
 func TestNoWritesForIdleAgents(t *testing.T) {
 	ns := newNamespace(t)
 	h := startHub(t, hubOptions{ns: ns, lastSeen: lastSeenForIdleTest})
-	tok := newToken(t, ns, enrollment.Options{})
+	tok := newToken(t, ns, enrolltoken.Options{})
 	for i := range 4 {
 		// With link health on, as shipped: a report every 300 ms here.
 		e := newEdge(t, fmt.Sprintf("idle-%d", i), h.url, h.srv.CA().Pin(), tok)
@@ -224,7 +225,7 @@ func TestNoWritesForIdleAgents(t *testing.T) {
 func TestLastSeenIsRefreshedEveryInterval(t *testing.T) {
 	ns := newNamespace(t)
 	h := startHub(t, hubOptions{ns: ns, lastSeen: time.Second})
-	tok := newToken(t, ns, enrollment.Options{})
+	tok := newToken(t, ns, enrolltoken.Options{})
 	last := map[string]string{"cause": "last_seen"}
 	written, skipped := metricValue(t, "fleet_gateway_status_writes_total", last), metricValue(t, "fleet_gateway_status_writes_skipped_total", last)
 	newEdge(t, "pulse", h.url, h.srv.CA().Pin(), tok).start()
@@ -248,7 +249,7 @@ func TestAnAgentThatDoesNotComeBackAfterARestartIsMarked(t *testing.T) {
 	addr := freeAddr(t)
 	h := startHub(t, hubOptions{ns: ns, addr: addr})
 	pin := h.srv.CA().Pin()
-	tok := newToken(t, ns, enrollment.Options{})
+	tok := newToken(t, ns, enrolltoken.Options{})
 	back := newEdge(t, "back", h.url, pin, tok).start()
 	gone := newEdge(t, "gone", h.url, pin, tok).start()
 	for _, name := range []string{"back", "gone"} {
@@ -287,7 +288,7 @@ func TestAnAgentThatDoesNotComeBackAfterARestartIsMarked(t *testing.T) {
 func TestStatusWritesAreBounded(t *testing.T) {
 	ns := newNamespace(t)
 	h := startHub(t, hubOptions{ns: ns, statusWrites: 2, slowStatus: 100 * time.Millisecond})
-	tok := newToken(t, ns, enrollment.Options{})
+	tok := newToken(t, ns, enrolltoken.Options{})
 	const n = 10
 	edges := make([]*edge, n)
 	for i := range edges {

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgefleet/fleet/pkg/enrolltoken"
+
 	"github.com/go-logr/logr"
 	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
@@ -27,12 +29,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/edgefleet/fleet/internal/testenv"
 	"github.com/edgefleet/fleet/internal/testkit"
+	"github.com/edgefleet/fleet/internal/testkit/testenv"
 	"github.com/edgefleet/fleet/pkg/agent"
 	"github.com/edgefleet/fleet/pkg/agent/agenttest"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
-	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
 	"github.com/edgefleet/fleet/pkg/hub/inventory"
 	"github.com/edgefleet/fleet/pkg/hub/linkhealth"
@@ -250,7 +251,7 @@ func freeAddr(t *testing.T) string { return testkit.FreeAddr(t) }
 // newNamespace makes a namespace for the test's hosts and hub objects.
 func newNamespace(t *testing.T) string { return env.NewNamespace(t, "gw") }
 
-func newToken(t *testing.T, ns string, opts enrollment.Options) string {
+func newToken(t *testing.T, ns string, opts enrolltoken.Options) string {
 	t.Helper()
 	if opts.HostNamespace == "" {
 		opts.HostNamespace = ns
@@ -258,7 +259,7 @@ func newToken(t *testing.T, ns string, opts enrollment.Options) string {
 	if opts.TTL == 0 {
 		opts.TTL = time.Hour
 	}
-	tok, _, err := enrollment.Create(context.Background(), env.Client, ns, opts, time.Now())
+	tok, _, err := enrolltoken.Create(context.Background(), env.Client, ns, opts, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

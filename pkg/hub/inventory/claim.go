@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/edgefleet/fleet/pkg/contract/hostphase"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 )
 
@@ -131,7 +132,7 @@ func Candidates(hosts []infrav1.EdgeHost, req Request) []*infrav1.EdgeHost {
 
 // fits reports whether the request may be given this host now.
 func fits(h *infrav1.EdgeHost, req Request) bool {
-	return IsClaimable(h) &&
+	return hostphase.IsClaimable(h) &&
 		(req.Selector == nil || req.Selector.Matches(labels.Set(h.Labels))) &&
 		(req.Zone == "" || Zone(h) == req.Zone)
 }

@@ -13,6 +13,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/edgefleet/fleet/pkg/contract/hostphase"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
 	"github.com/edgefleet/fleet/pkg/hub/inventory"
@@ -67,7 +68,7 @@ func (s *Resolver) For(ctx context.Context, h *infrav1.EdgeHost) *wire.Reach {
 	var others []string
 	for i := range cps.Items {
 		cp := &cps.Items[i]
-		if cp.Name == h.Name || inventory.Phase(cp) != infrav1.HostProvisioned || !s.claimedFor(ctx, cp, name) {
+		if cp.Name == h.Name || hostphase.Phase(cp) != infrav1.HostProvisioned || !s.claimedFor(ctx, cp, name) {
 			continue
 		}
 		for _, a := range cp.Status.Addresses {
@@ -77,7 +78,7 @@ func (s *Resolver) For(ctx context.Context, h *infrav1.EdgeHost) *wire.Reach {
 			}
 		}
 	}
-	if h.Labels[infrav1.ControlPlaneLabel] == "true" && (inventory.Phase(h) == infrav1.HostProvisioned || len(others) == 0) {
+	if h.Labels[infrav1.ControlPlaneLabel] == "true" && (hostphase.Phase(h) == infrav1.HostProvisioned || len(others) == 0) {
 		r.Addresses = append(r.Addresses, "127.0.0.1")
 	}
 	r.Addresses = append(r.Addresses, others...)
@@ -133,7 +134,7 @@ func (s *Resolver) MembersChanged(oldObj, obj any) {
 	if old != nil && cur != nil && old.Labels[infrav1.ClusterLabel] == cur.Labels[infrav1.ClusterLabel] &&
 		old.Labels[infrav1.ControlPlaneLabel] == cur.Labels[infrav1.ControlPlaneLabel] &&
 		(old.Spec.ClaimRef == nil) == (cur.Spec.ClaimRef == nil) &&
-		inventory.Phase(old) == inventory.Phase(cur) &&
+		hostphase.Phase(old) == hostphase.Phase(cur) &&
 		equality.Semantic.DeepEqual(old.Status.Addresses, cur.Status.Addresses) {
 		return
 	}

@@ -19,8 +19,8 @@ import (
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/edgefleet/fleet/pkg/contract/hostphase"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
-	"github.com/edgefleet/fleet/pkg/hub/inventory"
 )
 
 const (
@@ -286,7 +286,7 @@ func (a *fakeAgent) sync() {
 				conditions.Set(h, metav1.Condition{Type: infrav1.AgentConnectedCondition, Status: metav1.ConditionTrue, Reason: "Connected"})
 			}
 			_ = env.Client.Status().Update(ctx, h)
-		case claim == nil && a.reset.Load() && inventory.Phase(h) == infrav1.HostDeprovisioning:
+		case claim == nil && a.reset.Load() && hostphase.Phase(h) == infrav1.HostDeprovisioning:
 			_ = env.Client.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-" + w.ns + "-" + h.Name}})
 			h.Status.Provisioning = nil
 			h.Status.ProviderID, h.Status.NodeName, h.Status.CertificatesExpiryDate = "", "", nil

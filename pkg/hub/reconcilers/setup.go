@@ -7,17 +7,11 @@ import (
 
 	"golang.org/x/time/rate"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/util/workqueue"
-	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/hub/eventnote"
 	"github.com/edgefleet/fleet/pkg/hub/fleetmetrics"
 	"github.com/edgefleet/fleet/pkg/hub/reconcilers/edgecluster"
@@ -55,21 +49,6 @@ func RateLimiter() workqueue.TypedRateLimiter[reconcile.Request] {
 		workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, MaxRetryDelay),
 		&workqueue.TypedBucketRateLimiter[reconcile.Request]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
 	)
-}
-
-// NewScheme returns a scheme with every kind the hub reads or writes.
-func NewScheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	AddToScheme(s)
-	return s
-}
-
-// AddToScheme registers the hub's kinds with s.
-func AddToScheme(s *runtime.Scheme) {
-	utilruntime.Must(clientgoscheme.AddToScheme(s))
-	utilruntime.Must(corev1.AddToScheme(s))
-	utilruntime.Must(clusterv1.AddToScheme(s))
-	utilruntime.Must(infrav1.AddToScheme(s))
 }
 
 // Setup registers all hub reconcilers with mgr.

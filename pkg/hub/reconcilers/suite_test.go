@@ -10,7 +10,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/edgefleet/fleet/internal/testenv"
+	"github.com/edgefleet/fleet/internal/testkit/testenv"
 )
 
 // env is the API server, Cluster API and fleet hub shared by this package's tests.

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/edgefleet/fleet/pkg/contract/hostphase"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
 	"github.com/edgefleet/fleet/pkg/hub/identity"
@@ -108,9 +109,9 @@ func sameIntent(last *wire.DesiredState, h *infrav1.EdgeHost) bool {
 // sends nothing new: only a new generation (`kubectl fleet host retry`)
 // orders the reset again.
 func wantsDeprovision(h *infrav1.EdgeHost) bool {
-	phase := inventory.Phase(h)
+	phase := hostphase.Phase(h)
 	// A workload the hub never released is not its to reset.
-	return h.Spec.ClaimRef == nil && !inventory.HoldsUnknownWorkload(h) &&
+	return h.Spec.ClaimRef == nil && !hostphase.HoldsUnknownWorkload(h) &&
 		(phase == infrav1.HostDeprovisioning || phase == infrav1.HostNeedsAttention)
 }
 

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
+	"github.com/edgefleet/fleet/pkg/contract/hostphase"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/hub/inventory"
 )
@@ -221,7 +222,7 @@ func (r *Reconciler) reconcileResetRetry(host *infrav1.EdgeHost) {
 	}
 	host.Spec.ResetRetries = n
 	r.Recorder.Eventf(host, nil, corev1.EventTypeNormal, ResetRetriedReason, "RetryReset",
-		"Reset ordered again (retry %d) in phase %s", n, inventory.Phase(host))
+		"Reset ordered again (retry %d) in phase %s", n, hostphase.Phase(host))
 }
 
 // reconcileDelete lets a host go once no Machine holds it. Deleting a host
@@ -245,12 +246,12 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, host *infrav1.EdgeHost
 	if host.Spec.ClaimRef == nil {
 		switch {
 		case gaveUp: // giveUpClaim said what was given up
-		case forced && !inventory.IsReleased(host):
+		case forced && !hostphase.IsReleased(host):
 			r.Recorder.Eventf(host, nil, corev1.EventTypeWarning, RemovedByForceReason, "Delete",
-				"EdgeHost removed by force by %s in phase %s: its identity was revoked and the host was not reset", by, inventory.Phase(host))
-		case !inventory.IsReleased(host):
+				"EdgeHost removed by force by %s in phase %s: its identity was revoked and the host was not reset", by, hostphase.Phase(host))
+		case !hostphase.IsReleased(host):
 			r.Recorder.Eventf(host, nil, corev1.EventTypeWarning, "DeletedUnreset", "Delete",
-				"EdgeHost deleted in phase %s: its identity was revoked and the host was not reset", inventory.Phase(host))
+				"EdgeHost deleted in phase %s: its identity was revoked and the host was not reset", hostphase.Phase(host))
 		}
 		controllerutil.RemoveFinalizer(host, infrav1.HostProtectionFinalizer)
 		return nil
@@ -294,7 +295,7 @@ func (r *Reconciler) giveUpClaim(ctx context.Context, host *infrav1.EdgeHost, by
 }
 
 func (r *Reconciler) patch(ctx context.Context, host *infrav1.EdgeHost, h *patch.Helper) error {
-	phase := inventory.Phase(host)
+	phase := hostphase.Phase(host)
 	if host.Status.Phase != phase && host.Status.Phase != "" {
 		eventType := corev1.EventTypeNormal
 		if phase == infrav1.HostNeedsAttention {
@@ -313,7 +314,7 @@ func (r *Reconciler) patch(ctx context.Context, host *infrav1.EdgeHost, h *patch
 			if p := host.Status.Provisioning; p != nil {
 				cond.Message = fmt.Sprintf("Agent reported %s at %q: %s", p.State, p.Step, p.Message)
 			}
-			if p := host.Status.Provisioning; inventory.HoldsUnknownWorkload(host) {
+			if p := host.Status.Provisioning; hostphase.HoldsUnknownWorkload(host) {
 				cond.Reason = "UnknownWorkload"
 				cond.Message = fmt.Sprintf("The agent runs the workload of claim %s, which no EdgeMachine holds and this hub never released "+
 					"(restored from an older backup?): it is not reset without an order; to reset it, record its release: "+

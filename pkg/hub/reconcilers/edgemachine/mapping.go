@@ -12,8 +12,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/edgefleet/fleet/pkg/contract/hostphase"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
-	"github.com/edgefleet/fleet/pkg/hub/inventory"
 )
 
 // clusterToEdgeMachines wakes every EdgeMachine of a Cluster, for pause and
@@ -76,7 +76,7 @@ func hostChangeMattersToMachines() predicate.Funcs {
 		if old.Spec.ClaimRef != nil || cur.Spec.ClaimRef != nil {
 			return true
 		}
-		return inventory.IsClaimable(old) != inventory.IsClaimable(cur) || !maps.Equal(old.Labels, cur.Labels)
+		return hostphase.IsClaimable(old) != hostphase.IsClaimable(cur) || !maps.Equal(old.Labels, cur.Labels)
 	}}
 }
 

@@ -19,6 +19,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/edgefleet/fleet/pkg/contract/hostphase"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/hub/inventory"
 )
@@ -364,7 +365,7 @@ func noHostMessage(hosts []infrav1.EdgeHost, req inventory.Request, sel *metav1.
 			continue
 		}
 		matching++
-		if inventory.IsClaimable(h) {
+		if hostphase.IsClaimable(h) {
 			available++
 		}
 	}

@@ -1,4 +1,4 @@
-package release_test
+package render_test
 
 import (
 	"os"

@@ -1,4 +1,4 @@
-package release_test
+package render_test
 
 import (
 	"bytes"
@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
-	"github.com/edgefleet/fleet/internal/release"
+	"github.com/edgefleet/fleet/hack/release/render"
 )
 
 // capiVersion is the Cluster API release fleet's go.mod pins; its
@@ -133,13 +133,13 @@ func TestClusterctlInit(t *testing.T) {
 		if p.config != "" {
 			writeFile(t, filepath.Join(dir, p.file), kustomize(t, filepath.Join(capi, p.config)))
 			writeFile(t, filepath.Join(dir, "metadata.yaml"), capiMetadata)
-		} else if _, err := release.Write(dir, release.Options{Root: root, Tag: "v0.1.0"}); err != nil {
+		} else if _, err := render.Write(dir, render.Options{Root: root, Tag: "v0.1.0"}); err != nil {
 			t.Fatal(err)
 		}
 		config.Providers = append(config.Providers, clusterctlProvider{Name: p.name, Type: p.typ, URL: filepath.Join(dir, p.file)})
 	}
 	// A patch release beside it, for `clusterctl upgrade apply`.
-	if _, err := release.Write(filepath.Join(repo, "infrastructure-edge", "v0.1.1"), release.Options{Root: root, Tag: "v0.1.1"}); err != nil {
+	if _, err := render.Write(filepath.Join(repo, "infrastructure-edge", "v0.1.1"), render.Options{Root: root, Tag: "v0.1.1"}); err != nil {
 		t.Fatal(err)
 	}
 	cfgYAML, err := yaml.Marshal(config)
@@ -185,7 +185,7 @@ func TestClusterctlInit(t *testing.T) {
 	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "fleet-system", Name: "fleet-hub"}, d); err != nil {
 		t.Fatal(err)
 	}
-	if d.Labels["cluster.x-k8s.io/provider"] != "infrastructure-edge" || d.Spec.Template.Spec.Containers[0].Image != release.ImageName+":v0.1.0" {
+	if d.Labels["cluster.x-k8s.io/provider"] != "infrastructure-edge" || d.Spec.Template.Spec.Containers[0].Image != render.ImageName+":v0.1.0" {
 		t.Errorf("fleet-hub Deployment labels %v, image %s", d.Labels, d.Spec.Template.Spec.Containers[0].Image)
 	}
 	crd := &apiextensionsv1.CustomResourceDefinition{}
@@ -224,7 +224,7 @@ func TestClusterctlInit(t *testing.T) {
 	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "fleet-system", Name: "fleet-hub"}, d); err != nil {
 		t.Fatal(err)
 	}
-	if img := d.Spec.Template.Spec.Containers[0].Image; img != release.ImageName+":v0.1.1" {
+	if img := d.Spec.Template.Spec.Containers[0].Image; img != render.ImageName+":v0.1.1" {
 		t.Errorf("fleet-hub image after the upgrade: %s", img)
 	}
 }

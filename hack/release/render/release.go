@@ -1,4 +1,4 @@
-package release
+package render
 
 import (
 	"errors"
@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
-	"github.com/edgefleet/fleet/pkg/cli/create"
+	"github.com/edgefleet/fleet/pkg/clustertemplate"
 )
 
 // Files clusterctl reads from a provider's release.
@@ -44,7 +44,7 @@ func Write(dir string, o Options) ([]string, error) {
 	if files[MetadataFile], err = Metadata(o.Root); err != nil {
 		return nil, err
 	}
-	for _, f := range create.Flavors {
+	for _, f := range clustertemplate.Flavors {
 		if files[f.File()], err = f.Template(); err != nil {
 			return nil, err
 		}
@@ -65,7 +65,7 @@ func Write(dir string, o Options) ([]string, error) {
 
 func templateFiles() []string {
 	var names []string
-	for _, f := range create.Flavors {
+	for _, f := range clustertemplate.Flavors {
 		names = append(names, f.File())
 	}
 	return names

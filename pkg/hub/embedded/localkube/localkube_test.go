@@ -19,7 +19,7 @@ func binDir(t *testing.T) string {
 	t.Helper()
 	d := os.Getenv("KUBEBUILDER_ASSETS")
 	if d == "" {
-		d = filepath.Join("..", "..", "bin", "k8s")
+		d = filepath.Join("..", "..", "..", "..", "bin", "k8s")
 	}
 	if _, err := os.Stat(filepath.Join(d, "kube-apiserver")); err != nil {
 		if os.Getenv("CI") == "true" {

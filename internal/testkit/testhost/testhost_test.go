@@ -19,7 +19,7 @@ import (
 func kit(t *testing.T) Binaries {
 	t.Helper()
 	var missing []string
-	for _, m := range Missing(filepath.Join("..", "..", "bin", "k8s")) {
+	for _, m := range Missing(filepath.Join("..", "..", "..", "bin", "k8s")) {
 		// This package's hosts run no kubelet: bin/k8s is not needed.
 		if !strings.Contains(m, "bin/k8s") {
 			missing = append(missing, m)
@@ -36,7 +36,7 @@ func kit(t *testing.T) Binaries {
 	bin := Binaries{K8s: filepath.Join(dir, "k8s"), Agent: filepath.Join(dir, "fleet-agent"), Unitd: filepath.Join(dir, "unitd")}
 	for pkg, out := range map[string]string{"./cmd/fleet-agent": bin.Agent, "./test/unitd": bin.Unitd} {
 		cmd := exec.Command("go", "build", "-o", out, pkg)
-		cmd.Dir = filepath.Join("..", "..")
+		cmd.Dir = filepath.Join("..", "..", "..")
 		if b, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("building %s: %v\n%s", pkg, err, b)
 		}

@@ -24,8 +24,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/edgefleet/fleet/internal/clusterapi"
 	fleetcrd "github.com/edgefleet/fleet/manifests/crd"
+	"github.com/edgefleet/fleet/pkg/hub/embedded/clusterapi"
 	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
 )
 

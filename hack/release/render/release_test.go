@@ -1,4 +1,4 @@
-package release_test
+package render_test
 
 import (
 	"bytes"
@@ -25,11 +25,11 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/edgefleet/fleet/internal/release"
-	"github.com/edgefleet/fleet/internal/testenv"
+	"github.com/edgefleet/fleet/hack/release/render"
+	"github.com/edgefleet/fleet/internal/testkit/testenv"
 )
 
-const root = "../.."
+const root = "../../.."
 
 // startBare starts an API server with no CRD at all; it skips outside CI
 // when the binaries are not built.
@@ -99,7 +99,7 @@ func (w *warnings) HandleWarningHeader(_ int, _ string, text string) {
 // the hub's pod spec is the one docs/INSTALL.md describes.
 func TestComponentsApply(t *testing.T) {
 	t.Parallel()
-	comps, err := release.Components(release.Options{Root: root, Image: "registry.example/fleet-hub", Tag: "v0.1.0", Digest: "sha256:" + strings.Repeat("ab", 32)})
+	comps, err := render.Components(render.Options{Root: root, Image: "registry.example/fleet-hub", Tag: "v0.1.0", Digest: "sha256:" + strings.Repeat("ab", 32)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +278,7 @@ func checkPolicies(t *testing.T, c client.Client) {
 func TestWrite(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	files, err := release.Write(dir, release.Options{Root: root, Tag: "v0.1.0"})
+	files, err := render.Write(dir, render.Options{Root: root, Tag: "v0.1.0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,10 +294,10 @@ func TestWrite(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(bad, "metadata.yaml"), []byte("apiVersion: clusterctl.cluster.x-k8s.io/v1alpha3\nkind: Metadata\nreleaseSeries:\n- major: 0\n  minor: 1\n  contrac: v1beta2\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := release.Metadata(bad); err == nil || !strings.Contains(err.Error(), "contrac") {
+	if _, err := render.Metadata(bad); err == nil || !strings.Contains(err.Error(), "contrac") {
 		t.Errorf("misspelt field accepted: %v", err)
 	}
-	if _, err := release.Components(release.Options{Root: root}); err == nil {
+	if _, err := render.Components(render.Options{Root: root}); err == nil {
 		t.Error("components without an image tag or digest")
 	}
 }

@@ -5,7 +5,7 @@
 // manager wired the way their own binaries wire them, plus the CRDs they
 // need (bundled from the Cluster API module by hack/capicrds).
 //
-// The test environment (internal/testenv) and the embedded hub
+// The test environment (internal/testkit/testenv) and the embedded hub
 // (`fleet-hub dev`) both use it, so the demo runs exactly what the tests
 // prove.
 package clusterapi

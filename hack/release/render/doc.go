@@ -1,5 +1,5 @@
-// Package release renders fleet's clusterctl release artifacts: the
+// Package render renders fleet's clusterctl release artifacts: the
 // provider components (manifests/release through kustomize, with the hub's
 // image set in one place), the provider metadata, and the cluster templates
 // made from the same objects `kubectl fleet create cluster` writes.
-package release
+package render
