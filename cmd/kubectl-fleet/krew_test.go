@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"debug/elf"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -69,5 +71,36 @@ func TestKrewInstall(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(krewRoot, "store", "fleet", "v0.1.0", f)); err != nil {
 			t.Errorf("installed plugin lacks %s: %v", f, err)
 		}
+	}
+	checkStripped(t, filepath.Join(krewRoot, "store", "fleet", "v0.1.0", "kubectl-fleet"), root)
+}
+
+// checkStripped fails unless the released binary has neither a symbol table
+// nor DWARF (-s -w) and names no path of the machine that built it
+// (-trimpath): users download every byte of it.
+func checkStripped(t *testing.T, bin, buildRoot string) {
+	t.Helper()
+	if runtime.GOOS != "linux" {
+		return
+	}
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatalf("reading the released binary: %v", err)
+	}
+	defer f.Close()
+	for _, s := range f.Sections {
+		if s.Name == ".symtab" || strings.HasPrefix(s.Name, ".debug_") || strings.HasPrefix(s.Name, ".zdebug_") {
+			t.Errorf("the released kubectl-fleet has section %s: build it with -ldflags \"-s -w\"", s.Name)
+		}
+	}
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(data, []byte(buildRoot+"/")) {
+		t.Errorf("the released kubectl-fleet names the build directory %s: build it with -trimpath", buildRoot)
+	}
+	if fi, err := os.Stat(bin); err == nil {
+		t.Logf("released kubectl-fleet: %.1f MB", float64(fi.Size())/1e6)
 	}
 }
