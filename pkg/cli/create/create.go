@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/pkg/cli/kube"
+	"github.com/edgefleet/fleet/pkg/cli/progress"
 	"github.com/edgefleet/fleet/pkg/cli/validate"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 )
@@ -194,7 +195,12 @@ func (o *Options) Run(ctx context.Context) error {
 	if !o.Wait {
 		return nil
 	}
-	return WaitForMachines(ctx, o.conn.Client, o.Out, o.spec.Namespace, o.spec.Name, int(o.spec.ControlPlaneMachines+o.spec.WorkerMachines), o.Timeout)
+	check := progress.Machines(o.conn.Client, o.spec.Namespace, o.spec.Name, int(o.spec.ControlPlaneMachines), int(o.spec.WorkerMachines))
+	if err := progress.Until(ctx, o.Out, o.Timeout, "cluster "+o.spec.Name, check); err != nil {
+		return err
+	}
+	fmt.Fprintf(o.Out, "cluster %s: every machine Running\n", o.spec.Name)
+	return nil
 }
 
 // apply applies obj with server-side apply as kubectl-fleet, taking over
