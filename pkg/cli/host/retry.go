@@ -109,6 +109,9 @@ func (o *RetryOptions) wait(ctx context.Context) error {
 			left = true
 		case left:
 			return "", false, fmt.Errorf("edgehost/%s's reset failed again (%s)", o.Name, failure(h))
+		default:
+			// Still the phase the retry started from: nothing new to say.
+			return "", false, nil
 		}
 		return fmt.Sprintf("edgehost/%s %s", o.Name, phase), phase == infrav1.HostAvailable, nil
 	})
