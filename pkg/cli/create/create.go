@@ -116,7 +116,7 @@ func (o *Options) Validate() error {
 	if o.Wait && o.Timeout <= 0 {
 		errs = append(errs, fmt.Errorf("--timeout %s: want a positive duration", o.Timeout))
 	}
-	return errors.Join(errs...)
+	return validate.Join(errs...)
 }
 
 func (o *Options) validateCounts() []error {

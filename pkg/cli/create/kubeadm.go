@@ -16,6 +16,8 @@ import (
 	"k8s.io/utils/ptr"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	"sigs.k8s.io/yaml"
+
+	"github.com/edgefleet/fleet/pkg/cli/validate"
 )
 
 // The node wiring create adds to every nodeRegistration: the node name is
@@ -117,7 +119,7 @@ func (o *Options) completeKubeadm() error {
 		errs = append(errs, fmt.Errorf("format %q: fleet-agent runs %q bootstraps only", f, bootstrapv1.CloudConfig))
 	}
 	o.spec.Kubeadm = spec
-	return errors.Join(errs...)
+	return validate.Join(errs...)
 }
 
 // checkNodeRegistration refuses settings kubeadm or CABPK would refuse later

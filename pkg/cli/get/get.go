@@ -185,10 +185,10 @@ func (o *Options) printObjects(ctx context.Context) (string, error) {
 		}
 	}
 	if o.format != "name" && !o.Watch {
-		return list.GetResourceVersion(), o.printer.PrintObj(list, o.Out)
+		return list.GetResourceVersion(), o.print(list)
 	}
 	for _, it := range items {
-		if err := o.printer.PrintObj(it, o.Out); err != nil {
+		if err := o.print(it); err != nil {
 			return "", err
 		}
 	}

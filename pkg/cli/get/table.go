@@ -119,15 +119,29 @@ func (o *Options) watch(ctx context.Context, rv string) error {
 // column widths, so the rows a watch prints line up with the table above.
 func (o *Options) print(obj runtime.Object) error {
 	if _, ok := obj.(*metav1.Table); !ok {
-		return o.printer.PrintObj(obj, o.Out)
+		return oneLine(o.printer.PrintObj(obj, o.Out))
 	}
 	if o.tabs == nil {
 		o.tabs = printers.GetNewTabWriter(o.Out)
 	}
 	if err := o.printer.PrintObj(obj, o.tabs); err != nil {
-		return err
+		return oneLine(err)
 	}
 	return o.tabs.Flush()
+}
+
+// oneLine keeps the first line of a printer's error: a JSONPath or template
+// that fails on the objects adds the template and a dump of the objects.
+func oneLine(err error) error {
+	if err == nil {
+		return nil
+	}
+	msg, _, cut := strings.Cut(err.Error(), "\n")
+	if !cut {
+		return err
+	}
+	msg, _, _ = strings.Cut(msg, " Printing more information for debugging the template:")
+	return errors.New(msg)
 }
 
 // tables reports whether the output is the API server's tables (no -o, or
