@@ -70,7 +70,7 @@ const (
 var kcpOnce sync.Once
 
 // BenchmarkRealNodes times `kubectl fleet create cluster --wait` on two
-// real edge hosts (internal/testhost: real kubeadm, kubelet and containerd
+// real edge hosts (internal/testkit/testhost: real kubeadm, kubelet and containerd
 // in their own namespaces behind a site's NAT, reached by the hub only
 // through edge reach) with the real Cluster API core, CABPK and KCP
 // reconcilers, and splits the time into Cluster API's, the hub's, the

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -77,10 +78,16 @@ func TestMain(m *testing.M) {
 func fleet(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	cmd := cli.NewRootCmd(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
-	cmd.SetArgs(append([]string{"--kubeconfig", kubeconfig}, args...))
-	err := cmd.ExecuteContext(context.Background())
+	err := fleetTo(context.Background(), &out, &errOut, args...)
 	return out.String(), errOut.String(), err
+}
+
+// fleetTo runs `kubectl fleet args…` in-process until it returns or ctx
+// ends (Ctrl-C), writing to out and errOut.
+func fleetTo(ctx context.Context, out, errOut io.Writer, args ...string) error {
+	cmd := cli.NewRootCmd(genericiooptions.IOStreams{In: strings.NewReader(""), Out: out, ErrOut: errOut})
+	cmd.SetArgs(append([]string{"--kubeconfig", kubeconfig}, args...))
+	return cmd.ExecuteContext(ctx)
 }
 
 func startGateway(t *testing.T) *gateway.Server {

@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -92,5 +93,56 @@ func TestCreateClusterHostSelectorSyntax(t *testing.T) {
 	}
 	if !strings.Contains(stderr, "match {role=cp,site in (a,b)}") {
 		t.Errorf("the warning about hosts does not show the selector:\n%s", stderr)
+	}
+}
+
+// Every refused input ends the command with an error of one line that says
+// what was wrong, and nothing on stdout or stderr: no usage text, no help
+// with exit status 0, no klog lines, no template dump.
+func TestRefusalsAreOneLine(t *testing.T) {
+	ns := newNamespace(t, "refusals")
+	newHost(t, ns, "present", nil)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"gte", "hosts"}, `unknown command "gte" for "kubectl fleet": want completion, create, delete, describe, get, host, kubeconfig, scale, token, version (did you mean "get"?)`},
+		{[]string{"create", "clusters", "x"}, `unknown command "clusters" for "kubectl fleet create": want cluster (did you mean "cluster"?)`},
+		{[]string{"host", "frob", "present"}, `unknown command "frob" for "kubectl fleet host": want approve, cordon, remove, retry, uncordon`},
+		{[]string{"completion", "tcsh"}, `unknown command "tcsh" for "kubectl fleet completion": want bash, fish, powershell, zsh`},
+		{[]string{"scale", "cluster"}, "kubectl fleet scale cluster takes NAME [--worker-machines M] [--control-plane-machines N] [--wait]; arguments given: none"},
+		{[]string{"get", "hosts", "extra"}, "kubectl fleet get takes (clusters|machines|hosts); arguments given: 2: hosts extra"},
+		{[]string{"host", "cordon"}, "kubectl fleet host cordon takes NAME...; arguments given: none"},
+		{[]string{"token", "list", "x"}, "kubectl fleet token list takes no arguments; arguments given: 1: x"},
+		{[]string{"get", "hosts", "--bogus"}, "unknown flag: --bogus"},
+		{[]string{"scale", "cluster", "x", "--worker-machines", "two"}, `invalid argument "two" for "--worker-machines" flag: want a whole number`},
+		{[]string{"delete", "cluster", "x", "--timeout", "soon"}, `invalid argument "soon" for "--timeout" flag`},
+		{[]string{"scale", "cluster", "x", "--worker-machines", "1", "--wait", "--timeout", "0s"}, "--timeout 0s: want a positive duration"},
+		{[]string{"-n", "Bad_NS", "get", "hosts"}, `invalid namespace "Bad_NS": a lowercase RFC 1123 label`},
+		{[]string{"create", "cluster", "x", "--kubernetes-version", "1.36", "--control-plane-machines", "2"},
+			`--kubernetes-version "1.36": want vMAJOR.MINOR.PATCH, e.g. v1.36.3; --control-plane-machines 2: want an odd number`},
+		{[]string{"get", "hosts", "-o", "jsonpath={.items[5].spec}"}, `error executing jsonpath "{.items[5].spec}": Error executing template: array index out of bounds: index 5, length 1.`},
+		{[]string{"get", "hosts", "--sort-by", ".spec.nope"}, `couldn't find any field with path "{.spec.nope}" in the list of objects`},
+		{[]string{"describe", "cluster", "nope"}, fmt.Sprintf("cluster %q not found in namespace %s", "nope", ns)},
+		{[]string{"host", "retry", "nope"}, fmt.Sprintf("host %q not found in namespace %s", "nope", ns)},
+		// Nothing half applied: a missing host leaves the others as they were.
+		{[]string{"host", "cordon", "present", "gone-1", "gone-2"}, fmt.Sprintf(`host "gone-1" not found in namespace %[1]s (see `+
+			"`kubectl fleet get hosts`); host \"gone-2\" not found in namespace %[1]s", ns)},
+	} {
+		out, stderr, err := fleet(t, append([]string{"-n", ns}, tc.args...)...)
+		if tc.args[0] == "-n" {
+			out, stderr, err = fleet(t, tc.args...)
+		}
+		if err == nil || !strings.HasPrefix(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") || out != "" || stderr != "" {
+			t.Errorf("kubectl fleet %s:\n got %v\nwant one line starting %q\nstdout %q\nstderr %q", strings.Join(tc.args, " "), err, tc.want, out, stderr)
+		}
+	}
+	h := &infrav1.EdgeHost{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "present"}, h); err != nil || h.Labels[infrav1.CordonedLabel] != "" {
+		t.Errorf("a refused cordon changed the host that exists: %v %v", err, h.Labels)
+	}
+	// A group with no subcommand shows its help, as kubectl does.
+	if out, _, err := fleet(t, "create"); err != nil || !strings.Contains(out, "Available Commands:") {
+		t.Errorf("kubectl fleet create: %v\n%s", err, out)
 	}
 }

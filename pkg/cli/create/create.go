@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/pkg/cli/kube"
+	"github.com/edgefleet/fleet/pkg/cli/progress"
 	"github.com/edgefleet/fleet/pkg/cli/validate"
 	"github.com/edgefleet/fleet/pkg/clustertemplate"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
@@ -116,7 +117,7 @@ func (o *Options) Validate() error {
 	if o.Wait && o.Timeout <= 0 {
 		errs = append(errs, fmt.Errorf("--timeout %s: want a positive duration", o.Timeout))
 	}
-	return errors.Join(errs...)
+	return validate.Join(errs...)
 }
 
 func (o *Options) validateCounts() []error {
@@ -195,7 +196,12 @@ func (o *Options) Run(ctx context.Context) error {
 	if !o.Wait {
 		return nil
 	}
-	return WaitForMachines(ctx, o.conn.Client, o.Out, o.spec.Namespace, o.spec.Name, int(o.spec.ControlPlaneMachines+o.spec.WorkerMachines), o.Timeout)
+	check := progress.Machines(o.conn.Client, o.spec.Namespace, o.spec.Name, int(o.spec.ControlPlaneMachines), int(o.spec.WorkerMachines))
+	if err := progress.Until(ctx, o.Out, o.Timeout, "cluster "+o.spec.Name, check); err != nil {
+		return err
+	}
+	fmt.Fprintf(o.Out, "cluster %s: every machine Running\n", o.spec.Name)
+	return nil
 }
 
 // apply applies obj with server-side apply as kubectl-fleet, taking over

@@ -429,22 +429,6 @@ func TestTemplateForTestHosts(t *testing.T) {
 	}
 }
 
-// The --wait progress line says what there is, also before any Machine.
-func TestMachinesLine(t *testing.T) {
-	for _, tc := range []struct {
-		running, want int
-		phases        map[string]int
-		line          string
-	}{
-		{0, 3, nil, "machines: 0/3 Running (no Machines yet)"},
-		{1, 3, map[string]int{"Running": 1, "Provisioning": 2}, "machines: 1/3 Running (1 Running, 2 Provisioning)"},
-	} {
-		if got := machinesLine(tc.running, tc.want, tc.phases); got != tc.line {
-			t.Errorf("machinesLine = %q, want %q", got, tc.line)
-		}
-	}
-}
-
 // healthChecksOf runs `create cluster` with args as a client-side dry run
 // and returns the MachineHealthChecks it would write.
 func healthChecksOf(t *testing.T, args ...string) []clusterv1.MachineHealthCheck {

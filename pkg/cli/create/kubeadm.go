@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 
+	"github.com/edgefleet/fleet/pkg/cli/validate"
 	"github.com/edgefleet/fleet/pkg/clustertemplate"
 )
 
@@ -82,7 +83,7 @@ func (o *Options) completeKubeadm() error {
 		errs = append(errs, fmt.Errorf("format %q: fleet-agent runs %q bootstraps only", f, bootstrapv1.CloudConfig))
 	}
 	o.spec.Kubeadm = spec
-	return errors.Join(errs...)
+	return validate.Join(errs...)
 }
 
 // checkNodeRegistration refuses settings kubeadm or CABPK would refuse later

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/pkg/cli/kube"
+	"github.com/edgefleet/fleet/pkg/cli/progress"
 	"github.com/edgefleet/fleet/pkg/cli/validate"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 )
@@ -76,13 +77,27 @@ func (o *Options) Run(ctx context.Context) error {
 	if !o.Wait {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
-	defer cancel()
-	last := ""
-	for {
-		gone := apierrors.IsNotFound(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: o.Name}, &clusterv1.Cluster{}))
+	if err := progress.Until(ctx, o.Out, o.Timeout, "cluster "+o.Name+" to go", o.gone(hosts)); err != nil {
+		return err
+	}
+	fmt.Fprintf(o.Out, "cluster %s is gone; %d host(s) back in the pool\n", o.Name, len(hosts))
+	return nil
+}
+
+// gone checks that the Cluster and its Machines are gone and that the
+// hosts they held are Available again.
+func (o *Options) gone(hosts []string) progress.Check {
+	c, ns := o.conn.Client, o.conn.Namespace
+	return func(ctx context.Context) (string, bool, error) {
+		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: o.Name}, &clusterv1.Cluster{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return "", false, o.conn.Explain(err)
+		}
+		gone := apierrors.IsNotFound(err)
 		machines := &clusterv1.MachineList{}
-		_ = c.List(ctx, machines, client.InNamespace(ns), client.MatchingLabels{clusterv1.ClusterNameLabel: o.Name})
+		if err := c.List(ctx, machines, client.InNamespace(ns), client.MatchingLabels{clusterv1.ClusterNameLabel: o.Name}); err != nil {
+			return "", false, o.conn.Explain(err)
+		}
 		var waiting []string
 		for _, h := range hosts {
 			host := &infrav1.EdgeHost{}
@@ -94,18 +109,6 @@ func (o *Options) Run(ctx context.Context) error {
 		if len(waiting) > 0 {
 			line += " (" + strings.Join(waiting, ", ") + ")"
 		}
-		if line != last {
-			fmt.Fprintln(o.Out, line)
-			last = line
-		}
-		if gone && len(machines.Items) == 0 && len(waiting) == 0 {
-			fmt.Fprintf(o.Out, "cluster %s is gone; %d host(s) back in the pool\n", o.Name, len(hosts))
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("timed out: %s", line)
-		case <-time.After(2 * time.Second):
-		}
+		return line, gone && len(machines.Items) == 0 && len(waiting) == 0, nil
 	}
 }

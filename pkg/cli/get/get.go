@@ -3,9 +3,11 @@ package get
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
@@ -39,12 +41,20 @@ type Options struct {
 	AllNamespaces bool
 	Selector      string
 	ShowLabels    bool
+	NoHeaders     bool
+	SortBy        string
+	Watch         bool
 
 	kindArg string
 	kind    kind
 	format  string
 	printer printers.ResourcePrinter
-	conn    *kube.Connection
+	sorter  *sorter
+	tabs    interface {
+		io.Writer
+		Flush() error
+	}
+	conn *kube.Connection
 }
 
 // NewOptions returns Options with kubectl's printing defaults.
@@ -84,7 +94,13 @@ func (o *Options) Validate() error {
 			return err
 		}
 	}
-	if o.format != "" && o.format != "wide" {
+	if o.SortBy != "" {
+		var err error
+		if o.sorter, err = newSorter(o.SortBy); err != nil {
+			return err
+		}
+	}
+	if !o.tables() {
 		p, err := o.PrintFlags.ToPrinter()
 		if err != nil {
 			return err
@@ -94,30 +110,53 @@ func (o *Options) Validate() error {
 	return nil
 }
 
-// Run lists and prints.
+// Run lists and prints, then with --watch prints every change until the
+// API server ends the watch or ctx ends (Ctrl-C).
 func (o *Options) Run(ctx context.Context) error {
-	if o.printer != nil {
-		return o.printObjects(ctx)
+	var rv string
+	var err error
+	if o.tables() {
+		rv, err = o.printTable()
+	} else {
+		rv, err = o.printObjects(ctx)
 	}
-	table, err := o.serverTable()
-	if err != nil {
+	if err != nil || !o.Watch {
 		return err
 	}
-	if len(table.Rows) == 0 {
+	return o.watch(ctx, rv)
+}
+
+// printTable prints the API server's table, sorted with --sort-by, and
+// keeps its printer for --watch: a table printer prints its header once.
+func (o *Options) printTable() (string, error) {
+	table, err := o.serverTable()
+	if err != nil {
+		return "", err
+	}
+	if o.sorter != nil {
+		err := o.sorter.sort(len(table.Rows), func(i int) map[string]any { return rowObject(table.Rows[i]) },
+			func(i, j int) { table.Rows[i], table.Rows[j] = table.Rows[j], table.Rows[i] })
+		if err != nil {
+			return "", err
+		}
+	}
+	if len(table.Rows) == 0 && !o.Watch {
 		if o.AllNamespaces {
 			fmt.Fprintln(o.ErrOut, "No resources found")
 		} else {
 			fmt.Fprintf(o.ErrOut, "No resources found in %s namespace.\n", o.conn.Namespace)
 		}
-		return nil
+		return table.ResourceVersion, nil
 	}
 	wide := o.format == "wide"
-	return printers.NewTablePrinter(printers.PrintOptions{Wide: wide, WithNamespace: o.AllNamespaces, ShowLabels: o.ShowLabels || wide}).
-		PrintObj(table, o.Out)
+	o.printer = printers.NewTablePrinter(printers.PrintOptions{Wide: wide, WithNamespace: o.AllNamespaces,
+		ShowLabels: o.ShowLabels || wide, NoHeaders: o.NoHeaders})
+	return table.ResourceVersion, o.print(table)
 }
 
-// printObjects prints the typed objects for -o json|yaml|name|jsonpath….
-func (o *Options) printObjects(ctx context.Context) error {
+// printObjects prints the typed objects for -o json|yaml|name|jsonpath…,
+// the items one by one with --watch (as kubectl get -w does).
+func (o *Options) printObjects(ctx context.Context) (string, error) {
 	opts := []client.ListOption{}
 	if !o.AllNamespaces {
 		opts = append(opts, client.InNamespace(o.conn.Namespace))
@@ -125,25 +164,50 @@ func (o *Options) printObjects(ctx context.Context) error {
 	if o.Selector != "" {
 		sel, err := validate.Selector("--selector", o.Selector)
 		if err != nil {
-			return err
+			return "", err
 		}
 		opts = append(opts, client.MatchingLabelsSelector{Selector: sel})
 	}
 	list := o.kind.newList()
 	if err := o.conn.Client.List(ctx, list, opts...); err != nil {
-		return o.conn.Explain(err)
-	}
-	if o.format != "name" {
-		return o.printer.PrintObj(list, o.Out)
+		return "", o.conn.Explain(err)
 	}
 	items, err := meta.ExtractList(list)
 	if err != nil {
-		return fmt.Errorf("reading the list: %w", err)
+		return "", fmt.Errorf("reading the list: %w", err)
 	}
-	for _, it := range items {
-		if err := o.printer.PrintObj(it, o.Out); err != nil {
-			return err
+	if o.sorter != nil {
+		if err := o.sortObjects(items); err != nil {
+			return "", err
+		}
+		if err := meta.SetList(list, items); err != nil {
+			return "", fmt.Errorf("sorting the list: %w", err)
 		}
 	}
-	return nil
+	if o.format != "name" && !o.Watch {
+		return list.GetResourceVersion(), o.print(list)
+	}
+	for _, it := range items {
+		if err := o.print(it); err != nil {
+			return "", err
+		}
+	}
+	return list.GetResourceVersion(), nil
+}
+
+// sortObjects sorts typed objects by --sort-by, reading them as JSON as
+// the API server serves them.
+func (o *Options) sortObjects(items []runtime.Object) error {
+	maps := make([]map[string]any, len(items))
+	for i, it := range items {
+		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(it)
+		if err != nil {
+			return fmt.Errorf("sorting: %w", err)
+		}
+		maps[i] = m
+	}
+	return o.sorter.sort(len(items), func(i int) map[string]any { return maps[i] }, func(i, j int) {
+		items[i], items[j] = items[j], items[i]
+		maps[i], maps[j] = maps[j], maps[i]
+	})
 }

@@ -1,14 +1,18 @@
 package get
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	metav1beta1 "k8s.io/apimachinery/pkg/apis/meta/v1beta1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/cli-runtime/pkg/printers"
 	"k8s.io/cli-runtime/pkg/resource"
 	"k8s.io/client-go/rest"
 )
@@ -25,26 +29,32 @@ var acceptTable = strings.Join([]string{
 	"application/json",
 }, ",")
 
-// serverTable lists the kind as the API server's Table, joining the chunks.
-func (o *Options) serverTable() (*metav1.Table, error) {
+// builder starts a request for the kind as kubectl get makes it: the API
+// server's Table unless an -o format prints the objects; with --sort-by the
+// rows carry their whole objects, which the sort reads.
+func (o *Options) builder() *resource.Builder {
 	gvr := o.kind.resource
-	infos, err := resource.NewBuilder(o.flags).
+	return resource.NewBuilder(o.flags).
 		Unstructured().
 		NamespaceParam(o.conn.Namespace).DefaultNamespace().AllNamespaces(o.AllNamespaces).
 		LabelSelectorParam(o.Selector).
 		ResourceTypeOrNameArgs(true, gvr.Resource+"."+gvr.Version+"."+gvr.Group).
-		RequestChunksOf(tableChunk).
-		ContinueOnError().
-		Flatten().
-		TransformRequests(func(req *rest.Request) { req.SetHeader("Accept", acceptTable) }).
-		Do().Infos()
+		TransformRequests(func(req *rest.Request) {
+			if !o.tables() {
+				return
+			}
+			req.SetHeader("Accept", acceptTable)
+			if o.sorter != nil {
+				req.Param("includeObject", "Object")
+			}
+		})
+}
+
+// serverTable lists the kind as the API server's Table, joining the chunks.
+func (o *Options) serverTable() (*metav1.Table, error) {
+	infos, err := o.builder().RequestChunksOf(tableChunk).ContinueOnError().Flatten().Do().Infos()
 	if err != nil {
-		// The builder reports a kind the server lacks as plain text; ask
-		// the client's mapper so the error says the CRDs are missing.
-		if _, merr := o.conn.Client.RESTMapper().KindFor(gvr); merr != nil {
-			return nil, o.conn.Explain(merr)
-		}
-		return nil, o.conn.Explain(err)
+		return nil, o.explain(err)
 	}
 	out := &metav1.Table{}
 	for _, info := range infos {
@@ -56,8 +66,94 @@ func (o *Options) serverTable() (*metav1.Table, error) {
 			out.ColumnDefinitions = t.ColumnDefinitions
 		}
 		out.Rows = append(out.Rows, t.Rows...)
+		// Chunks of one list share its resourceVersion, where a watch starts.
+		out.ResourceVersion = t.ResourceVersion
 	}
 	return out, nil
+}
+
+// explain turns the builder's errors into advice: it reports a kind the
+// server lacks as plain text, so ask the client's mapper, whose error says
+// the CRDs are missing.
+func (o *Options) explain(err error) error {
+	if _, merr := o.conn.Client.RESTMapper().KindFor(o.kind.resource); merr != nil {
+		return o.conn.Explain(merr)
+	}
+	return o.conn.Explain(err)
+}
+
+// watch prints every change to the kind from resourceVersion rv on, as
+// kubectl get --watch: a table row (no new header), or the object in the
+// -o format. It ends when ctx does or the API server ends the watch.
+func (o *Options) watch(ctx context.Context, rv string) error {
+	w, err := o.builder().SingleResourceType().Do().Watch(rv)
+	if err != nil {
+		return o.explain(err)
+	}
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-w.ResultChan():
+			if !ok {
+				return nil
+			}
+			if e.Type == watch.Error {
+				return fmt.Errorf("watching %s: %w", o.kind.resource.Resource, apierrors.FromObject(e.Object))
+			}
+			obj := e.Object
+			if o.tables() {
+				if obj, err = decodeTable(e.Object); err != nil {
+					return err
+				}
+			}
+			if err := o.print(obj); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// print prints obj; tables through one tab writer that remembers its
+// column widths, so the rows a watch prints line up with the table above.
+func (o *Options) print(obj runtime.Object) error {
+	if _, ok := obj.(*metav1.Table); !ok {
+		return oneLine(o.printer.PrintObj(obj, o.Out))
+	}
+	if o.tabs == nil {
+		o.tabs = printers.GetNewTabWriter(o.Out)
+	}
+	if err := o.printer.PrintObj(obj, o.tabs); err != nil {
+		return oneLine(err)
+	}
+	return o.tabs.Flush()
+}
+
+// oneLine keeps the first line of a printer's error: a JSONPath or template
+// that fails on the objects adds the template and a dump of the objects.
+func oneLine(err error) error {
+	if err == nil {
+		return nil
+	}
+	msg, _, cut := strings.Cut(err.Error(), "\n")
+	if !cut {
+		return err
+	}
+	msg, _, _ = strings.Cut(msg, " Printing more information for debugging the template:")
+	return errors.New(msg)
+}
+
+// tables reports whether the output is the API server's tables (no -o, or
+// -o wide) rather than the objects.
+func (o *Options) tables() bool { return o.format == "" || o.format == "wide" }
+
+// rowObject is the object a row of the table carries, as JSON.
+func rowObject(row metav1.TableRow) map[string]any {
+	if u, ok := row.Object.Object.(*unstructured.Unstructured); ok {
+		return u.Object
+	}
+	return nil
 }
 
 // decodeTable turns the server's answer into a Table whose rows carry

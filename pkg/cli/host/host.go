@@ -2,7 +2,6 @@ package host
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -54,28 +53,38 @@ func (o *Options) Validate() error {
 	for _, n := range o.Names {
 		errs = append(errs, validate.HostName(n))
 	}
-	return errors.Join(errs...)
+	return validate.Join(errs...)
 }
 
 // Run applies the action to each host by a label change (a merge patch, so
-// nothing else on the host is touched).
+// nothing else on the host is touched). Every host is read first: a name
+// that is not there changes none of them.
 func (o *Options) Run(ctx context.Context) error {
-	for _, name := range o.Names {
-		if err := o.apply(ctx, name); err != nil {
+	hosts := make([]*infrav1.EdgeHost, len(o.Names))
+	var missing []error
+	for i, name := range o.Names {
+		hosts[i] = &infrav1.EdgeHost{}
+		err := o.conn.Client.Get(ctx, client.ObjectKey{Namespace: o.conn.Namespace, Name: name}, hosts[i])
+		switch {
+		case apierrors.IsNotFound(err):
+			missing = append(missing, fmt.Errorf("host %q not found in namespace %s (see `kubectl fleet get hosts`)", name, o.conn.Namespace))
+		case err != nil:
+			return o.conn.Explain(err)
+		}
+	}
+	if err := validate.Join(missing...); err != nil {
+		return err
+	}
+	for _, h := range hosts {
+		if err := o.apply(ctx, h); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (o *Options) apply(ctx context.Context, name string) error {
-	h := &infrav1.EdgeHost{}
-	if err := o.conn.Client.Get(ctx, client.ObjectKey{Namespace: o.conn.Namespace, Name: name}, h); err != nil {
-		if apierrors.IsNotFound(err) {
-			return fmt.Errorf("host %q not found in namespace %s (see `kubectl fleet get hosts`)", name, o.conn.Namespace)
-		}
-		return o.conn.Explain(err)
-	}
+func (o *Options) apply(ctx context.Context, h *infrav1.EdgeHost) error {
+	name := h.Name
 	patch := client.MergeFrom(h.DeepCopy())
 	if h.Labels == nil {
 		h.Labels = map[string]string{}

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/pkg/cli/kube"
+	"github.com/edgefleet/fleet/pkg/cli/progress"
 	"github.com/edgefleet/fleet/pkg/cli/validate"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 )
@@ -180,21 +181,19 @@ func (o *RemoveOptions) waitGone(ctx context.Context, uid types.UID) error {
 	if !o.Wait {
 		return nil
 	}
-	for {
+	what := fmt.Sprintf("edgehost/%s to go (`kubectl describe edgehost %s` says why it stays)", o.Name, o.Name)
+	return progress.Until(ctx, o.Out, o.Timeout, what, func(ctx context.Context) (string, bool, error) {
 		h := &infrav1.EdgeHost{}
 		err := o.conn.Client.Get(ctx, client.ObjectKey{Namespace: o.conn.Namespace, Name: o.Name}, h)
 		switch {
 		case apierrors.IsNotFound(err):
-			return nil
+			return "", true, nil
 		case err == nil && h.UID != uid:
-			fmt.Fprintf(o.Out, "edgehost/%s enrolled again as a new host: its agent still runs with a valid token "+
-				"(stop the agent, or revoke the token with `kubectl fleet token revoke`)\n", o.Name)
-			return nil
+			return fmt.Sprintf("edgehost/%s enrolled again as a new host: its agent still runs with a valid token "+
+				"(stop the agent, or revoke the token with `kubectl fleet token revoke`)", o.Name), true, nil
 		}
-		if err := sleep(ctx, time.Second); err != nil {
-			return fmt.Errorf("edgehost/%s is still there (`kubectl describe edgehost %s` says why): %w", o.Name, o.Name, err)
-		}
-	}
+		return "", false, nil
+	})
 }
 
 func getHost(ctx context.Context, conn *kube.Connection, name string) (*infrav1.EdgeHost, error) {

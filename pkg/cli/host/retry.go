@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/pkg/cli/kube"
+	"github.com/edgefleet/fleet/pkg/cli/progress"
 	"github.com/edgefleet/fleet/pkg/cli/validate"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 )
@@ -96,29 +97,22 @@ func (o *RetryOptions) retryable(ctx context.Context, h *infrav1.EdgeHost) error
 // wait follows the host's phase until it is Available, or the reset fails
 // again.
 func (o *RetryOptions) wait(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
-	defer cancel()
-	last, left := infrav1.HostNeedsAttention, false
-	for {
+	left := false
+	return progress.Until(ctx, o.Out, o.Timeout, "edgehost/"+o.Name+" to be reset", func(ctx context.Context) (string, bool, error) {
 		h, err := getHost(ctx, o.conn, o.Name)
 		if err != nil {
-			return err
+			return "", false, err
 		}
 		phase := h.Status.Phase
-		if phase != last {
-			fmt.Fprintf(o.Out, "edgehost/%s %s\n", o.Name, phase)
-			last = phase
-		}
 		switch {
-		case phase == infrav1.HostAvailable:
-			return nil
 		case phase != infrav1.HostNeedsAttention:
 			left = true
 		case left:
-			return fmt.Errorf("edgehost/%s's reset failed again (%s)", o.Name, failure(h))
+			return "", false, fmt.Errorf("edgehost/%s's reset failed again (%s)", o.Name, failure(h))
+		default:
+			// Still the phase the retry started from: nothing new to say.
+			return "", false, nil
 		}
-		if err := sleep(ctx, time.Second); err != nil {
-			return fmt.Errorf("timed out waiting for edgehost/%s to be reset (phase %s): %w", o.Name, phase, err)
-		}
-	}
+		return fmt.Sprintf("edgehost/%s %s", o.Name, phase), phase == infrav1.HostAvailable, nil
+	})
 }

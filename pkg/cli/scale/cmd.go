@@ -3,6 +3,7 @@ package scale
 import (
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -18,7 +19,7 @@ import (
 func NewCmd(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
 	o := &Options{flags: flags, IOStreams: streams}
 	cluster := &cobra.Command{
-		Use:               "cluster NAME [--worker-machines M] [--control-plane-machines N]",
+		Use:               "cluster NAME [--worker-machines M] [--control-plane-machines N] [--wait]",
 		Short:             "Change how many machines a cluster has (through the scale subresource)",
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: completion.Clusters(flags),
@@ -27,6 +28,8 @@ func NewCmd(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStr
 	// Pointers tell "not given" from 0: scaling workers to 0 is legitimate.
 	cluster.Flags().Var(optionalInt32{&o.WorkerMachines}, "worker-machines", "Worker machines.")
 	cluster.Flags().Var(optionalInt32{&o.ControlPlaneMachines}, "control-plane-machines", "Control-plane machines (odd).")
+	cluster.Flags().BoolVar(&o.Wait, "wait", false, "Wait until the cluster has as many machines as asked, all Running (the removed ones gone), showing progress.")
+	cluster.Flags().DurationVar(&o.Timeout, "timeout", 30*time.Minute, "How long --wait waits.")
 	cmd := &cobra.Command{Use: "scale", Short: "Scale a cluster"}
 	cmd.AddCommand(cluster)
 	return cmd

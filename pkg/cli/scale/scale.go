@@ -4,17 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/utils/ptr"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/pkg/cli/kube"
+	"github.com/edgefleet/fleet/pkg/cli/progress"
 	"github.com/edgefleet/fleet/pkg/cli/validate"
 )
 
@@ -25,6 +28,8 @@ type Options struct {
 	Name                 string
 	WorkerMachines       *int32
 	ControlPlaneMachines *int32
+	Wait                 bool
+	Timeout              time.Duration
 
 	conn *kube.Connection
 }
@@ -50,6 +55,9 @@ func (o *Options) Validate() error {
 	}
 	if cp := o.ControlPlaneMachines; cp != nil && (*cp < 1 || *cp%2 == 0) {
 		return fmt.Errorf("--control-plane-machines %d: want an odd number ≥ 1, so etcd keeps quorum when one member is lost", *cp)
+	}
+	if o.Wait && o.Timeout <= 0 {
+		return fmt.Errorf("--timeout %s: want a positive duration", o.Timeout)
 	}
 	return nil
 }
@@ -89,7 +97,54 @@ func (o *Options) Run(ctx context.Context) error {
 		}
 		fmt.Fprintf(o.Out, "kubeadmcontrolplane/%s scaled to %d\n", kcp.Name, *o.ControlPlaneMachines)
 	}
+	if !o.Wait {
+		return nil
+	}
+	cp, workers, err := o.wanted(ctx, cluster)
+	if err != nil {
+		return err
+	}
+	if err := progress.Until(ctx, o.Out, o.Timeout, "cluster "+o.Name, progress.Machines(c, ns, o.Name, cp, workers)); err != nil {
+		return err
+	}
+	fmt.Fprintf(o.Out, "cluster %s: %d control-plane and %d worker machine(s) Running\n", o.Name, cp, workers)
 	return nil
+}
+
+// wanted is how many control-plane and worker Machines the cluster should
+// have once Cluster API has done what was asked: the replicas of its
+// KubeadmControlPlane (or its control-plane Machines, when it has none)
+// and of all its MachineDeployments.
+func (o *Options) wanted(ctx context.Context, cluster *clusterv1.Cluster) (cp, workers int, err error) {
+	c, ns := o.conn.Client, o.conn.Namespace
+	if ref := cluster.Spec.ControlPlaneRef; ref.Kind == "KubeadmControlPlane" {
+		kcp := &controlplanev1.KubeadmControlPlane{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: ref.Name}, kcp); err != nil {
+			return 0, 0, o.conn.Explain(err)
+		}
+		cp = int(ptr.Deref(kcp.Spec.Replicas, 1))
+	} else {
+		machines := &clusterv1.MachineList{}
+		if err := c.List(ctx, machines, client.InNamespace(ns), client.MatchingLabels{clusterv1.ClusterNameLabel: o.Name},
+			client.HasLabels{clusterv1.MachineControlPlaneLabel}); err != nil {
+			return 0, 0, o.conn.Explain(err)
+		}
+		for _, m := range machines.Items {
+			if m.DeletionTimestamp.IsZero() {
+				cp++
+			}
+		}
+	}
+	mds := &clusterv1.MachineDeploymentList{}
+	if err := c.List(ctx, mds, client.InNamespace(ns)); err != nil {
+		return 0, 0, o.conn.Explain(err)
+	}
+	for _, md := range mds.Items {
+		if md.Spec.ClusterName == o.Name {
+			workers += int(ptr.Deref(md.Spec.Replicas, 1))
+		}
+	}
+	return cp, workers, nil
 }
 
 // scaleTo sets replicas with a merge patch of the scale subresource, as

@@ -134,3 +134,31 @@ func check(what, value string, errs []string) error {
 	}
 	return fmt.Errorf("invalid %s %q: %s", what, value, strings.Join(errs, "; "))
 }
+
+// Join returns the errors that are not nil as one error on one line, their
+// messages separated by "; ", or nil when there are none: a user sees every
+// bad input at once, and a refusal is still a single line.
+func Join(errs ...error) error {
+	var kept []error
+	for _, err := range errs {
+		if err != nil {
+			kept = append(kept, err)
+		}
+	}
+	if len(kept) == 0 {
+		return nil
+	}
+	return joined(kept)
+}
+
+type joined []error
+
+func (j joined) Error() string {
+	msgs := make([]string, len(j))
+	for i, err := range j {
+		msgs[i] = strings.ReplaceAll(err.Error(), "\n", "; ")
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func (j joined) Unwrap() []error { return j }
