@@ -50,13 +50,13 @@ generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code, CRDs and RBAC from the 
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./pkg/contract/...
 	$(CONTROLLER_GEN) crd paths=./pkg/contract/... output:crd:dir=manifests/crd
 	$(CONTROLLER_GEN) rbac:roleName=fleet-hub-manager paths=./pkg/hub/... output:rbac:dir=manifests/rbac
-	$(GO) run ./hack/capicrds -o pkg/hub/embedded/clusterapi/crds.yaml.gz
+	$(GO) run ./hack/capicrds -o pkg/hub/embedded/clusterapi/crds.yaml.gz -webhooks pkg/hub/embedded/clusterapi/webhooks.yaml.gz
 
 .PHONY: fmt
 fmt: ## Format the Go code.
 	gofmt -s -w $$(git ls-files '*.go')
 
-GENERATED := pkg/contract/v1alpha1/zz_generated.deepcopy.go manifests/crd manifests/rbac/role.yaml pkg/hub/embedded/clusterapi/crds.yaml.gz
+GENERATED := pkg/contract/v1alpha1/zz_generated.deepcopy.go manifests/crd manifests/rbac/role.yaml pkg/hub/embedded/clusterapi/crds.yaml.gz pkg/hub/embedded/clusterapi/webhooks.yaml.gz
 
 .PHONY: verify
 verify: $(CONTROLLER_GEN) $(GOLANGCI_LINT) ## Fail if generated files are stale, code is not gofmt'ed, go vet or golangci-lint complain, or a go.mod is not tidy.

@@ -19,16 +19,25 @@ var dirs = []string{
 	"controlplane/kubeadm/config/crd/bases",
 }
 
+// webhookFiles are the admission webhook configurations of the same
+// providers, in the same order.
+var webhookFiles = []string{
+	"core/config/webhook/manifests.yaml",
+	"bootstrap/kubeadm/config/webhook/manifests.yaml",
+	"controlplane/kubeadm/config/webhook/manifests.yaml",
+}
+
 func main() {
-	out := flag.String("o", "pkg/hub/embedded/clusterapi/crds.yaml.gz", "Output file.")
+	out := flag.String("o", "pkg/hub/embedded/clusterapi/crds.yaml.gz", "Output file for the CRDs.")
+	webhooks := flag.String("webhooks", "pkg/hub/embedded/clusterapi/webhooks.yaml.gz", "Output file for the admission webhook configurations.")
 	flag.Parse()
-	if err := run(*out); err != nil {
+	if err := run(*out, *webhooks); err != nil {
 		fmt.Fprintf(os.Stderr, "capicrds: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(out string) error {
+func run(out, webhooksOut string) error {
 	b, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}} {{.Version}}", "sigs.k8s.io/cluster-api").Output()
 	if err != nil {
 		return fmt.Errorf("locating the sigs.k8s.io/cluster-api module: %w", err)
@@ -54,12 +63,31 @@ func run(out string) error {
 			yaml.Write(bytes.TrimPrefix(c, []byte("---\n")))
 		}
 	}
+	if err := writeGzip(out, yaml.Bytes()); err != nil {
+		return err
+	}
+	var hooks bytes.Buffer
+	fmt.Fprintf(&hooks, "# Cluster API %s admission webhook configurations, bundled by hack/capicrds. DO NOT EDIT.\n", version)
+	for _, f := range webhookFiles {
+		c, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			return err
+		}
+		hooks.WriteString("---\n")
+		hooks.Write(bytes.TrimPrefix(c, []byte("---\n")))
+	}
+	return writeGzip(webhooksOut, hooks.Bytes())
+}
+
+// writeGzip writes data gzipped without a timestamp, so the output only
+// changes with its content.
+func writeGzip(out string, data []byte) error {
 	var gz bytes.Buffer
 	w, err := gzip.NewWriterLevel(&gz, gzip.BestCompression)
 	if err != nil {
 		return err
 	}
-	if _, err := w.Write(yaml.Bytes()); err != nil {
+	if _, err := w.Write(data); err != nil {
 		return err
 	}
 	if err := w.Close(); err != nil {

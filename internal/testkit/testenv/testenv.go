@@ -46,6 +46,9 @@ type Env struct {
 	cancel   context.CancelFunc
 	done     chan error
 	managers int
+	webhooks *clusterapi.Webhooks
+	// providers are the Cluster API providers whose managers run here.
+	providers []clusterapi.Provider
 }
 
 // Options tune Start.
@@ -91,6 +94,18 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 		return nil, err
 	}
 	e.start(ctx, managers)
+	// Cluster API's webhooks, as a real install runs them: installed once
+	// their servers answer, so no request meets an absent webhook.
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := e.webhooks.WaitServing(wctx, e.providers...); err != nil {
+		_ = e.Stop()
+		return nil, err
+	}
+	if err := e.webhooks.Install(wctx, e.Client, e.providers...); err != nil {
+		_ = e.Stop()
+		return nil, err
+	}
 	return e, nil
 }
 
@@ -165,11 +180,17 @@ func newManagers(ctx context.Context, e *Env, opts Options) ([]ctrl.Manager, err
 		SkipNameValidation:      true,
 		Logger:                  log.Log.WithName("capi"),
 	}
+	var err error
+	if e.webhooks, err = clusterapi.NewWebhooks("127.0.0.1"); err != nil {
+		return nil, err
+	}
+	capiOpts.Webhooks = e.webhooks
 	capiMgr, err := clusterapi.NewCoreManager(ctx, e.Config, e.Scheme, capiOpts)
 	if err != nil {
 		return nil, err
 	}
 	managers := []ctrl.Manager{capiMgr}
+	e.providers = append(e.providers, clusterapi.ProviderCore)
 	if opts.KubeadmBootstrap {
 		capiOpts.Name, capiOpts.Logger = "cabpk-test-manager", log.Log.WithName("cabpk")
 		m, err := clusterapi.NewKubeadmBootstrapManager(ctx, e.Config, e.Scheme, capiOpts)
@@ -177,6 +198,7 @@ func newManagers(ctx context.Context, e *Env, opts Options) ([]ctrl.Manager, err
 			return nil, err
 		}
 		managers = append(managers, m)
+		e.providers = append(e.providers, clusterapi.ProviderKubeadmBootstrap)
 	}
 	if opts.KubeadmBootstrap && opts.KubeadmControlPlane {
 		capiOpts.Name, capiOpts.Logger = "kcp-test-manager", log.Log.WithName("kcp")
@@ -185,6 +207,7 @@ func newManagers(ctx context.Context, e *Env, opts Options) ([]ctrl.Manager, err
 			return nil, err
 		}
 		managers = append(managers, m)
+		e.providers = append(e.providers, clusterapi.ProviderKubeadmControlPlane)
 	}
 	if opts.NoHub {
 		return managers, nil

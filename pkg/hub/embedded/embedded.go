@@ -133,9 +133,27 @@ func Run(ctx context.Context, o Options) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	managers, gw, err := newManagers(ctx, cfg, scheme, o)
+	webhooks, err := clusterapi.NewWebhooks("127.0.0.1")
 	if err != nil {
 		return err
+	}
+	managers, gw, err := newManagers(ctx, cfg, scheme, webhooks, o)
+	if err != nil {
+		return err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("creating a client: %w", err)
+	}
+	// Cluster API's admission webhooks, installed once their servers
+	// answer, as a real management cluster runs them.
+	installWebhooks := func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		if err := webhooks.WaitServing(ctx, providers...); err != nil {
+			return err
+		}
+		return webhooks.Install(ctx, c, providers...)
 	}
 	say("starting the Cluster API core, kubeadm bootstrap and control-plane reconcilers (v1.14.2) and the fleet hub…")
 	ready := func() {
@@ -147,7 +165,7 @@ func Run(ctx context.Context, o Options) error {
 		}
 		say("  try:        KUBECONFIG=%s kubectl fleet token create", api.Kubeconfig)
 	}
-	return runManagers(ctx, cancel, managers, gw.Ready(), ready, say)
+	return runManagers(ctx, cancel, managers, installWebhooks, gw.Ready(), ready, say)
 }
 
 // startAPIServer starts etcd and kube-apiserver with Cluster API's and
@@ -173,10 +191,15 @@ func startAPIServer(o Options, scheme *runtime.Scheme, say func(string, ...any))
 	return api, nil
 }
 
+// providers are the Cluster API providers fleet-hub dev runs.
+var providers = []clusterapi.Provider{clusterapi.ProviderCore, clusterapi.ProviderKubeadmBootstrap, clusterapi.ProviderKubeadmControlPlane}
+
 // newManagers makes Cluster API core's, CABPK's, KCP's and the fleet
-// hub's managers, as their own binaries would run them.
-func newManagers(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, o Options) ([]ctrl.Manager, *gateway.Server, error) {
+// hub's managers, as their own binaries would run them, with their
+// admission webhooks.
+func newManagers(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, webhooks *clusterapi.Webhooks, o Options) ([]ctrl.Manager, *gateway.Server, error) {
 	capiOpts := clusterapi.Options{
+		Webhooks:                webhooks,
 		Name:                    "capi-controller-manager",
 		GracefulShutdownTimeout: 10 * time.Second,
 		// The demo restarts its workload API server; reconnect soon.
@@ -244,33 +267,47 @@ func setupReach(ctx context.Context, mgr ctrl.Manager, gw *gateway.Server, o Opt
 	return err
 }
 
-// runManagers runs managers until ctx ends or one fails, calling ready
-// once the gateway is; then it stops them all (cancel) and waits.
-func runManagers(ctx context.Context, cancel context.CancelFunc, managers []ctrl.Manager, gwReady <-chan struct{}, ready func(), say func(string, ...any)) error {
+// runManagers runs managers until ctx ends or one fails, runs startup once
+// they run, and calls ready once startup is done and the gateway is ready;
+// then it stops them all (cancel) and waits.
+func runManagers(ctx context.Context, cancel context.CancelFunc, managers []ctrl.Manager, startup func(context.Context) error,
+	gwReady <-chan struct{}, ready func(), say func(string, ...any)) error {
 	errs := make(chan error, len(managers))
 	for _, m := range managers {
 		go func() { errs <- m.Start(ctx) }()
 	}
+	started := make(chan error, 1)
+	go func() { started <- startup(ctx) }()
+	stopped := 0
 	var runErr error
+	managerStopped := func(err error, while string) {
+		stopped++
+		if err != nil && ctx.Err() == nil {
+			runErr = fmt.Errorf("a manager stopped%s: %w", while, err)
+		}
+	}
 	select {
-	case <-gwReady:
-		ready()
+	case err := <-started:
+		if err != nil {
+			runErr = fmt.Errorf("starting: %w", err)
+			break
+		}
+		select {
+		case <-gwReady:
+			ready()
+		case err := <-errs:
+			managerStopped(err, " while starting")
+		case <-ctx.Done():
+		}
 	case err := <-errs:
-		runErr = fmt.Errorf("a manager stopped while starting: %w", err)
-		cancel()
+		managerStopped(err, " while starting")
 	case <-ctx.Done():
 	}
 	// Wait for a manager to fail or for the end.
-	stopped := 0
-	if runErr != nil {
-		stopped = 1
-	} else {
+	if runErr == nil && stopped == 0 {
 		select {
 		case err := <-errs:
-			stopped = 1
-			if err != nil && ctx.Err() == nil {
-				runErr = fmt.Errorf("a manager stopped: %w", err)
-			}
+			managerStopped(err, "")
 		case <-ctx.Done():
 		}
 	}

@@ -15,7 +15,16 @@ import (
 
 	"github.com/go-logr/logr/funcr"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/edgefleet/fleet/internal/testkit"
+	"github.com/edgefleet/fleet/pkg/hub/embedded/clusterapi"
 )
 
 // The gateway's certificate names what agents dial: loopback, the
@@ -97,6 +106,8 @@ func TestRunServesEdgeReachAndKubeadmControlPlane(t *testing.T) {
 		t.Errorf("CONNECT without credentials: %s, want 407", resp.Status)
 	}
 
+	checkWebhooks(t, progress.String())
+
 	for _, controller := range []string{"kubeadmcontrolplane", "machinehealthcheck"} {
 		testkit.Eventually(t, time.Minute, 200*time.Millisecond, "the "+controller+" controller started", func() error {
 			for _, l := range strings.Split(logs.String(), "\n") {
@@ -106,5 +117,37 @@ func TestRunServesEdgeReachAndKubeadmControlPlane(t *testing.T) {
 			}
 			return fmt.Errorf("no %s workers in the log yet", controller)
 		})
+	}
+}
+
+// checkWebhooks asks the embedded hub's API server for what a real
+// management cluster refuses, a one-replica KubeadmControlPlane that would
+// scale in: Cluster API's own webhook must refuse it.
+func checkWebhooks(t *testing.T, progress string) {
+	t.Helper()
+	_, rest, ok := strings.Cut(progress, "kubeconfig: ")
+	if !ok {
+		t.Fatalf("no kubeconfig in the ready lines:\n%s", progress)
+	}
+	path, _, _ := strings.Cut(rest, "\n")
+	cfg, err := clientcmd.BuildConfigFromFlags("", strings.TrimSpace(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: clusterapi.NewScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kcp := &controlplanev1.KubeadmControlPlane{
+		ObjectMeta: metav1.ObjectMeta{Name: "one", Namespace: "default"},
+		Spec: controlplanev1.KubeadmControlPlaneSpec{Replicas: ptr.To[int32](1), Version: "v1.36.3",
+			Rollout: controlplanev1.KubeadmControlPlaneRolloutSpec{Strategy: controlplanev1.KubeadmControlPlaneRolloutStrategy{
+				RollingUpdate: controlplanev1.KubeadmControlPlaneRolloutStrategyRollingUpdate{MaxSurge: ptr.To(intstr.FromInt32(0))}}},
+			MachineTemplate: controlplanev1.KubeadmControlPlaneMachineTemplate{Spec: controlplanev1.KubeadmControlPlaneMachineTemplateSpec{
+				InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "EdgeMachineTemplate", Name: "one"}}}},
+	}
+	err = c.Create(context.Background(), kcp)
+	if err == nil || !strings.Contains(err.Error(), "replica count needs to be at least 3") {
+		t.Errorf("fleet-hub dev took a one-replica KubeadmControlPlane with maxSurge 0 that Cluster API's webhook refuses: %v", err)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 )
 
 // Options tune the managers.
@@ -42,6 +43,18 @@ type Options struct {
 	SkipNameValidation bool
 	// Logger of the manager.
 	Logger logr.Logger
+	// Webhooks, when set, makes each manager serve its provider's
+	// admission webhooks, as Cluster API's binaries do.
+	Webhooks *Webhooks
+}
+
+// webhookServer is provider p's webhook server, or nil (none) without
+// Webhooks.
+func (o Options) webhookServer(p Provider) webhook.Server {
+	if o.Webhooks == nil {
+		return nil
+	}
+	return o.Webhooks.server(p)
 }
 
 func (o Options) controller(n int) controller.Options {
@@ -80,6 +93,7 @@ func NewCoreManager(ctx context.Context, cfg *rest.Config, scheme *runtime.Schem
 		GracefulShutdownTimeout: &o.GracefulShutdownTimeout,
 		Client:                  capisetup.ManagerClientOptions(),
 		Logger:                  o.Logger,
+		WebhookServer:           o.webhookServer(ProviderCore),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating Cluster API manager: %w", err)
@@ -100,6 +114,11 @@ func NewCoreManager(ctx context.Context, cfg *rest.Config, scheme *runtime.Schem
 		return nil, fmt.Errorf("setting up ClusterCache: %w", err)
 	}
 	o.setRetry(cc)
+	if o.Webhooks != nil {
+		if err := setupCoreWebhooks(mgr, cc); err != nil {
+			return nil, err
+		}
+	}
 	copts := o.controller(o.concurrency())
 	if err := (&capicluster.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc,
 		RemoteConnectionGracePeriod: 50 * time.Second}).SetupWithManager(ctx, mgr, copts); err != nil {
@@ -137,6 +156,7 @@ func NewKubeadmBootstrapManager(ctx context.Context, cfg *rest.Config, scheme *r
 		GracefulShutdownTimeout: &o.GracefulShutdownTimeout,
 		Client:                  kubeadmsetup.ManagerClientOptions(),
 		Logger:                  o.Logger,
+		WebhookServer:           o.webhookServer(ProviderKubeadmBootstrap),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating kubeadm bootstrap manager: %w", err)
@@ -163,6 +183,11 @@ func NewKubeadmBootstrapManager(ctx context.Context, cfg *rest.Config, scheme *r
 	}).SetupWithManager(ctx, mgr, o.controller(o.concurrency())); err != nil {
 		return nil, fmt.Errorf("setting up KubeadmConfig reconciler: %w", err)
 	}
+	if o.Webhooks != nil {
+		if err := setupKubeadmBootstrapWebhooks(mgr); err != nil {
+			return nil, err
+		}
+	}
 	return mgr, nil
 }
 
@@ -177,6 +202,7 @@ func NewKubeadmControlPlaneManager(ctx context.Context, cfg *rest.Config, scheme
 		GracefulShutdownTimeout: &o.GracefulShutdownTimeout,
 		Client:                  kcpsetup.ManagerClientOptions(),
 		Logger:                  o.Logger,
+		WebhookServer:           o.webhookServer(ProviderKubeadmControlPlane),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating kubeadm control plane manager: %w", err)
@@ -204,6 +230,11 @@ func NewKubeadmControlPlaneManager(ctx context.Context, cfg *rest.Config, scheme
 		RemoteConditionsGracePeriod: 5 * time.Minute,
 	}).SetupWithManager(ctx, mgr, o.controller(o.concurrency())); err != nil {
 		return nil, fmt.Errorf("setting up KubeadmControlPlane reconciler: %w", err)
+	}
+	if o.Webhooks != nil {
+		if err := setupKubeadmControlPlaneWebhooks(mgr); err != nil {
+			return nil, err
+		}
 	}
 	return mgr, nil
 }
