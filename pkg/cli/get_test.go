@@ -49,7 +49,8 @@ func TestGetTablesAreTheCRDColumns(t *testing.T) {
 	for _, obj := range []client.Object{
 		&infrav1.EdgeHost{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "h"}},
 		&infrav1.EdgeMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "m"}},
-		&clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c"}, Spec: clusterv1.ClusterSpec{Paused: ptr.To(true)}},
+		&clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c"}, Spec: clusterv1.ClusterSpec{Paused: ptr.To(true),
+			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "EdgeCluster", Name: "c"}}},
 	} {
 		if err := env.Client.Create(ctx, obj); err != nil {
 			t.Fatal(err)

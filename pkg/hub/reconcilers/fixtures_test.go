@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
@@ -109,14 +108,15 @@ func cloudConfig() map[string][]byte {
 }
 
 // machine creates a Machine and its EdgeMachine the way a user or a control
-// plane would, with the defaults CAPI's webhooks would otherwise add.
+// plane would; Cluster API's webhooks add their defaults (the cluster-name
+// label among them).
 func (w *world) machine(name string, controlPlane bool, secret string, spec infrav1.EdgeMachineSpec, failureDomain string) *clusterv1.Machine {
 	w.t.Helper()
 	w.must(env.Client.Create(w.ctx, &infrav1.EdgeMachine{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: w.ns},
 		Spec:       spec,
 	}))
-	labels := map[string]string{clusterv1.ClusterNameLabel: w.cluster.Name}
+	labels := map[string]string{}
 	if controlPlane {
 		labels[clusterv1.MachineControlPlaneLabel] = ""
 	}
@@ -137,7 +137,9 @@ func (w *world) machine(name string, controlPlane bool, secret string, spec infr
 	return m
 }
 
-// machineDeployment creates an EdgeMachineTemplate and a MachineDeployment.
+// machineDeployment creates an EdgeMachineTemplate and a MachineDeployment;
+// Cluster API's webhook adds the cluster-name labels and the rolling-update
+// defaults (maxSurge 1, maxUnavailable 0).
 func (w *world) machineDeployment(name string, replicas int32, secret string, spec infrav1.EdgeMachineSpec) *clusterv1.MachineDeployment {
 	w.t.Helper()
 	w.must(env.Client.Create(w.ctx, &infrav1.EdgeMachineTemplate{
@@ -145,20 +147,13 @@ func (w *world) machineDeployment(name string, replicas int32, secret string, sp
 		Spec:       infrav1.EdgeMachineTemplateSpec{Template: infrav1.EdgeMachineTemplateResource{Spec: spec}},
 	}))
 	sel := map[string]string{"fleet.test/md": name}
-	tmplLabels := map[string]string{"fleet.test/md": name, clusterv1.ClusterNameLabel: w.cluster.Name}
+	tmplLabels := map[string]string{"fleet.test/md": name}
 	md := &clusterv1.MachineDeployment{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: w.ns,
-			Labels: map[string]string{clusterv1.ClusterNameLabel: w.cluster.Name}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: w.ns},
 		Spec: clusterv1.MachineDeploymentSpec{
 			ClusterName: w.cluster.Name,
 			Replicas:    ptr.To(replicas),
 			Selector:    metav1.LabelSelector{MatchLabels: sel},
-			Rollout: clusterv1.MachineDeploymentRolloutSpec{Strategy: clusterv1.MachineDeploymentRolloutStrategy{
-				Type: clusterv1.RollingUpdateMachineDeploymentStrategyType,
-				RollingUpdate: clusterv1.MachineDeploymentRolloutStrategyRollingUpdate{
-					MaxSurge: ptr.To(intstr.FromInt32(1)), MaxUnavailable: ptr.To(intstr.FromInt32(0)),
-				},
-			}},
 			Template: clusterv1.MachineTemplateSpec{
 				ObjectMeta: clusterv1.ObjectMeta{Labels: tmplLabels},
 				Spec: clusterv1.MachineSpec{
