@@ -285,28 +285,6 @@ func testSimulatedDemo(t *testing.T, bin string) {
 	quitDemo(t, say, input, exited, data)
 }
 
-// Where the machine lacks what real hosts need, auto falls back to the
-// node simulator and says why in one line; --nodes=real refuses.
-func TestChooseNodes(t *testing.T) {
-	bin := t.TempDir() // no bin/k8s/kubelet, kubeadm or images
-	var out strings.Builder
-	d := &demo{out: &out, binDir: bin, nodes: nodesAuto}
-	must(t, d.chooseNodes())
-	if d.nodes != nodesSimulated {
-		t.Errorf("auto without kubelet chose %q", d.nodes)
-	}
-	line := out.String()
-	if strings.Count(line, "\n") != 1 || !strings.HasPrefix(line, "==> node simulator: real edge hosts need ") ||
-		!strings.Contains(line, filepath.Join(bin, "k8s", "kubelet")) || !strings.Contains(line, "make k8s") ||
-		!strings.Contains(line, "apt-get install containerd runc containernetworking-plugins dbus") {
-		t.Errorf("the fallback says %q", line)
-	}
-	d = &demo{out: io.Discard, binDir: bin, nodes: nodesReal}
-	if err := d.chooseNodes(); err == nil || !strings.Contains(err.Error(), "kubeadm") {
-		t.Errorf("--nodes=real without kubeadm: %v", err)
-	}
-}
-
 func mustPIDs(t *testing.T, dir string) []int {
 	pids, err := localkube.Processes(dir)
 	if err != nil {
@@ -418,12 +396,5 @@ func must(t *testing.T, err error) {
 }
 
 func freeAddr(t *testing.T) string { return testkit.FreeAddr(t) }
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
-}
 
 type syncBuffer = testkit.SyncBuffer

@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -34,25 +33,22 @@ const (
 // agentUnit is fleet-agent's systemd unit on a real host.
 const agentUnit = "fleet-agent.service"
 
-// realNodesMissing lists what this machine lacks to run real edge hosts:
-// the Debian packages testhost uses and what `make k8s` builds into
-// bin/k8s. Empty: it can.
-func realNodesMissing(binDir string) []string { return testhost.Missing(filepath.Join(binDir, "k8s")) }
-
-// chooseNodes settles --nodes=auto and says, in one line, what runs and
-// why.
-func (d *demo) chooseNodes() error {
-	missing := realNodesMissing(d.binDir)
-	why := "real edge hosts need " + strings.Join(missing, ", ") +
-		" (apt-get install containerd runc containernetworking-plugins dbus procps; make k8s)"
+// chooseNodes settles --nodes=auto, setting up what real hosts need where
+// it can, and says in one line what runs and why.
+func (d *demo) chooseNodes(ctx context.Context) error {
+	if d.nodes == nodesSimulated {
+		d.step("node simulator: --nodes=simulated")
+		return nil
+	}
+	why, err := d.setUpRealNodes(ctx)
 	switch {
-	case d.nodes == nodesReal && len(missing) > 0:
+	case err != nil:
+		return err
+	case why != "" && d.nodes == nodesReal:
 		return errors.New(why)
-	case d.nodes == nodesAuto && len(missing) > 0:
+	case why != "":
 		d.nodes = nodesSimulated
 		d.step("node simulator: %s", why)
-	case d.nodes == nodesSimulated:
-		d.step("node simulator: --nodes=simulated")
 	default:
 		d.nodes = nodesReal
 		d.step("real edge hosts: kubeadm, kubelet and containerd in network and mount namespaces behind a NAT router; " +
