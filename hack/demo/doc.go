@@ -11,8 +11,9 @@
 // fleet-agent runs real kubeadm and the kubelet. They end with the demo, so
 // each run starts over. Elsewhere, or with --nodes=simulated, each agent
 // provisions a sandbox root where the node simulator stands in for kubeadm
-// and a local API server plays the edge cluster's; that fleet is kept in
-// --data-dir between runs.
+// and a local API server plays the edge cluster's, with an external etcd;
+// KubeadmControlPlane judges it by the Nodes and static pods the simulator
+// registers. That fleet is kept in --data-dir between runs.
 //
 // It enrolls the hosts with `kubectl fleet token create`, creates a cluster
 // with `kubectl fleet create cluster demo --wait`, describes it, and keeps

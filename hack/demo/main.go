@@ -224,19 +224,19 @@ func (d *demo) command(ctx context.Context, args []string) (quit bool) {
 }
 
 func (d *demo) printNext() {
-	what := "edge agents in sandboxes with the node simulator"
+	what, caveat := "edge agents in sandboxes with the node simulator", "\n"+simulatorCaveat
 	if d.real() {
-		what = "real edge hosts (kubeadm, kubelet, containerd)"
+		what, caveat = "real edge hosts (kubeadm, kubelet, containerd)", ""
 	}
 	fmt.Fprintf(d.out, `
-fleet is running on this machine: the hub, %d %s and cluster %q.
+fleet is running on this machine: the hub, %d %s and cluster %q.%s
 
 In another terminal:
 
   export KUBECONFIG=%s PATH=%s:%s:$PATH
   kubectl fleet get hosts                    # LAST-SEEN is refreshed every 5 min while connected
   kubectl fleet describe cluster %s
-`, len(d.hosts), what, clusterName, d.kubeconfig(), d.binDir, filepath.Join(d.binDir, "k8s"), clusterName)
+`, len(d.hosts), what, clusterName, caveat, d.kubeconfig(), d.binDir, filepath.Join(d.binDir, "k8s"), clusterName)
 	if d.real() {
 		fmt.Fprintf(d.out, `  kubectl fleet kubeconfig %s > %s   # done: reaches the cluster through the hub
   kubectl --kubeconfig %s get nodes -o wide

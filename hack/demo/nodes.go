@@ -160,8 +160,8 @@ func (d *demo) closeReal() {
 func (d *demo) modeFile() string { return filepath.Join(d.dataDir, "demo", "nodes") }
 
 // startOverIfNeeded forgets the fleet in --data-dir with --reset, when
-// real hosts run (the last run's ended with it), or when the last run used
-// simulated hosts and this one real ones or the reverse.
+// real hosts run (the last run's ended with it), or when the last run made
+// another kind of fleet (simulated hosts and this one real ones, say).
 func (d *demo) startOverIfNeeded() error {
 	last, err := os.ReadFile(d.modeFile())
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -175,8 +175,8 @@ func (d *demo) startOverIfNeeded() error {
 		return d.writeMode()
 	case d.real():
 		d.step("forgetting the fleet of the last run in %s: real hosts end with the demo", d.dataDir)
-	case len(last) > 0 && string(last) != d.nodes:
-		d.step("forgetting the fleet in %s: it was made with %s nodes", d.dataDir, last)
+	case len(last) > 0 && string(last) != d.fleetKind():
+		d.step("forgetting the fleet in %s: it was made as %q, this demo makes %q", d.dataDir, last, d.fleetKind())
 	default:
 		return d.writeMode()
 	}
@@ -210,5 +210,14 @@ func (d *demo) writeMode() error {
 	if err := os.MkdirAll(filepath.Dir(d.modeFile()), 0o700); err != nil {
 		return err
 	}
-	return os.WriteFile(d.modeFile(), []byte(d.nodes), 0o600)
+	return os.WriteFile(d.modeFile(), []byte(d.fleetKind()), 0o600)
+}
+
+// fleetKind names what the demo makes: the nodes, and for simulated ones
+// the control plane, which earlier demos made as plain Machines.
+func (d *demo) fleetKind() string {
+	if d.real() {
+		return d.nodes
+	}
+	return d.nodes + " with KubeadmControlPlane"
 }
