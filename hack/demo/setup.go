@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 
 	"github.com/edgefleet/fleet/internal/testhost"
@@ -30,7 +31,8 @@ func planSetup(missing []string, haveAptGet bool) setupPlan {
 		name, why, ok := testhost.DebianPackage(m)
 		switch {
 		case !ok:
-			if strings.Contains(m, "k8s") {
+			// The files no package gives are bin/k8s's.
+			if filepath.IsAbs(m) {
 				m += " (make k8s builds it)"
 			}
 			p.cannot = append(p.cannot, m)

@@ -30,9 +30,9 @@ func TestPlanSetup(t *testing.T) {
 			install: []string{"runc", "iproute2"},
 			cannot:  []string{"apt-get to install runc iproute2 (only Debian and Ubuntu are set up by the demo)"}},
 		{name: "not root, cgroup v2, no kubelet", haveAptGet: true,
-			missing: []string{"root", "cgroup v1 (this machine mounts cgroup v2 at /sys/fs/cgroup)", "nsenter", "bin/k8s/kubelet"},
+			missing: []string{"root", "cgroup v1 (this machine mounts cgroup v2 at /sys/fs/cgroup)", "nsenter", "/repo/bin/k8s/kubelet"},
 			install: []string{"util-linux"},
-			cannot:  []string{"root", "cgroup v1 (this machine mounts cgroup v2 at /sys/fs/cgroup)", "bin/k8s/kubelet (make k8s builds it)"}},
+			cannot:  []string{"root", "cgroup v1 (this machine mounts cgroup v2 at /sys/fs/cgroup)", "/repo/bin/k8s/kubelet (make k8s builds it)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := planSetup(tc.missing, tc.haveAptGet)
