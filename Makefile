@@ -204,7 +204,7 @@ packages: $(NFPM) ## Build fleet-agent .deb and .rpm packages for PKG_ARCHS (amd
 	@ls -1 $(PKG_DIST)/*.deb $(PKG_DIST)/*.rpm
 
 .PHONY: demo
-demo: k8s ## Run fleet locally: the embedded hub, 3 real edge hosts (or simulated ones where they cannot run) and a cluster on them (needs root; DEMO_FLAGS=--nodes=simulated forces the simulator).
+demo: k8s ## Run fleet locally: the embedded hub, 3 real edge hosts (or simulated ones where they cannot run) and a cluster on them (needs root; installs the Debian packages real hosts lack unless DEMO_FLAGS=--no-install; DEMO_FLAGS=--nodes=simulated forces the simulator).
 	@echo ">> building fleet-hub, fleet-agent, kubectl-fleet, the hosts' service manager, the node simulator and the demo into bin/ (about 3 minutes the first time)"
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/fleet-hub ./cmd/fleet-agent ./cmd/kubectl-fleet
 	$(GO) build -o $(BIN)/fleet-unitd ./test/unitd

@@ -38,9 +38,16 @@ func (d *demo) createCluster(ctx context.Context) error {
 			// from kubeadm (docs/PROVISIONING.md says which and why).
 			args = append(args, "--control-plane=kubeadm", "--kubeadm-config", d.kubeadmConfig)
 		} else {
-			// No control-plane provider: KCP needs the cluster's etcd,
-			// which the node simulator does not fake.
-			args = append(args, "--control-plane=machines")
+			// KubeadmControlPlane over an external etcd: it judges the
+			// control plane by the pods the simulator reports.
+			if err := d.writeExternalEtcdSecrets(ctx); err != nil {
+				return err
+			}
+			cfg, err := d.simulatedKubeadmConfigFile()
+			if err != nil {
+				return err
+			}
+			args = append(args, "--control-plane=kubeadm", "--kubeadm-config", cfg)
 		}
 		args = append(args, "--control-plane-machines", "1", "--worker-machines", fmt.Sprint(d.agents-1),
 			"--host-selector", siteLabel,
@@ -67,10 +74,8 @@ func (d *demo) createCluster(ctx context.Context) error {
 		}
 		return "", nil
 	})
-	if d.real() {
-		if err := d.waitAvailable(ctx); err != nil {
-			return err
-		}
+	if err := d.waitAvailable(ctx); err != nil {
+		return err
 	}
 	if err := d.kubectlFleet(ctx, "describe", "cluster", clusterName); err != nil {
 		return err
@@ -149,7 +154,9 @@ func (d *demo) kubectl(ctx context.Context, args ...string) (string, error) {
 // that plays the edge cluster's as <cluster>-kubeconfig, before the
 // Cluster exists. With real kubeadm, Cluster API writes this Secret itself
 // from the cluster CA; here the API server is a local stand-in with
-// certificates of its own, and Cluster API keeps a Secret it finds.
+// certificates of its own. Not of Cluster API's Secret type: KCP leaves
+// such a Secret as the user's, where it would adopt one of its type and
+// re-sign its client certificate with a CA the stand-in does not trust.
 func (d *demo) writeWorkloadKubeconfig(ctx context.Context) error {
 	kc, err := os.ReadFile(d.workload.Kubeconfig)
 	if err != nil {
@@ -161,7 +168,7 @@ func (d *demo) writeWorkloadKubeconfig(ctx context.Context) error {
 			s.Labels = map[string]string{}
 		}
 		s.Labels[clusterv1.ClusterNameLabel] = clusterName
-		s.Type = clusterv1.ClusterSecretType
+		s.Type = corev1.SecretTypeOpaque
 		s.Data = map[string][]byte{"value": kc}
 		return nil
 	})

@@ -15,6 +15,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/clientcmd"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/internal/testkit"
@@ -121,6 +123,17 @@ func quitDemo(t *testing.T, say func(string), input io.Closer, exited <-chan err
 }
 
 var describeClusterRow = regexp.MustCompile(`(?m)^Cluster/demo\s+(\S+)`)
+
+// describeReady reads the READY cells of the rows of `kubectl fleet
+// describe cluster` whose name starts with prefix.
+func describeReady(out, prefix string) []string {
+	var ready []string
+	re := regexp.MustCompile(`(?m)^[│├└─ ]*` + regexp.QuoteMeta(prefix) + `\S*\s+(\S+)`)
+	for _, m := range re.FindAllStringSubmatch(out, -1) {
+		ready = append(ready, m[1])
+	}
+	return ready
+}
 
 // With real hosts: a KubeadmControlPlane cluster on kubeadm, kubelet and
 // containerd, READY True; the kubectl commands the demo prints reach its
@@ -238,9 +251,42 @@ func testSimulatedDemo(t *testing.T, bin string) {
 	if len(uids) != 3 {
 		t.Fatalf("%d hosts, want 3", len(uids))
 	}
-	for _, want := range []string{"kubectl fleet token create", "cluster demo: every machine Running", "Machine/demo-control-plane-0", "KUBECONFIG=" + filepath.Join(data, "kubeconfig")} {
+	for _, want := range []string{"kubectl fleet token create", "cluster demo: every machine Running", "KUBECONFIG=" + filepath.Join(data, "kubeconfig"), simulatorCaveat} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the demo's output lacks %q", want)
+		}
+	}
+	// Healthy by Cluster API's own rules: KubeadmControlPlane counts the
+	// control plane available from the Node and pods the simulator
+	// registers, every Machine is Ready, the workers available.
+	if strings.Contains(out.String(), "Please check controller logs") {
+		t.Errorf("the demo's output sends the user to the controller logs")
+	}
+	for _, row := range []string{"Cluster/demo", "KubeadmControlPlane/demo-control-plane", "Machine/demo-control-plane-", "MachineDeployment/demo-md-0", "Machine/demo-md-0-"} {
+		got := describeReady(out.String(), row)
+		if len(got) == 0 {
+			t.Errorf("describe shows no %s", row)
+		}
+		for _, r := range got {
+			if r != "True" {
+				t.Errorf("describe shows %s READY %v, want True", row, got)
+				break
+			}
+		}
+	}
+	if got := describeReady(out.String(), "Machine/"); len(got) != 3 {
+		t.Errorf("describe shows %d Machines, want 3", len(got))
+	}
+	for _, want := range []string{"1/1 ready", "2/2 ready"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("describe does not show %q", want)
+		}
+	}
+	cluster := &clusterv1.Cluster{}
+	must(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "demo"}, cluster))
+	for _, cond := range []string{clusterv1.ClusterAvailableCondition, clusterv1.ClusterControlPlaneAvailableCondition, clusterv1.ClusterWorkersAvailableCondition} {
+		if !conditions.IsTrue(cluster, cond) {
+			t.Errorf("Cluster %s: %+v", cond, conditions.Get(cluster, cond))
 		}
 	}
 
@@ -283,28 +329,6 @@ func testSimulatedDemo(t *testing.T, bin string) {
 	eventually(t, "every host Available after the cluster is deleted", func() error { return testenv.HostsAvailable(ctx, c, "", 3) })
 
 	quitDemo(t, say, input, exited, data)
-}
-
-// Where the machine lacks what real hosts need, auto falls back to the
-// node simulator and says why in one line; --nodes=real refuses.
-func TestChooseNodes(t *testing.T) {
-	bin := t.TempDir() // no bin/k8s/kubelet, kubeadm or images
-	var out strings.Builder
-	d := &demo{out: &out, binDir: bin, nodes: nodesAuto}
-	must(t, d.chooseNodes())
-	if d.nodes != nodesSimulated {
-		t.Errorf("auto without kubelet chose %q", d.nodes)
-	}
-	line := out.String()
-	if strings.Count(line, "\n") != 1 || !strings.HasPrefix(line, "==> node simulator: real edge hosts need ") ||
-		!strings.Contains(line, filepath.Join(bin, "k8s", "kubelet")) || !strings.Contains(line, "make k8s") ||
-		!strings.Contains(line, "apt-get install containerd runc containernetworking-plugins dbus") {
-		t.Errorf("the fallback says %q", line)
-	}
-	d = &demo{out: io.Discard, binDir: bin, nodes: nodesReal}
-	if err := d.chooseNodes(); err == nil || !strings.Contains(err.Error(), "kubeadm") {
-		t.Errorf("--nodes=real without kubeadm: %v", err)
-	}
 }
 
 func mustPIDs(t *testing.T, dir string) []int {
@@ -418,12 +442,5 @@ func must(t *testing.T, err error) {
 }
 
 func freeAddr(t *testing.T) string { return testkit.FreeAddr(t) }
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
-}
 
 type syncBuffer = testkit.SyncBuffer

@@ -3,14 +3,17 @@
 //
 // It starts the embedded hub (`fleet-hub dev`, with the KubeadmControlPlane
 // reconciler and edge reach) and edge hosts. Where the machine can (root,
-// containerd, runc, dbus, the CNI plugins, kubelet and kubeadm in bin/k8s),
-// the hosts are real (internal/testkit/testhost): each in network, mount and UTS
-// namespaces of its own behind a site's NAT router, with its own containerd
-// and a service manager in place of systemd, where fleet-agent runs real
-// kubeadm and the kubelet. They end with the demo, so each run starts over.
-// Elsewhere, or with --nodes=simulated, each agent provisions a sandbox root
-// where the node simulator stands in for kubeadm and a local API server
-// plays the edge cluster's; that fleet is kept in --data-dir between runs.
+// cgroup v1, kubelet and kubeadm in bin/k8s, and containerd, runc, dbus, the
+// CNI plugins, which it installs from Debian with apt-get unless
+// --no-install), the hosts are real (internal/testkit/testhost): each in network,
+// mount and UTS namespaces of its own behind a site's NAT router, with its
+// own containerd and a service manager in place of systemd, where
+// fleet-agent runs real kubeadm and the kubelet. They end with the demo, so
+// each run starts over. Elsewhere, or with --nodes=simulated, each agent
+// provisions a sandbox root where the node simulator stands in for kubeadm
+// and a local API server plays the edge cluster's, with an external etcd;
+// KubeadmControlPlane judges it by the Nodes and static pods the simulator
+// registers. That fleet is kept in --data-dir between runs.
 //
 // It enrolls the hosts with `kubectl fleet token create`, creates a cluster
 // with `kubectl fleet create cluster demo --wait`, describes it, and keeps

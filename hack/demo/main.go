@@ -14,11 +14,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/edgefleet/fleet/internal/testkit/testhost"
 	"github.com/edgefleet/fleet/pkg/hub/embedded/localkube"
 )
 
 func main() {
 	d := &demo{out: os.Stdout}
+	d.probe = func() []string { return testhost.Missing(filepath.Join(d.binDir, "k8s")) }
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "demo runs the embedded fleet hub, local edge agents and a cluster on them.\n\nUsage:\n  demo [flags]\n\nFlags:\n")
@@ -33,6 +35,7 @@ func main() {
 	fs.StringVar(&d.kubernetesVersion, "kubernetes-version", "v1.36.3", "Kubernetes version of the demo cluster.")
 	fs.StringVar(&d.kubeadmConfig, "kubeadm-config", filepath.Join("docs", "templates", "kubeadm-cgroupv1-test-hosts.yaml"), "kubeadm settings of real hosts on this machine (kubectl fleet create --kubeadm-config).")
 	fs.BoolVar(&d.reset, "reset", false, "Start over: forget the fleet in --data-dir (real hosts always start over).")
+	fs.BoolVar(&d.noInstall, "no-install", false, "Install nothing: where real edge hosts lack Debian packages, print the command that installs them and run the node simulator (--nodes=auto) or fail (--nodes=real).")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return
@@ -86,7 +89,7 @@ func (d *demo) validate() error {
 // run brings everything up, then serves commands until ctx ends or the
 // input says quit.
 func (d *demo) run(ctx context.Context, in io.Reader) error {
-	if err := d.chooseNodes(); err != nil {
+	if err := d.chooseNodes(ctx); err != nil {
 		return err
 	}
 	if d.real() {
@@ -221,19 +224,19 @@ func (d *demo) command(ctx context.Context, args []string) (quit bool) {
 }
 
 func (d *demo) printNext() {
-	what := "edge agents in sandboxes with the node simulator"
+	what, caveat := "edge agents in sandboxes with the node simulator", "\n"+simulatorCaveat
 	if d.real() {
-		what = "real edge hosts (kubeadm, kubelet, containerd)"
+		what, caveat = "real edge hosts (kubeadm, kubelet, containerd)", ""
 	}
 	fmt.Fprintf(d.out, `
-fleet is running on this machine: the hub, %d %s and cluster %q.
+fleet is running on this machine: the hub, %d %s and cluster %q.%s
 
 In another terminal:
 
   export KUBECONFIG=%s PATH=%s:%s:$PATH
   kubectl fleet get hosts                    # LAST-SEEN is refreshed every 5 min while connected
   kubectl fleet describe cluster %s
-`, len(d.hosts), what, clusterName, d.kubeconfig(), d.binDir, filepath.Join(d.binDir, "k8s"), clusterName)
+`, len(d.hosts), what, clusterName, caveat, d.kubeconfig(), d.binDir, filepath.Join(d.binDir, "k8s"), clusterName)
 	if d.real() {
 		fmt.Fprintf(d.out, `  kubectl fleet kubeconfig %s > %s   # done: reaches the cluster through the hub
   kubectl --kubeconfig %s get nodes -o wide

@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -34,25 +33,22 @@ const (
 // agentUnit is fleet-agent's systemd unit on a real host.
 const agentUnit = "fleet-agent.service"
 
-// realNodesMissing lists what this machine lacks to run real edge hosts:
-// the Debian packages testhost uses and what `make k8s` builds into
-// bin/k8s. Empty: it can.
-func realNodesMissing(binDir string) []string { return testhost.Missing(filepath.Join(binDir, "k8s")) }
-
-// chooseNodes settles --nodes=auto and says, in one line, what runs and
-// why.
-func (d *demo) chooseNodes() error {
-	missing := realNodesMissing(d.binDir)
-	why := "real edge hosts need " + strings.Join(missing, ", ") +
-		" (apt-get install containerd runc containernetworking-plugins dbus procps; make k8s)"
+// chooseNodes settles --nodes=auto, setting up what real hosts need where
+// it can, and says in one line what runs and why.
+func (d *demo) chooseNodes(ctx context.Context) error {
+	if d.nodes == nodesSimulated {
+		d.step("node simulator: --nodes=simulated")
+		return nil
+	}
+	why, err := d.setUpRealNodes(ctx)
 	switch {
-	case d.nodes == nodesReal && len(missing) > 0:
+	case err != nil:
+		return err
+	case why != "" && d.nodes == nodesReal:
 		return errors.New(why)
-	case d.nodes == nodesAuto && len(missing) > 0:
+	case why != "":
 		d.nodes = nodesSimulated
 		d.step("node simulator: %s", why)
-	case d.nodes == nodesSimulated:
-		d.step("node simulator: --nodes=simulated")
 	default:
 		d.nodes = nodesReal
 		d.step("real edge hosts: kubeadm, kubelet and containerd in network and mount namespaces behind a NAT router; " +
@@ -164,8 +160,8 @@ func (d *demo) closeReal() {
 func (d *demo) modeFile() string { return filepath.Join(d.dataDir, "demo", "nodes") }
 
 // startOverIfNeeded forgets the fleet in --data-dir with --reset, when
-// real hosts run (the last run's ended with it), or when the last run used
-// simulated hosts and this one real ones or the reverse.
+// real hosts run (the last run's ended with it), or when the last run made
+// another kind of fleet (simulated hosts and this one real ones, say).
 func (d *demo) startOverIfNeeded() error {
 	last, err := os.ReadFile(d.modeFile())
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -179,8 +175,8 @@ func (d *demo) startOverIfNeeded() error {
 		return d.writeMode()
 	case d.real():
 		d.step("forgetting the fleet of the last run in %s: real hosts end with the demo", d.dataDir)
-	case len(last) > 0 && string(last) != d.nodes:
-		d.step("forgetting the fleet in %s: it was made with %s nodes", d.dataDir, last)
+	case len(last) > 0 && string(last) != d.fleetKind():
+		d.step("forgetting the fleet in %s: it was made as %q, this demo makes %q", d.dataDir, last, d.fleetKind())
 	default:
 		return d.writeMode()
 	}
@@ -214,5 +210,14 @@ func (d *demo) writeMode() error {
 	if err := os.MkdirAll(filepath.Dir(d.modeFile()), 0o700); err != nil {
 		return err
 	}
-	return os.WriteFile(d.modeFile(), []byte(d.nodes), 0o600)
+	return os.WriteFile(d.modeFile(), []byte(d.fleetKind()), 0o600)
+}
+
+// fleetKind names what the demo makes: the nodes, and for simulated ones
+// the control plane, which earlier demos made as plain Machines.
+func (d *demo) fleetKind() string {
+	if d.real() {
+		return d.nodes
+	}
+	return d.nodes + " with KubeadmControlPlane"
 }

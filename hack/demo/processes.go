@@ -30,8 +30,11 @@ type demo struct {
 	kubernetesVersion string
 	kubeadmConfig     string
 	nodes             string
-	reset             bool
+	reset, noInstall  bool
 	out               io.Writer
+	// probe lists what the machine lacks for real edge hosts
+	// (testhost.Missing; a test's stand-in).
+	probe func() []string
 
 	hub       *proc
 	hubExited <-chan struct{}

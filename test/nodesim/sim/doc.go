@@ -1,7 +1,7 @@
 // Package sim is the node simulator: it stands in for kubeadm and the
 // kubelet on machines that cannot run them. `kubeadm init`/`join` leave
 // what Cluster API can see of a successful join — a Ready Node with the
-// configured name and providerID in the workload cluster (on a control-plane
+// configured name, providerID and taints in the workload cluster (on a control-plane
 // node also the role label, Running mirror pods and, on init,
 // kube-system/kubeadm-config) — and `kubeadm reset` removes it. It
 // short-cuts nothing else: the bootstrap data around it runs for real.

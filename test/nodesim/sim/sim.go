@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 )
@@ -62,11 +63,11 @@ func (s *Simulator) Run(ctx context.Context, args []string) error {
 		if *config == "" {
 			return errors.New(args[0] + " needs --config")
 		}
-		name, providerID, controlPlane, err := s.readConfig(*config)
+		reg, err := s.readConfig(*config)
 		if err != nil {
 			return err
 		}
-		if err := s.register(ctx, name, providerID, controlPlane); err != nil {
+		if err := s.register(ctx, reg); err != nil {
 			return err
 		}
 		if args[0] == "init" {
@@ -83,14 +84,23 @@ func (s *Simulator) Run(ctx context.Context, args []string) error {
 	}
 }
 
-// readConfig finds nodeRegistration.name and the kubelet's provider-id in
-// the Init/JoinConfiguration, in kubeadm v1beta4 (list) or v1beta3 (map)
-// form, and whether the node is a control-plane one (init, or a join with
-// a controlPlane section).
-func (s *Simulator) readConfig(path string) (name, providerID string, controlPlane bool, err error) {
+// registration is what kubeadm's configuration says of the node it makes.
+type registration struct {
+	name, providerID string
+	// controlPlane: init, or a join with a controlPlane section.
+	controlPlane bool
+	// taints the node registers with.
+	taints []corev1.Taint
+}
+
+// readConfig finds nodeRegistration's name and taints and the kubelet's
+// provider-id in the Init/JoinConfiguration, in kubeadm v1beta4 (list) or
+// v1beta3 (map) form, and whether the node is a control-plane one.
+func (s *Simulator) readConfig(path string) (registration, error) {
+	var r registration
 	b, err := os.ReadFile(s.path(path))
 	if err != nil {
-		return "", "", false, err
+		return r, err
 	}
 	for _, doc := range strings.Split(string(b), "\n---") {
 		var d struct {
@@ -99,50 +109,63 @@ func (s *Simulator) readConfig(path string) (name, providerID string, controlPla
 			NodeRegistration struct {
 				Name             string          `json:"name"`
 				KubeletExtraArgs json.RawMessage `json:"kubeletExtraArgs"`
+				Taints           *[]corev1.Taint `json:"taints"`
 			} `json:"nodeRegistration"`
 		}
 		if err := yaml.Unmarshal([]byte(doc), &d); err != nil {
-			return "", "", false, fmt.Errorf("parsing %s: %w", path, err)
+			return r, fmt.Errorf("parsing %s: %w", path, err)
 		}
 		if d.Kind != "InitConfiguration" && d.Kind != "JoinConfiguration" {
 			continue
 		}
-		controlPlane = d.Kind == "InitConfiguration" || (len(d.ControlPlane) > 0 && string(d.ControlPlane) != "null")
-		name = d.NodeRegistration.Name
+		r.controlPlane = d.Kind == "InitConfiguration" || (len(d.ControlPlane) > 0 && string(d.ControlPlane) != "null")
+		r.name = d.NodeRegistration.Name
+		r.taints = nil
+		switch {
+		case d.NodeRegistration.Taints != nil:
+			r.taints = *d.NodeRegistration.Taints
+		case r.controlPlane:
+			// kubeadm's default when taints are unset (null): a
+			// control-plane node takes no ordinary pods. KCP checks it.
+			r.taints = []corev1.Taint{{Key: controlPlaneRole, Effect: corev1.TaintEffectNoSchedule}}
+		}
 		var list []struct{ Name, Value string }
 		var m map[string]string
 		if json.Unmarshal(d.NodeRegistration.KubeletExtraArgs, &list) == nil {
 			for _, a := range list {
 				if a.Name == "provider-id" {
-					providerID = a.Value
+					r.providerID = a.Value
 				}
 			}
 		} else if json.Unmarshal(d.NodeRegistration.KubeletExtraArgs, &m) == nil {
-			providerID = m["provider-id"]
+			r.providerID = m["provider-id"]
 		}
 	}
-	if name == "" {
+	if r.name == "" {
 		h, _ := os.ReadFile(s.path("/etc/hostname"))
-		name = strings.TrimSpace(string(h))
+		r.name = strings.TrimSpace(string(h))
 	}
-	if name == "" || providerID == "" {
-		return "", "", false, fmt.Errorf("%s names no node (%q) or no kubelet provider-id (%q)", path, name, providerID)
+	if r.name == "" || r.providerID == "" {
+		return r, fmt.Errorf("%s names no node (%q) or no kubelet provider-id (%q)", path, r.name, r.providerID)
 	}
-	return strings.ToLower(name), providerID, controlPlane, nil
+	r.name = strings.ToLower(r.name)
+	return r, nil
 }
 
 // register does what the kubelet does on first start: a Node with the
-// providerID, then Ready; on a control-plane node also what kubeadm and the
-// kubelet leave for KubeadmControlPlane to inspect: the control-plane role
-// label and Running mirror pods of the static control-plane pods.
-func (s *Simulator) register(ctx context.Context, name, providerID string, controlPlane bool) error {
+// providerID and the configuration's taints, then Ready; on a control-plane
+// node also what kubeadm and the kubelet leave for KubeadmControlPlane to
+// inspect: the control-plane role label and Running mirror pods of the
+// static control-plane pods.
+func (s *Simulator) register(ctx context.Context, r registration) error {
 	cs := s.Client
+	name, providerID, controlPlane := r.name, r.providerID, r.controlPlane
 	labels := map[string]string{"kubernetes.io/hostname": name}
 	if controlPlane {
 		labels[controlPlaneRole] = ""
 	}
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
-		Spec: corev1.NodeSpec{ProviderID: providerID}}
+		Spec: corev1.NodeSpec{ProviderID: providerID, Taints: r.taints}}
 	if _, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("registering node %s: %w", name, err)
 	}
@@ -166,6 +189,9 @@ func (s *Simulator) register(ctx context.Context, name, providerID string, contr
 	n.Status.NodeInfo.KubeletVersion = "v1.36.3"
 	if _, err := cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("marking node %s Ready: %w", name, err)
+	}
+	if err := untaintNotReady(ctx, cs, name); err != nil {
+		return err
 	}
 	if controlPlane {
 		if err := mirrorPods(ctx, cs, name); err != nil {
@@ -207,6 +233,36 @@ func (s *Simulator) uploadConfig(ctx context.Context, path string) error {
 }
 
 const controlPlaneRole = "node-role.kubernetes.io/control-plane"
+
+// untaintNotReady does for a Ready node what the node lifecycle controller
+// of kube-controller-manager, which the simulated cluster lacks, does:
+// it lifts the not-ready taint the API server puts on every new Node.
+// Cluster API may be editing the Node's taints meanwhile: retry on a
+// conflict.
+func untaintNotReady(ctx context.Context, cs kubernetes.Interface, name string) error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		var kept []corev1.Taint
+		for _, t := range n.Spec.Taints {
+			if t.Key != corev1.TaintNodeNotReady {
+				kept = append(kept, t)
+			}
+		}
+		if len(kept) == len(n.Spec.Taints) {
+			return nil
+		}
+		n.Spec.Taints = kept
+		_, err = cs.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("lifting the not-ready taint of node %s: %w", name, err)
+	}
+	return nil
+}
 
 // The static pods kubeadm writes on a control-plane node (etcd is left out:
 // the simulator's clusters use external etcd).

@@ -1,0 +1,189 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/edgefleet/fleet/internal/testkit/testhost"
+)
+
+// What the machine lacks decides what is installed and what stands in the
+// way of real hosts.
+func TestPlanSetup(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		missing    []string
+		haveAptGet bool
+		install    []string
+		cannot     []string
+	}{
+		{name: "nothing missing", haveAptGet: true},
+		{name: "a fresh Debian", haveAptGet: true,
+			missing: []string{"containerd", "runc", "ctr", "dbus-daemon", "sysctl", "/usr/lib/cni/bridge", "/usr/lib/cni/host-local", "/usr/lib/cni/loopback"},
+			install: []string{"containerd", "runc", "dbus", "procps", "containernetworking-plugins"}},
+		{name: "no apt-get", missing: []string{"runc", "ip"},
+			install: []string{"runc", "iproute2"},
+			cannot:  []string{"apt-get to install runc iproute2 (only Debian and Ubuntu are set up by the demo)"}},
+		{name: "not root, cgroup v2, no kubelet", haveAptGet: true,
+			missing: []string{"root", "cgroup v1 (this machine mounts cgroup v2 at /sys/fs/cgroup)", "nsenter", "/repo/bin/k8s/kubelet"},
+			install: []string{"util-linux"},
+			cannot:  []string{"root", "cgroup v1 (this machine mounts cgroup v2 at /sys/fs/cgroup)", "/repo/bin/k8s/kubelet (make k8s builds it)"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := planSetup(tc.missing, tc.haveAptGet)
+			if !reflect.DeepEqual(p.install, tc.install) || !reflect.DeepEqual(p.cannot, tc.cannot) {
+				t.Errorf("install %q, cannot %q; want %q, %q", p.install, p.cannot, tc.install, tc.cannot)
+			}
+			if len(p.why) != len(p.install) {
+				t.Errorf("%d reasons for %d packages: %q", len(p.why), len(p.install), p.why)
+			}
+		})
+	}
+}
+
+// The decision as the demo acts on it, with the machine's probing
+// replaced: packages it installs (here through an apt-get that fails, so
+// nothing else runs), refuses to install with --no-install, and what makes
+// it fall back to the simulator, each said in one line.
+func TestChooseNodes(t *testing.T) {
+	fake := fakeAptGet(t, 100) // apt-get that fails: no test installs anything
+	t.Setenv("PATH", fake.dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	lacking := func(m ...string) func() []string { return func() []string { return m } }
+	for _, tc := range []struct {
+		name, nodes string
+		noInstall   bool
+		missing     []string
+		chosen      string   // the nodes chosen; "" for an error
+		says        []string // in the one line printed, or in the error
+		aptGet      string   // what apt-get was asked
+	}{
+		{name: "everything there", nodes: nodesAuto, chosen: nodesReal, says: []string{"==> real edge hosts: "}},
+		{name: "simulated asked for", nodes: nodesSimulated, missing: []string{"root"}, chosen: nodesSimulated,
+			says: []string{"==> node simulator: --nodes=simulated"}},
+		{name: "no-install prints the command", nodes: nodesAuto, noInstall: true, missing: []string{"runc", "/usr/lib/cni/bridge"},
+			chosen: nodesSimulated, says: []string{"==> node simulator: real edge hosts need runc, /usr/lib/cni/bridge and --no-install is set; install them with: apt-get update && apt-get install -y runc containernetworking-plugins"}},
+		{name: "no-install with real fails", nodes: nodesReal, noInstall: true, missing: []string{"containerd"},
+			says: []string{"apt-get update && apt-get install -y containerd"}},
+		{name: "cgroup v2 falls back", nodes: nodesAuto, missing: []string{"cgroup v1 (this machine mounts cgroup v2 at /sys/fs/cgroup)", "runc"},
+			chosen: nodesSimulated, says: []string{"==> node simulator: real edge hosts need cgroup v1 (this machine mounts cgroup v2 at /sys/fs/cgroup)\n"}},
+		{name: "no kubelet with real fails", nodes: nodesReal, missing: []string{"/x/bin/k8s/kubeadm"},
+			says: []string{"real edge hosts need /x/bin/k8s/kubeadm (make k8s builds it)"}},
+		{name: "install failure stops the demo", nodes: nodesAuto, missing: []string{"runc", "sysctl"},
+			says: []string{"==> installing runc procps from Debian for the real edge hosts (--no-install refuses): runc: containerd starts", "procps: each host sets",
+				"apt-get update -qq: exit status 100", "E: Unable to locate package"},
+			aptGet: "noninteractive update -qq\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			must(t, os.WriteFile(fake.log, nil, 0o600))
+			var out strings.Builder
+			d := &demo{out: &out, nodes: tc.nodes, noInstall: tc.noInstall, probe: lacking(tc.missing...)}
+			err := d.chooseNodes(context.Background())
+			said := out.String()
+			if err != nil {
+				said += err.Error()
+			}
+			switch {
+			case tc.chosen == "" && err == nil:
+				t.Errorf("chose %s, want an error", d.nodes)
+			case tc.chosen != "" && err != nil:
+				t.Errorf("failed: %v", err)
+			case tc.chosen != "" && (d.nodes != tc.chosen || strings.Count(said, "\n") != 1):
+				t.Errorf("chose %s saying %q; want %s in one line", d.nodes, said, tc.chosen)
+			}
+			for _, s := range tc.says {
+				if !strings.Contains(said, s) {
+					t.Errorf("says %q, want %q in it", said, s)
+				}
+			}
+			if got, _ := os.ReadFile(fake.log); string(got) != tc.aptGet {
+				t.Errorf("apt-get was asked %q, want %q", got, tc.aptGet)
+			}
+		})
+	}
+}
+
+// The install step for real, through an apt-get on PATH that puts each
+// package's commands on PATH as Debian's would: what the real probe
+// (testhost.Missing) then finds missing, the demo installs, in one
+// apt-get install, and it runs real hosts after.
+func TestInstallThroughAptGet(t *testing.T) {
+	k8s := filepath.Join(t.TempDir(), "k8s")
+	for _, f := range []string{"kubelet", "kubeadm", "images/kube-apiserver.tar"} {
+		must(t, os.MkdirAll(filepath.Dir(filepath.Join(k8s, f)), 0o755))
+		must(t, os.WriteFile(filepath.Join(k8s, f), nil, 0o755))
+	}
+	fake := fakeAptGet(t, 0)
+	// Only the fake apt-get and what it installs are on PATH: every
+	// command the hosts need is missing until it has run.
+	t.Setenv("PATH", fake.dir)
+	probe := func() []string { return testhost.Missing(k8s) }
+	for _, m := range probe() {
+		if _, _, ok := testhost.DebianPackage(m); !ok || filepath.IsAbs(m) {
+			// Root, cgroup v1 and the CNI plugins' files are this
+			// machine's to have (.ci/run installs the plugins).
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("this machine cannot run real hosts: %s", m)
+			}
+			t.Skipf("this machine cannot run real hosts: %s", m)
+		}
+	}
+	var out strings.Builder
+	d := &demo{out: &out, nodes: nodesAuto, probe: probe}
+	must(t, d.chooseNodes(context.Background()))
+	if d.nodes != nodesReal {
+		t.Errorf("chose %s after the install:\n%s", d.nodes, out.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	want := "==> installing containerd runc dbus util-linux iproute2 procps from Debian for the real edge hosts (--no-install refuses): "
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], want) || !strings.HasPrefix(lines[1], "==> real edge hosts: ") {
+		t.Errorf("the demo says:\n%s\nwant a line starting %q, then real edge hosts", out.String(), want)
+	}
+	for _, why := range []string{"ctr imports the control-plane images", "dbus-daemon of its own", "nsenter and unshare", "ip_forward with sysctl"} {
+		if !strings.Contains(lines[0], why) {
+			t.Errorf("the install line does not say %q", why)
+		}
+	}
+	got, _ := os.ReadFile(fake.log)
+	if string(got) != "noninteractive update -qq\nnoninteractive install -y -qq containerd runc dbus util-linux iproute2 procps\n" {
+		t.Errorf("apt-get was asked:\n%s", got)
+	}
+	if m := probe(); len(m) != 0 {
+		t.Errorf("still missing after the install: %v", m)
+	}
+}
+
+type aptGetStandIn struct{ dir, log string }
+
+// fakeAptGet writes an apt-get into a directory of its own that logs its
+// arguments, and on install puts the commands each Debian package gives
+// next to itself; with a non-zero exit it fails as apt-get does on an
+// unknown package.
+func fakeAptGet(t *testing.T, exit int) aptGetStandIn {
+	t.Helper()
+	dir := t.TempDir()
+	f := aptGetStandIn{dir: dir, log: filepath.Join(t.TempDir(), "apt-get.log")}
+	script := `#!/bin/sh
+echo "$DEBIAN_FRONTEND $*" >> ` + f.log + `
+if [ ` + strconv.Itoa(exit) + ` != 0 ]; then echo "E: Unable to locate package" >&2; exit ` + strconv.Itoa(exit) + `; fi
+[ "$1" = install ] || exit 0
+for p in "$@"; do
+	case $p in
+	containerd) cmds="containerd ctr" ;;
+	runc) cmds=runc ;;
+	dbus) cmds=dbus-daemon ;;
+	util-linux) cmds="nsenter unshare" ;;
+	iproute2) cmds=ip ;;
+	procps) cmds=sysctl ;;
+	*) cmds= ;;
+	esac
+	for c in $cmds; do printf '#!/bin/sh\n' > ` + dir + `/$c; /bin/chmod +x ` + dir + `/$c; done
+done
+`
+	must(t, os.WriteFile(filepath.Join(dir, "apt-get"), []byte(script), 0o755))
+	return f
+}
