@@ -25,7 +25,9 @@ func Missing(k8sDir string) []string {
 		}
 	}
 	for _, p := range []string{"/usr/lib/cni/bridge", "/usr/lib/cni/host-local", "/usr/lib/cni/loopback",
-		filepath.Join(k8sDir, "kubelet"), filepath.Join(k8sDir, "kubeadm"), filepath.Join(k8sDir, "images", "kube-apiserver.tar")} {
+		filepath.Join(k8sDir, "kubelet"), filepath.Join(k8sDir, "kubeadm"), filepath.Join(k8sDir, "images", "kube-apiserver.tar"),
+		// kubeadm's addons: kube-proxy and CoreDNS run on every cluster's hosts.
+		filepath.Join(k8sDir, "images", "kube-proxy.tar"), filepath.Join(k8sDir, "images", "coredns.tar")} {
 		if _, err := os.Stat(p); err != nil {
 			missing = append(missing, p)
 		}
