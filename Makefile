@@ -205,11 +205,12 @@ packages: $(NFPM) ## Build fleet-agent .deb and .rpm packages for PKG_ARCHS (amd
 
 .PHONY: demo
 demo: k8s ## Run fleet locally: the embedded hub, 3 real edge hosts (or simulated ones where they cannot run) and a cluster on them (needs root; DEMO_FLAGS=--nodes=simulated forces the simulator).
-	@echo ">> building fleet-hub, fleet-agent, kubectl-fleet, the hosts' service manager, the node simulator and the demo into bin/ (about 3 minutes the first time)"
+	@echo ">> building fleet-hub, fleet-agent, kubectl-fleet, the hosts' service manager, the node simulator, the demo and its workload into bin/ (about 3 minutes the first time)"
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/fleet-hub ./cmd/fleet-agent ./cmd/kubectl-fleet
 	$(GO) build -o $(BIN)/fleet-unitd ./test/unitd
 	$(GO) build -o $(BIN)/fleet-nodesim ./test/nodesim
 	$(GO) build -o $(BIN)/fleet-demo ./hack/demo
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/fleet-echoserver ./test/echoserver
 	$(BIN)/fleet-demo $(DEMO_FLAGS)
 
 ##@ Test
