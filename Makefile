@@ -11,7 +11,7 @@ BIN           := $(CURDIR)/bin
 K8S_BIN       := $(BIN)/k8s
 K8S_VERSION   := v1.36.3
 # The upstream commands built from hack/tools/k8s into bin/k8s.
-K8S_CMDS      := etcd kube-apiserver kubectl kubelet kubeadm kube-controller-manager kube-scheduler
+K8S_CMDS      := etcd kube-apiserver kubectl kubelet kubeadm kube-controller-manager kube-scheduler kube-proxy coredns
 K8S_CMD_BINS  := $(addprefix $(K8S_BIN)/,$(K8S_CMDS))
 NODEIMAGE     := $(BIN)/nodeimage
 HUBIMAGE      := $(BIN)/hubimage
@@ -86,11 +86,11 @@ build: ## Build fleet-hub, fleet-agent and kubectl-fleet into bin/.
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/fleet-hub ./cmd/fleet-agent ./cmd/kubectl-fleet
 
 .PHONY: k8s
-k8s: $(K8S_CMD_BINS) node-images ## Build kube-apiserver, etcd, kubectl, kubelet, kubeadm, controller manager and scheduler into bin/k8s, and their images (minutes the first time).
+k8s: $(K8S_CMD_BINS) node-images ## Build kube-apiserver, etcd, kubectl, kubelet, kubeadm, controller manager, scheduler, kube-proxy and CoreDNS into bin/k8s, and their images (minutes the first time).
 
 $(K8S_CMD_BINS): hack/tools/k8s/go.mod hack/tools/k8s/go.sum
 	@mkdir -p $(K8S_BIN)
-	@echo ">> building kube-apiserver $(K8S_VERSION), etcd, kubectl, kubelet, kubeadm, kube-controller-manager and kube-scheduler from Go modules into $(K8S_BIN) (about 10-15 minutes on 2 cores the first time; ~2,900 packages)"
+	@echo ">> building kube-apiserver $(K8S_VERSION), etcd, kubectl, kubelet, kubeadm, kube-controller-manager, kube-scheduler, kube-proxy and coredns from Go modules into $(K8S_BIN) (about 10-15 minutes on 2 cores the first time; ~2,900 packages)"
 	@# -v names each package as it is compiled: count them, so a long first build shows progress; other lines are errors.
 	@cd hack/tools/k8s && $(GO) build -v -ldflags "$(K8S_LDFLAGS)" -o $(K8S_BIN)/ $(addprefix ./cmd/,$(K8S_CMDS)) 2>&1 | \
 	  awk '/^go: downloading/ { if (d++ % 25 == 0) print "   downloading modules (" d ")…"; fflush(); next } \
@@ -98,8 +98,8 @@ $(K8S_CMD_BINS): hack/tools/k8s/go.mod hack/tools/k8s/go.sum
 	@touch $(K8S_CMD_BINS)
 
 .PHONY: node-images
-node-images: $(K8S_CMD_BINS) $(K8S_BIN)/pause $(NODEIMAGE) ## Build the images kubeadm's control plane runs (apiserver, controller manager, scheduler, etcd, pause) into bin/k8s/images, for `ctr images import`.
-	@echo ">> building the control-plane images kubeadm $(K8S_VERSION) lists into $(K8S_BIN)/images"
+node-images: $(K8S_CMD_BINS) $(K8S_BIN)/pause $(NODEIMAGE) ## Build every image kubeadm lists (apiserver, controller manager, scheduler, kube-proxy, CoreDNS, etcd, pause) into bin/k8s/images, for `ctr images import`.
+	@echo ">> building the images kubeadm $(K8S_VERSION) lists into $(K8S_BIN)/images"
 	@$(NODEIMAGE) kubeadm --kubeadm $(K8S_BIN)/kubeadm --bin-dir $(K8S_BIN) --out-dir $(K8S_BIN)/images
 
 # pause is static so that its image needs no libc.
@@ -205,11 +205,16 @@ packages: $(NFPM) ## Build fleet-agent .deb and .rpm packages for PKG_ARCHS (amd
 
 .PHONY: demo
 demo: k8s ## Run fleet locally: the embedded hub, 3 real edge hosts (or simulated ones where they cannot run) and a cluster on them (needs root; installs the Debian packages real hosts lack unless DEMO_FLAGS=--no-install; DEMO_FLAGS=--nodes=simulated forces the simulator).
-	@echo ">> building fleet-hub, fleet-agent, kubectl-fleet, the hosts' service manager, the node simulator and the demo into bin/ (about 3 minutes the first time)"
+	@echo ">> building fleet-hub, fleet-agent, kubectl-fleet, the hosts' service manager, the node simulator, the demo and its workload into bin/ (about 3 minutes the first time)"
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/fleet-hub ./cmd/fleet-agent ./cmd/kubectl-fleet
 	$(GO) build -o $(BIN)/fleet-unitd ./test/unitd
 	$(GO) build -o $(BIN)/fleet-nodesim ./test/nodesim
 	$(GO) build -o $(BIN)/fleet-demo ./hack/demo
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/fleet-echoserver ./test/echoserver
+	@# Set-up first: the kube-proxy image packs iptables and nft from the
+	@# Debian packages it installs.
+	$(BIN)/fleet-demo --set-up-only $(DEMO_FLAGS)
+	@$(MAKE) --no-print-directory node-images
 	$(BIN)/fleet-demo $(DEMO_FLAGS)
 
 ##@ Test

@@ -81,7 +81,10 @@ func (d *demo) createCluster(ctx context.Context) error {
 		return err
 	}
 	if d.real() {
-		return d.showNodes(ctx)
+		if err := d.showNodes(ctx); err != nil {
+			return err
+		}
+		return d.showService(ctx)
 	}
 	return nil
 }

@@ -57,6 +57,17 @@ func TestDemo(t *testing.T) {
 			t.Fatalf("building %s: %v\n%s", pkg, err, b)
 		}
 	}
+	// The real demo's workload and the tool that packs its image.
+	for _, b := range []struct{ out, dir, pkg string }{
+		{"fleet-echoserver", repo, "./test/echoserver"},
+		{"nodeimage", filepath.Join(repo, "hack", "tools", "k8s"), "./cmd/nodeimage"},
+	} {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(bin, b.out), b.pkg)
+		cmd.Dir = b.dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("building %s: %v\n%s", b.pkg, err, out)
+		}
+	}
 	must(t, os.Symlink(k8s, filepath.Join(bin, "k8s")))
 	t.Run("real", func(t *testing.T) {
 		t.Parallel()
@@ -136,7 +147,8 @@ func describeReady(out, prefix string) []string {
 }
 
 // With real hosts: a KubeadmControlPlane cluster on kubeadm, kubelet and
-// containerd, READY True; the kubectl commands the demo prints reach its
+// containerd, READY True; a pod on one host reaches a Service of pods on
+// the other by its DNS name; the kubectl commands the demo prints reach its
 // nodes through the hub; an agent stops and starts through its unit; quit
 // leaves no host, site or process.
 func testRealDemo(t *testing.T, repo, bin string) {
@@ -171,6 +183,11 @@ func testRealDemo(t *testing.T, repo, bin string) {
 	if got := runPrinted(t, bin, nodes); !regexp.MustCompile(`(?m)^edge-1\s+Ready\s`).MatchString(got) ||
 		!regexp.MustCompile(`(?m)^edge-2\s+Ready\s`).MatchString(got) {
 		t.Errorf("%s: want edge-1 and edge-2 Ready:\n%s", nodes, got)
+	}
+	// A pod on edge-1 (the control plane) reached the Service of edge-2's
+	// pods by its DNS name.
+	if !regexp.MustCompile(`exec client -- /fleet-echoserver --get http://web\.default\.svc\.cluster\.local/\nhello from web-`).MatchString(out.String()) {
+		t.Errorf("the demo does not show the client pod's answer from the web Service")
 	}
 	pods := printedCommand(t, out.String(), "get pods -A")
 	if got := runPrinted(t, bin, pods); !regexp.MustCompile(`(?m)^kube-system\s+kube-apiserver-edge-1\s+1/1\s+Running`).MatchString(got) {

@@ -16,7 +16,8 @@
 // registers. That fleet is kept in --data-dir between runs.
 //
 // It enrolls the hosts with `kubectl fleet token create`, creates a cluster
-// with `kubectl fleet create cluster demo --wait`, describes it, and keeps
+// with `kubectl fleet create cluster demo --wait`, describes it (with real
+// hosts, also shows a pod reaching a Service by its DNS name), and keeps
 // running, reading commands (stop/start an agent, restart the hub) from its
 // input until Ctrl-C or `quit`.
 package main

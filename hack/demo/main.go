@@ -35,6 +35,7 @@ func main() {
 	fs.StringVar(&d.kubernetesVersion, "kubernetes-version", "v1.36.3", "Kubernetes version of the demo cluster.")
 	fs.StringVar(&d.kubeadmConfig, "kubeadm-config", filepath.Join("docs", "templates", "kubeadm-cgroupv1-test-hosts.yaml"), "kubeadm settings of real hosts on this machine (kubectl fleet create --kubeadm-config).")
 	fs.BoolVar(&d.reset, "reset", false, "Start over: forget the fleet in --data-dir (real hosts always start over).")
+	fs.BoolVar(&d.setUpOnly, "set-up-only", false, "Only install the Debian packages real edge hosts lack (none with --no-install or --nodes=simulated), then exit: `make demo` runs this before it builds the images that need them.")
 	fs.BoolVar(&d.noInstall, "no-install", false, "Install nothing: where real edge hosts lack Debian packages, print the command that installs them and run the node simulator (--nodes=auto) or fail (--nodes=real).")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -48,6 +49,13 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if d.setUpOnly {
+		if err := d.installPackages(ctx); err != nil {
+			fmt.Fprintf(os.Stderr, "demo: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	err := d.run(ctx, os.Stdin)
 	d.shutdown()
 	// After Ctrl-C, a step cut short (a kubectl fleet killed) is no error.

@@ -24,14 +24,14 @@ import (
 const clusterName = "demo"
 
 type demo struct {
-	dataDir, binDir   string
-	agents            int
-	gateway, proxy    string
-	kubernetesVersion string
-	kubeadmConfig     string
-	nodes             string
-	reset, noInstall  bool
-	out               io.Writer
+	dataDir, binDir             string
+	agents                      int
+	gateway, proxy              string
+	kubernetesVersion           string
+	kubeadmConfig               string
+	nodes                       string
+	reset, noInstall, setUpOnly bool
+	out                         io.Writer
 	// probe lists what the machine lacks for real edge hosts
 	// (testhost.Missing; a test's stand-in).
 	probe func() []string

@@ -113,7 +113,7 @@ func TestChooseNodes(t *testing.T) {
 // apt-get install, and it runs real hosts after.
 func TestInstallThroughAptGet(t *testing.T) {
 	k8s := filepath.Join(t.TempDir(), "k8s")
-	for _, f := range []string{"kubelet", "kubeadm", "images/kube-apiserver.tar"} {
+	for _, f := range []string{"kubelet", "kubeadm", "images/kube-apiserver.tar", "images/kube-proxy.tar", "images/coredns.tar"} {
 		must(t, os.MkdirAll(filepath.Dir(filepath.Join(k8s, f)), 0o755))
 		must(t, os.WriteFile(filepath.Join(k8s, f), nil, 0o755))
 	}
@@ -186,4 +186,42 @@ done
 `
 	must(t, os.WriteFile(filepath.Join(dir, "apt-get"), []byte(script), 0o755))
 	return f
+}
+
+// The set-up step `make demo` runs before it builds the images: it
+// installs only Debian packages, says nothing of what the build makes
+// next, and installs nothing with --no-install or --nodes=simulated.
+func TestSetUpOnlyInstallsPackages(t *testing.T) {
+	fake := fakeAptGet(t, 0)
+	t.Setenv("PATH", fake.dir)
+	for _, tc := range []struct {
+		name      string
+		nodes     string
+		noInstall bool
+		aptGet    string
+	}{
+		{"auto", nodesAuto, false, "noninteractive update -qq\nnoninteractive install -y -qq containerd\n"},
+		{"no-install", nodesAuto, true, ""},
+		{"simulated", nodesSimulated, false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_ = os.Remove(fake.log)
+			var out strings.Builder
+			missing := []string{"containerd", "/work/bin/k8s/images/kube-proxy.tar"}
+			d := &demo{out: &out, nodes: tc.nodes, noInstall: tc.noInstall, probe: func() []string {
+				if got, _ := os.ReadFile(fake.log); strings.Contains(string(got), "install") {
+					return missing[1:]
+				}
+				return missing
+			}}
+			must(t, d.installPackages(context.Background()))
+			got, _ := os.ReadFile(fake.log)
+			if string(got) != tc.aptGet {
+				t.Errorf("apt-get was asked %q, want %q", got, tc.aptGet)
+			}
+			if strings.Contains(out.String(), "kube-proxy.tar") {
+				t.Errorf("the set-up step speaks of what make k8s builds next:\n%s", out.String())
+			}
+		})
+	}
 }

@@ -189,7 +189,8 @@ func TestCreateClusterKubeadmConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	for s, n := range map[string]int{"imagePullPolicy: Never": 3, "- SystemVerification\n": 3, "- NumCPU\n": 3,
-		"failCgroupV1: false": 2, "- addon/kube-proxy": 1, "value: '{{ ds.meta_data.provider_id }}'": 3,
+		"failCgroupV1: false": 2, "- addon/kube-proxy": 0, "kind: KubeProxyConfiguration": 2,
+		"- cat /run/kubeadm/kube-proxy-configuration.yaml >> /run/kubeadm/kubeadm.yaml\n": 2, "value: '{{ ds.meta_data.provider_id }}'": 3,
 		"directory: /etc/kubernetes/patches": 3, "hostSelector:\n    matchLabels:\n      role: cp\n      site: lab\n": 1} {
 		if got := strings.Count(out, s); got != n {
 			t.Errorf("dry run has %q %d times, want %d", s, got, n)

@@ -128,7 +128,9 @@ func realEventually(t *testing.T, what string, cond func() error) {
 // A cluster made by `kubectl fleet create` with a KubeadmControlPlane
 // (stacked etcd) and a MachineDeployment runs on two real hosts behind a
 // site's NAT: real kubeadm, kubelet and containerd, reached by the hub only
-// through edge reach. A pod answers through the hub; scaling the workers
+// through edge reach, with kubeadm's kube-proxy and CoreDNS. A pod answers
+// through the hub, and a pod on the other host reaches it through a Service
+// by its DNS name; scaling the workers
 // to 0 and back re-provisions the same host; deleting the cluster leaves
 // every host clean and Available.
 func TestRealNodesClusterLifecycle(t *testing.T) {
@@ -172,8 +174,15 @@ func TestRealNodesClusterLifecycle(t *testing.T) {
 
 	// A pod from a locally built image runs on the worker and answers
 	// through the hub.
-	must(t, wHost.ImportImages(ctx, echoImage(t)))
+	echo := echoImage(t)
+	must(t, wHost.ImportImages(ctx, echo))
 	runEchoPod(t, kc, wName)
+
+	// kubeadm's addons run: a pod on the control-plane host reaches a
+	// Service of the worker's pods by its DNS name (CoreDNS, kube-proxy,
+	// and the pod routes between the hosts).
+	must(t, cpHost.ImportImages(ctx, echo))
+	serviceByDNS(t, kc, wName, cpName)
 
 	// Workers to 0: the Machine and its Node go, the host is reset for real
 	// and back in the pool.
@@ -388,6 +397,96 @@ spec:
 		}
 		if resp != "hello from echo\n" {
 			return fmt.Errorf("answer %q", resp)
+		}
+		return nil
+	})
+}
+
+// serviceByDNS runs a Deployment of the echo server on serverNode behind
+// the Service web, and a client pod on clientNode that fetches
+// http://web.default.svc.cluster.local; the answer must come from a web
+// pod. kubectl exec reaches the client through the hub.
+func serviceByDNS(t *testing.T, kc, serverNode, clientNode string) {
+	t.Helper()
+	manifest := filepath.Join(t.TempDir(), "web.yaml")
+	must(t, os.WriteFile(manifest, []byte(fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: default
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      nodeSelector:
+        kubernetes.io/hostname: %[1]s
+      automountServiceAccountToken: false
+      containers:
+      - name: web
+        image: %[3]s
+        imagePullPolicy: Never
+        args: ["--listen", ":8080"]
+        ports:
+        - containerPort: 8080
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: web
+  namespace: default
+spec:
+  selector: {app: web}
+  ports:
+  - port: 80
+    targetPort: 8080
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: client
+  namespace: default
+spec:
+  nodeSelector:
+    kubernetes.io/hostname: %[2]s
+  # The control-plane host is tainted; this pod is only a client.
+  tolerations:
+  - operator: Exists
+  automountServiceAccountToken: false
+  containers:
+  - name: client
+    image: %[3]s
+    imagePullPolicy: Never
+    args: ["--listen", ":8080"]
+`, serverNode, clientNode, echoImageName)), 0o600))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("workload cluster pods:\n%s", kubectl(t, kc, "get", "pods", "-A", "-o", "wide"))
+		}
+	})
+	realEventually(t, "the web Deployment, its Service and the client pod created", func() error {
+		if out := kubectl(t, kc, "apply", "-f", manifest); !strings.Contains(out, "pod/client") || strings.Contains(out, "Error") {
+			return errors.New(out)
+		}
+		return nil
+	})
+	realEventually(t, "the client pod Running on "+clientNode, func() error {
+		if out := kubectl(t, kc, "get", "pod", "client", "-o", `jsonpath={.spec.nodeName} {.status.phase}`); out != clientNode+" Running" {
+			return fmt.Errorf("pod client: %q", out)
+		}
+		return nil
+	})
+	realEventually(t, "http://web.default.svc.cluster.local answered from "+serverNode+" to a pod on "+clientNode, func() error {
+		out := kubectl(t, kc, "exec", "client", "--", "/echoserver", "--get", "http://web.default.svc.cluster.local/")
+		pod, ok := strings.CutPrefix(out, "hello from ")
+		if !ok || !strings.HasPrefix(pod, "web-") {
+			return fmt.Errorf("answer %q", out)
+		}
+		if node := kubectl(t, kc, "get", "pod", pod, "-o", "jsonpath={.spec.nodeName}"); node != serverNode {
+			return fmt.Errorf("the answer came from pod %s on %q, want one on %s", pod, node, serverNode)
 		}
 		return nil
 	})

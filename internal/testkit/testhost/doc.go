@@ -5,7 +5,9 @@
 // /var/lib/containerd, /run and hostname, its own cgroup parent, its own
 // containerd (the Debian package) and a service manager that answers
 // systemd's D-Bus API (test/unitd), so fleet-agent, kubeadm and the kubelet
-// run there as they do on a machine booted with systemd.
+// run there as they do on a machine booted with systemd. Each host's pod
+// range is routed through it on the other hosts of its site, as a
+// host-gateway CNI would, so pods on different hosts reach each other.
 //
 // Everything a host makes is recorded under RecordDir while it runs, so
 // Sweep can remove it after a run that was killed before it cleaned up.

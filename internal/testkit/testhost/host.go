@@ -50,13 +50,15 @@ type Host struct {
 	Name string
 	// Addr is the host's address on the site's LAN.
 	Addr string
-	// PodCIDR is the range its CNI gives pods.
+	// PodCIDR is the range its CNI gives pods; the site's other hosts
+	// route it through Addr.
 	PodCIDR string
 	// Dir is the host's state on the machine; Root(p) maps a path inside
 	// the host to it for the directories the host has of its own.
 	Dir string
 
 	netns, cgroup string
+	site          *Site
 	boot          *exec.Cmd
 	bootDone      chan struct{}
 	bootErr       error
@@ -109,6 +111,11 @@ func (s *Site) NewHost(ctx context.Context, o HostOptions) (*Host, error) {
 	if err := h.make(s, o); err != nil {
 		_ = h.Close()
 		return nil, fmt.Errorf("making host %s: %w", o.Name, err)
+	}
+	h.site = s
+	if err := s.join(h); err != nil {
+		_ = h.Close()
+		return nil, fmt.Errorf("host %s: %w", o.Name, err)
 	}
 	if err := h.waitReady(ctx, !slices.Contains(o.Without, "containerd")); err != nil {
 		err = fmt.Errorf("host %s: %w\n%s", o.Name, err, h.Logs())
@@ -376,6 +383,9 @@ func (h *Host) Logs() string {
 // Close stops the host's services, kills whatever is left in its cgroup
 // (pods included), and removes its namespaces, cgroups and state.
 func (h *Host) Close() error {
+	if h.site != nil {
+		h.site.leave(h)
+	}
 	if h.boot != nil && h.boot.Process != nil {
 		select {
 		case <-h.bootDone:

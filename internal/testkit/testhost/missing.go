@@ -26,7 +26,9 @@ func Missing(k8sDir string) []string {
 			}
 		}
 	}
-	for _, p := range []string{filepath.Join(k8sDir, "kubelet"), filepath.Join(k8sDir, "kubeadm"), filepath.Join(k8sDir, "images", "kube-apiserver.tar")} {
+	for _, p := range []string{filepath.Join(k8sDir, "kubelet"), filepath.Join(k8sDir, "kubeadm"), filepath.Join(k8sDir, "images", "kube-apiserver.tar"),
+		// kubeadm's addons: kube-proxy and CoreDNS run on every cluster's hosts.
+		filepath.Join(k8sDir, "images", "kube-proxy.tar"), filepath.Join(k8sDir, "images", "coredns.tar")} {
 		if !present(p) {
 			missing = append(missing, p)
 		}
@@ -59,6 +61,8 @@ var debianPackages = []struct {
 	{"util-linux", "hosts are entered with nsenter and unshare", []string{"nsenter", "unshare"}},
 	{"iproute2", "the site and its hosts are network namespaces, links and routes made with ip", []string{"ip"}},
 	{"procps", "each host sets its own ip_forward with sysctl", []string{"sysctl"}},
+	{"iptables", "make k8s packs iptables (nft backend) and its extensions into the kube-proxy image every host runs", []string{"/usr/sbin/xtables-nft-multi"}},
+	{"nftables", "make k8s packs nft into the kube-proxy image", []string{"/usr/sbin/nft"}},
 }
 
 // DebianPackage names the Debian package that gives what Missing reported

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 
@@ -30,6 +31,10 @@ type Site struct {
 	hosts int
 	lns   []net.Listener
 	conns map[net.Conn]bool // both ends of every forwarded connection
+
+	// routeMu orders the route changes of hosts that join and leave.
+	routeMu sync.Mutex
+	members []*Host // hosts on the LAN whose pod ranges are routed
 }
 
 // NewSite makes a site whose LAN is lan.0/24 (lan such as "10.99.0"), with
@@ -73,6 +78,39 @@ func (s *Site) nextAddr() (string, int, error) {
 	n := s.hosts
 	s.hosts++
 	return fmt.Sprintf("%s.%d", s.lan, 10+n), n, nil
+}
+
+// join routes h's pod range through h on every other host of the site,
+// and theirs through them on h, as a host-gateway CNI (flannel's host-gw)
+// would: pods on different hosts reach each other over the LAN.
+func (s *Site) join(h *Host) error {
+	s.routeMu.Lock()
+	defer s.routeMu.Unlock()
+	for _, m := range s.members {
+		if err := ipAll(
+			[]string{"-n", h.netns, "route", "replace", m.PodCIDR, "via", m.Addr, "dev", "eth0"},
+			[]string{"-n", m.netns, "route", "replace", h.PodCIDR, "via", h.Addr, "dev", "eth0"},
+		); err != nil {
+			return fmt.Errorf("routing pods between %s and %s: %w", h.Name, m.Name, err)
+		}
+	}
+	s.members = append(s.members, h)
+	return nil
+}
+
+// leave takes h's pod range off the other hosts of the site.
+func (s *Site) leave(h *Host) {
+	s.routeMu.Lock()
+	defer s.routeMu.Unlock()
+	i := slices.Index(s.members, h)
+	if i < 0 {
+		return
+	}
+	s.members = slices.Delete(s.members, i, i+1)
+	for _, m := range s.members {
+		// A host already gone took its routes with its namespace.
+		_ = exec.Command("ip", "-n", m.netns, "route", "del", h.PodCIDR, "via", h.Addr).Run()
+	}
 }
 
 // Forward listens on addr inside the site (the router's address and a

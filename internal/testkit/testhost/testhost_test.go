@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -220,5 +223,77 @@ func TestRecordsGuardWhatTheyName(t *testing.T) {
 	}
 	if _, err := os.Stat(recordPath("host", name)); err != nil {
 		t.Errorf("the bad record was removed: %v", err)
+	}
+}
+
+// Each host's pod range is routed through it on the site's other hosts:
+// an address of host a's range answers a connection from host b, and the
+// route goes when a does.
+func TestPodRangesRoutedBetweenHosts(t *testing.T) {
+	bin := kit(t)
+	ctx := context.Background()
+	s := newTestSite(t)
+	var hosts []*Host
+	for _, suffix := range []string{"a", "b"} {
+		h, err := s.NewHost(ctx, HostOptions{Name: fmt.Sprintf("tp%d-%s", os.Getpid()%100000, suffix), Dir: t.TempDir(), Bin: bin})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = h.Close() })
+		hosts = append(hosts, h)
+	}
+	a, b := hosts[0], hosts[1]
+	if a.PodCIDR == b.PodCIDR {
+		t.Fatalf("both hosts give pods %s", a.PodCIDR)
+	}
+	// A pod's address on a, as the bridge CNI would give one.
+	prefix, err := netip.ParsePrefix(a.PodCIDR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	podIP := prefix.Addr().Next().Next().String()
+	if out, err := exec.Command("ip", "-n", a.netns, "addr", "add", podIP+"/32", "dev", "lo").CombinedOutput(); err != nil {
+		t.Fatalf("adding %s on %s: %v: %s", podIP, a.Name, err, out)
+	}
+	var ln net.Listener
+	if err := a.Inside(func() (err error) { ln, err = net.Listen("tcp", net.JoinHostPort(podIP, "0")); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Write([]byte(a.Name))
+			_ = c.Close()
+		}
+	}()
+	var answer []byte
+	if err := b.Inside(func() error {
+		c, err := net.DialTimeout("tcp", ln.Addr().String(), 10*time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		answer, err = io.ReadAll(c)
+		return err
+	}); err != nil || string(answer) != a.Name {
+		t.Fatalf("from %s to a pod address of %s: %v %q", b.Name, a.Name, err, answer)
+	}
+
+	routeOnB := func() string {
+		out, _ := exec.Command("ip", "-n", b.netns, "route", "show", a.PodCIDR).CombinedOutput()
+		return strings.TrimSpace(string(out))
+	}
+	if got := routeOnB(); !strings.Contains(got, "via "+a.Addr) {
+		t.Errorf("%s's route to %s: %q, want via %s", b.Name, a.PodCIDR, got, a.Addr)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := routeOnB(); got != "" {
+		t.Errorf("%s still routes %s after %s is gone: %q", b.Name, a.PodCIDR, a.Name, got)
 	}
 }

@@ -405,8 +405,9 @@ func TestTemplateForTestHosts(t *testing.T) {
 			t.Errorf("%s ignorePreflightErrors %v", what, nr.IgnorePreflightErrors)
 		}
 	}
-	if got := strings.Join(kcp.InitConfiguration.SkipPhases, ","); got != "addon/coredns,addon/kube-proxy" {
-		t.Errorf("init skipPhases %s", got)
+	// The hosts have kube-proxy and CoreDNS images: kubeadm runs every addon.
+	if got := kcp.InitConfiguration.SkipPhases; len(got) != 0 {
+		t.Errorf("init skipPhases %v, want none", got)
 	}
 	if kcp.InitConfiguration.Patches.Directory != patches || kcp.JoinConfiguration.Patches.Directory != patches ||
 		w.JoinConfiguration.Patches.Directory != patches {
@@ -425,6 +426,17 @@ func TestTemplateForTestHosts(t *testing.T) {
 			if !slices.Contains(strings.Split(files[i].Content, "\n"), line) {
 				t.Errorf("%s: kubelet configuration patch lacks %q:\n%s", what, line, files[i].Content)
 			}
+		}
+		// kube-proxy's configuration reaches kubeadm init's config file.
+		const proxyConfig = "/run/kubeadm/kube-proxy-configuration.yaml"
+		i = slices.IndexFunc(files, func(f bootstrapv1.File) bool { return f.Path == proxyConfig })
+		if i < 0 || !strings.Contains(files[i].Content, "kind: KubeProxyConfiguration\n") || !strings.Contains(files[i].Content, "  maxPerCore: 0\n") {
+			t.Errorf("%s: no KubeProxyConfiguration with conntrack.maxPerCore 0 in %v", what, files)
+		}
+	}
+	for what, cmds := range map[string][]string{"KCP": kcp.PreKubeadmCommands, "worker": w.PreKubeadmCommands} {
+		if !slices.Contains(cmds, "cat /run/kubeadm/kube-proxy-configuration.yaml >> /run/kubeadm/kubeadm.yaml") {
+			t.Errorf("%s preKubeadmCommands %q do not add the kube-proxy configuration to kubeadm's", what, cmds)
 		}
 	}
 }

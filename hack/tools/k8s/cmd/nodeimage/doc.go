@@ -11,8 +11,10 @@
 // image digest.
 //
 // `nodeimage kubeadm` asks a kubeadm binary which images its version wants
-// and builds those it has a binary for (kube-apiserver,
-// kube-controller-manager, kube-scheduler, etcd, pause) into <image>.tar,
-// skipping archives already newer than their binaries. coredns and
-// kube-proxy are not built: the hosts skip those kubeadm addons.
+// (kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy,
+// coredns, etcd, pause) and builds each from the binary of its name into
+// <image>.tar, skipping archives already newer than their inputs. The
+// kube-proxy image also carries the iptables (nft backend) and nft that
+// kube-proxy runs, taken with their extensions and libraries from the
+// machine's Debian iptables and nftables packages.
 package main

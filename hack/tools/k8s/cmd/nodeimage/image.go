@@ -22,6 +22,11 @@ type imageSpec struct {
 	name       string   // name and tag, e.g. registry.k8s.io/pause:3.10.2
 	binaries   []string // host files, put at binDir/<base name>
 	entrypoint string   // empty: the binary when there is one, none otherwise
+	// hostFiles are host files (a binary from a Debian package, a plugin it
+	// dlopens) put at the same path in the image, with the libraries they link.
+	hostFiles []string
+	// symlinks are extra links, path in the image -> target.
+	symlinks map[string]string
 }
 
 // searchPath is the image's PATH.
@@ -35,7 +40,7 @@ func buildArchive(spec imageSpec, out string) (v1.Hash, error) {
 	if err != nil {
 		return v1.Hash{}, fmt.Errorf("image name %q: %w", spec.name, err)
 	}
-	files, err := layerFiles(spec.binaries)
+	files, err := layerFiles(spec.binaries, spec.hostFiles)
 	if err != nil {
 		return v1.Hash{}, err
 	}
@@ -50,7 +55,7 @@ func buildArchive(spec imageSpec, out string) (v1.Hash, error) {
 	if err != nil {
 		return v1.Hash{}, err
 	}
-	if err := writeLayerTar(zw, files); err != nil {
+	if err := writeLayerTar(zw, files, spec.symlinks); err != nil {
 		layerFile.Close()
 		return v1.Hash{}, err
 	}

@@ -23,20 +23,76 @@ type kubeadmOptions struct {
 	outDir  string
 }
 
-// buildable are the images built from a binary of the same name, with the
-// entrypoint each one needs; the others kubeadm lists are in notBuilt.
-var buildable = map[string]string{
-	"kube-apiserver":          "",
-	"kube-controller-manager": "",
-	"kube-scheduler":          "",
-	"etcd":                    "",
-	// The CRI runs the sandbox image's own entrypoint, and upstream's is /pause.
-	"pause": "/pause",
+// recipe says how an image kubeadm lists is made from the binary of its
+// short name.
+type recipe struct {
+	entrypoint string // empty: the binary
+	// tools returns the host files the image carries besides the binary.
+	tools func() ([]string, error)
+	// symlinks are extra links in the image, path -> target.
+	symlinks map[string]string
 }
 
-// notBuilt are images kubeadm lists that no binary here is built for; the
-// hosts skip the kubeadm addons that use them.
-var notBuilt = map[string]bool{"coredns": true, "kube-proxy": true}
+// buildable are the images nodeimage knows how to build, by short name;
+// kubeadm listing any other fails the run.
+var buildable = map[string]recipe{
+	"kube-apiserver":          {},
+	"kube-controller-manager": {},
+	"kube-scheduler":          {},
+	"etcd":                    {},
+	// The CRI runs the sandbox image's own entrypoint, and upstream's is /pause.
+	"pause": {entrypoint: "/pause"},
+	// kubeadm's Deployment passes only args, so the entrypoint is upstream's.
+	"coredns": {entrypoint: "/coredns"},
+	// kube-proxy's DaemonSet runs /usr/local/bin/kube-proxy, which execs
+	// iptables, iptables-save and iptables-restore (and nft, to clean up
+	// after the nftables mode).
+	"kube-proxy": {tools: kubeProxyTools, symlinks: kubeProxyLinks},
+}
+
+// xtablesDir holds the iptables extensions xtables-nft-multi dlopens to
+// parse matches and targets (Debian's iptables package).
+const xtablesDir = "/usr/lib/x86_64-linux-gnu/xtables"
+
+// kubeProxyLinks put every iptables name kube-proxy may call on the nft
+// backend: with legacy tables beside nft ones iptables warns and rules
+// split between the two.
+var kubeProxyLinks = func() map[string]string {
+	links := map[string]string{}
+	for _, family := range []string{"iptables", "ip6tables"} {
+		for _, suffix := range []string{"", "-save", "-restore"} {
+			links["/usr/sbin/"+family+suffix] = "xtables-nft-multi"
+		}
+	}
+	return links
+}()
+
+// kubeProxyTools are the files of Debian's iptables and nftables packages
+// kube-proxy needs: the nft flavour of iptables, its extensions, and nft.
+func kubeProxyTools() ([]string, error) {
+	tools := []string{"/usr/sbin/xtables-nft-multi", "/usr/sbin/nft"}
+	for _, t := range tools {
+		if _, err := os.Stat(t); err != nil {
+			return nil, missingToolError{fmt.Sprintf("the kube-proxy image packs %s from Debian's iptables and nftables packages (apt-get install iptables nftables)", t)}
+		}
+	}
+	exts, err := filepath.Glob(filepath.Join(xtablesDir, "*.so"))
+	if err != nil {
+		return nil, err
+	}
+	if len(exts) == 0 {
+		return nil, missingToolError{fmt.Sprintf("the kube-proxy image packs iptables' extensions from %s, which has none (apt-get install iptables)", xtablesDir)}
+	}
+	return append(tools, exts...), nil
+}
+
+// missingToolError says which package of the machine an image packs is
+// absent. Such an image is skipped, not the whole set: `make k8s` must
+// work on a machine without them (`make demo` installs them, then builds
+// the image), and the real-node kit reports the image missing.
+type missingToolError struct{ msg string }
+
+func (e missingToolError) Error() string { return e.msg }
 
 // buildKubeadmImages builds into opts.outDir every image kubeadm's version
 // lists that has a binary in opts.binDir, printing a line per image.
@@ -57,15 +113,29 @@ func buildKubeadmImages(opts kubeadmOptions, stdout io.Writer) error {
 	if len(images) == 0 {
 		return fmt.Errorf("%s config images list printed no image", opts.kubeadm)
 	}
-	// Check every name before building any, so a surprise fails fast.
+	// Check every name and every host tool before building any, so a
+	// surprise fails fast and leaves no half-built set.
+	specs := make([]imageSpec, 0, len(images))
 	for _, image := range images {
 		short, err := shortName(image)
 		if err != nil {
 			return err
 		}
-		if _, ok := buildable[short]; !ok && !notBuilt[short] {
+		r, ok := buildable[short]
+		if !ok {
 			return fmt.Errorf("kubeadm %s lists %s, which nodeimage does not know how to build", version, image)
 		}
+		spec := imageSpec{name: image, binaries: []string{filepath.Join(opts.binDir, short)}, entrypoint: r.entrypoint, symlinks: r.symlinks}
+		if r.tools != nil {
+			if spec.hostFiles, err = r.tools(); err != nil {
+				if missing := (missingToolError{}); errors.As(err, &missing) {
+					fmt.Fprintf(stdout, "   %-60s skipped: %s\n", image, missing.msg)
+					continue
+				}
+				return fmt.Errorf("%s: %w", image, err)
+			}
+		}
+		specs = append(specs, spec)
 	}
 	if err := os.MkdirAll(opts.outDir, 0o755); err != nil {
 		return err
@@ -74,17 +144,11 @@ func buildKubeadmImages(opts kubeadmOptions, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("finding nodeimage's own binary: %w", err)
 	}
-	for _, image := range images {
-		short, _ := shortName(image)
-		entrypoint, ok := buildable[short]
-		if !ok {
-			fmt.Fprintf(stdout, "   %-60s skipped: no binary is built for it (skip its kubeadm addon)\n", image)
-			continue
-		}
-		binary := filepath.Join(opts.binDir, short)
-		out := filepath.Join(opts.outDir, short+".tar")
+	for _, spec := range specs {
+		image := spec.name
+		out := filepath.Join(opts.outDir, filepath.Base(spec.binaries[0])+".tar")
 		// nodeimage itself is an input: a newer one may write another format.
-		upToDate, err := newerThan(out, binary, opts.kubeadm, self)
+		upToDate, err := newerThan(out, append([]string{spec.binaries[0], opts.kubeadm, self}, spec.hostFiles...)...)
 		if err != nil {
 			return fmt.Errorf("%s: %w", image, err)
 		}
@@ -93,7 +157,7 @@ func buildKubeadmImages(opts kubeadmOptions, stdout io.Writer) error {
 			continue
 		}
 		start := time.Now()
-		if _, err := buildArchive(imageSpec{name: image, binaries: []string{binary}, entrypoint: entrypoint}, out); err != nil {
+		if _, err := buildArchive(spec, out); err != nil {
 			return fmt.Errorf("building %s: %w", image, err)
 		}
 		info, err := os.Stat(out)

@@ -38,11 +38,11 @@ type imageFile struct {
 	linkTo string
 }
 
-// layerFiles returns the binaries at binDir and the loader and shared
-// libraries they need, sorted by path. A path asked for twice from the same
+// layerFiles returns the binaries at binDir, the host files at their own
+// paths, and the loader and shared libraries they need, sorted by path. A path asked for twice from the same
 // host file is given once; a second path to the same host file (the loader
 // is both PT_INTERP and a DT_NEEDED of libc) is a symlink to the first.
-func layerFiles(binaries []string) ([]imageFile, error) {
+func layerFiles(binaries, hostFiles []string) ([]imageFile, error) {
 	files := map[string]imageFile{}
 	byRealPath := map[string]string{} // host file, symlinks resolved -> its path in the image
 	add := func(imagePath, source string) error {
@@ -77,6 +77,15 @@ func layerFiles(binaries []string) ([]imageFile, error) {
 			return nil, fmt.Errorf("binary: %w", err)
 		}
 		pending = append(pending, b)
+	}
+	for _, f := range hostFiles {
+		if !filepath.IsAbs(f) {
+			return nil, fmt.Errorf("host file %q: want an absolute path", f)
+		}
+		if err := add(f, f); err != nil {
+			return nil, fmt.Errorf("host file: %w", err)
+		}
+		pending = append(pending, f)
 	}
 	seen := map[string]bool{}
 	for len(pending) > 0 {
@@ -171,9 +180,10 @@ var configFiles = map[string]string{
 }
 
 // writeLayerTar writes the layer: the directories, each file of files, the
-// config files, a symlink /<name> to each binary, and /tmp. Entries come in
+// config files, a symlink /<name> to each binary, the extra symlinks, and
+// /tmp. Entries come in
 // a fixed order with fixed owners and mtimes.
-func writeLayerTar(w io.Writer, files []imageFile) error {
+func writeLayerTar(w io.Writer, files []imageFile, symlinks map[string]string) error {
 	type entry struct {
 		hdr    tar.Header
 		source string // host file to copy, for a regular file from the host
@@ -197,6 +207,13 @@ func writeLayerTar(w io.Writer, files []imageFile) error {
 			link := "/" + path.Base(f.path)
 			entries = append(entries, entry{hdr: tar.Header{Typeflag: tar.TypeSymlink, Name: link, Linkname: f.path, Mode: 0o777}})
 		}
+	}
+	for p, target := range symlinks {
+		if slices.ContainsFunc(files, func(f imageFile) bool { return f.path == p }) {
+			return fmt.Errorf("%s is both a file and a symlink to %s", p, target)
+		}
+		addParents(p)
+		entries = append(entries, entry{hdr: tar.Header{Typeflag: tar.TypeSymlink, Name: p, Linkname: target, Mode: 0o777}})
 	}
 	for p, data := range configFiles {
 		addParents(p)

@@ -22,7 +22,8 @@ Commands:
             /etc/passwd, /etc/group, /tmp.
   kubeadm   The images "kubeadm config images list" names for the kubeadm's own
             version, built from the binaries of the same names in --bin-dir
-            into --out-dir/<image>.tar; coredns and kube-proxy are skipped.
+            into --out-dir/<image>.tar; kube-proxy's also carries iptables
+            (nft backend) and nft from the machine's Debian packages.
 
 Run "nodeimage COMMAND -h" for the flags of a command.
 `
@@ -104,7 +105,7 @@ func runKubeadm(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	var opts kubeadmOptions
 	fs.StringVar(&opts.kubeadm, "kubeadm", "", "the kubeadm binary whose image list to build (required)")
-	fs.StringVar(&opts.binDir, "bin-dir", "", "the directory holding kube-apiserver, kube-controller-manager, kube-scheduler, etcd and pause (required)")
+	fs.StringVar(&opts.binDir, "bin-dir", "", "the directory holding kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy, coredns, etcd and pause (required)")
 	fs.StringVar(&opts.outDir, "out-dir", "", "where to write <image>.tar, e.g. kube-apiserver.tar (required; created if missing)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage: nodeimage kubeadm --kubeadm FILE --bin-dir DIR --out-dir DIR")

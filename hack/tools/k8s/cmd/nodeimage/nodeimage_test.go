@@ -6,8 +6,10 @@ import (
 	"crypto/sha256"
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -227,9 +229,10 @@ esac
 	return file
 }
 
-// kubeadm mode builds every image kubeadm lists that has a binary, says
-// which ones it skips, and does nothing on a second run until a binary is
-// newer than its archive.
+// kubeadm mode builds every image kubeadm lists, the kube-proxy image with
+// the nft flavour of iptables, its extensions and nft from the machine's
+// Debian packages, and does nothing on a second run until a binary is newer
+// than its archive.
 func TestKubeadmImages(t *testing.T) {
 	binDir, outDir := t.TempDir(), filepath.Join(t.TempDir(), "images")
 	buildPause(t, binDir)
@@ -238,7 +241,7 @@ func TestKubeadmImages(t *testing.T) {
 		t.Fatal(err)
 	}
 	old := time.Now().Add(-time.Hour)
-	for _, name := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd", "pause"} {
+	for _, name := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy", "coredns", "etcd", "pause"} {
 		file := filepath.Join(binDir, name)
 		if name != "pause" {
 			if err := os.WriteFile(file, trueData, 0o755); err != nil {
@@ -260,18 +263,15 @@ func TestKubeadmImages(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-	if len(lines) != 7 {
-		t.Fatalf("want a line per image, got:\n%s", stdout.String())
-	}
-	for _, skipped := range []string{"registry.k8s.io/kube-proxy:v1.36.3", "registry.k8s.io/coredns/coredns:v1.14.2"} {
-		if !slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, skipped) && strings.Contains(l, "skipped") }) {
-			t.Errorf("no line says %s is skipped:\n%s", skipped, stdout.String())
-		}
+	if len(lines) != 7 || strings.Count(stdout.String(), "built:") != 7 {
+		t.Fatalf("want a built line per image, got:\n%s", stdout.String())
 	}
 	want := map[string]string{
 		"kube-apiserver.tar":          "registry.k8s.io/kube-apiserver:v1.36.3",
 		"kube-controller-manager.tar": "registry.k8s.io/kube-controller-manager:v1.36.3",
 		"kube-scheduler.tar":          "registry.k8s.io/kube-scheduler:v1.36.3",
+		"kube-proxy.tar":              "registry.k8s.io/kube-proxy:v1.36.3",
+		"coredns.tar":                 "registry.k8s.io/coredns/coredns:v1.14.2",
 		"etcd.tar":                    "registry.k8s.io/etcd:3.6.8-0",
 		"pause.tar":                   "registry.k8s.io/pause:3.10.2",
 	}
@@ -287,7 +287,12 @@ func TestKubeadmImages(t *testing.T) {
 		if names[0] != image {
 			t.Errorf("%s names its image %q, want %s", file, names, image)
 		}
-		if file == "pause.tar" {
+		cfg, err := img.ConfigFile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch file {
+		case "pause.tar":
 			if entries["pause"].hdr == nil || entries["pause"].hdr.Linkname != "/usr/local/bin/pause" {
 				t.Errorf("pause.tar has no /pause")
 			}
@@ -295,13 +300,16 @@ func TestKubeadmImages(t *testing.T) {
 			if _, ok := entries[loaderPath]; ok {
 				t.Errorf("pause.tar has a loader, but pause is static")
 			}
-			cfg, err := img.ConfigFile()
-			if err != nil {
-				t.Fatal(err)
-			}
 			if !slices.Equal(cfg.Config.Entrypoint, []string{"/pause"}) {
 				t.Errorf("pause's entrypoint is %q, want /pause", cfg.Config.Entrypoint)
 			}
+		case "coredns.tar":
+			// kubeadm's Deployment gives only args.
+			if !slices.Equal(cfg.Config.Entrypoint, []string{"/coredns"}) || entries["coredns"].hdr == nil {
+				t.Errorf("coredns's entrypoint is %q, want /coredns, a link to the binary", cfg.Config.Entrypoint)
+			}
+		case "kube-proxy.tar":
+			checkKubeProxyTools(t, entries)
 		}
 	}
 
@@ -314,8 +322,8 @@ func TestKubeadmImages(t *testing.T) {
 	if err := run(args, &stdout, io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(stdout.String(), "up to date"); n != 5 {
-		t.Errorf("second run: %d images up to date, want 5:\n%s", n, stdout.String())
+	if n := strings.Count(stdout.String(), "up to date"); n != 7 {
+		t.Errorf("second run: %d images up to date, want 7:\n%s", n, stdout.String())
 	}
 	if after, _ := os.Stat(apiserver); !after.ModTime().Equal(before.ModTime()) {
 		t.Error("second run rewrote kube-apiserver.tar")
@@ -332,6 +340,31 @@ func TestKubeadmImages(t *testing.T) {
 	}
 	if n := strings.Count(stdout.String(), "built:"); n != 1 || !strings.Contains(stdout.String(), "etcd.tar") {
 		t.Errorf("after etcd changed, want only etcd rebuilt:\n%s", stdout.String())
+	}
+}
+
+// checkKubeProxyTools checks that a kube-proxy image carries every
+// iptables name kube-proxy calls, on the nft backend, with the extensions
+// and libraries the tools load, as the machine's Debian packages have them.
+func checkKubeProxyTools(t *testing.T, entries map[string]layerEntry) {
+	t.Helper()
+	for _, name := range []string{"iptables", "iptables-save", "iptables-restore", "ip6tables", "ip6tables-save", "ip6tables-restore"} {
+		if e := entries["usr/sbin/"+name]; e.hdr == nil || e.hdr.Typeflag != tar.TypeSymlink || e.hdr.Linkname != "xtables-nft-multi" {
+			t.Errorf("kube-proxy.tar: /usr/sbin/%s is not a link to xtables-nft-multi: %+v", name, e.hdr)
+		}
+	}
+	for _, file := range []string{"usr/sbin/xtables-nft-multi", "usr/sbin/nft", "usr/lib/x86_64-linux-gnu/xtables/libxt_comment.so",
+		"usr/lib/x86_64-linux-gnu/xtables/libxt_statistic.so", loaderPath, libcPath} {
+		if e := entries[file]; e.hdr == nil || e.hdr.Typeflag != tar.TypeReg {
+			t.Errorf("kube-proxy.tar has no file %s", file)
+		}
+	}
+	// The libraries only the tools link (libnftnl from xtables-nft-multi,
+	// libnftables from nft), wherever the machine keeps them.
+	for _, lib := range []string{"libnftnl.so.11", "libxtables.so.12", "libnftables.so.1"} {
+		if !slices.ContainsFunc(slices.Collect(maps.Keys(entries)), func(p string) bool { return path.Base(p) == lib }) {
+			t.Errorf("kube-proxy.tar has no %s", lib)
+		}
 	}
 }
 
@@ -361,7 +394,8 @@ func TestKubeadmImagesErrors(t *testing.T) {
 }
 
 // The archive imports into a real containerd under its name, and the
-// binary in it runs there with the loader and libc it carries.
+// binary in it runs there with the loader and libc it carries; so does the
+// kube-proxy image's iptables, loading the extensions kube-proxy's rules use.
 func TestImportAndRun(t *testing.T) {
 	var missing []string
 	for _, tool := range []string{"containerd", "ctr", "runc"} {
@@ -429,5 +463,25 @@ func TestImportAndRun(t *testing.T) {
 	}
 	if out := ctr("run", "--rm", "registry.example/echo:v1", "nodeimage-test", "/echo", "hello from the image"); strings.TrimSpace(out) != "hello from the image" {
 		t.Errorf("running /echo printed %q", out)
+	}
+
+	tools, err := kubeProxyTools()
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := filepath.Join(dir, "kube-proxy.tar")
+	if _, err := buildArchive(imageSpec{name: "registry.example/kube-proxy:v1", binaries: []string{"/bin/true"}, hostFiles: tools, symlinks: kubeProxyLinks}, proxy); err != nil {
+		t.Fatal(err)
+	}
+	ctr("images", "import", proxy)
+	if out := ctr("run", "--rm", "registry.example/kube-proxy:v1", "nodeimage-iptables", "/usr/sbin/iptables", "--version"); !strings.Contains(out, "(nf_tables)") {
+		t.Errorf("iptables --version in the kube-proxy image printed %q, want the nf_tables backend", out)
+	}
+	// In the container's own network namespace: a rule with two extension
+	// matches fails unless their plugins load.
+	ctr("run", "--rm", "--privileged", "registry.example/kube-proxy:v1", "nodeimage-rule", "/usr/sbin/iptables", "-A", "INPUT",
+		"-m", "comment", "--comment", "fleet", "-m", "statistic", "--mode", "random", "--probability", "0.5", "-j", "ACCEPT")
+	if out := ctr("run", "--rm", "--privileged", "registry.example/kube-proxy:v1", "nodeimage-nft", "/usr/sbin/nft", "list", "ruleset"); strings.TrimSpace(out) != "" {
+		t.Errorf("nft in a fresh network namespace listed %q, want nothing", out)
 	}
 }
