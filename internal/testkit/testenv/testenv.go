@@ -180,6 +180,9 @@ func newManagers(ctx context.Context, e *Env, opts Options) ([]ctrl.Manager, err
 		SkipNameValidation:      true,
 		Logger:                  log.Log.WithName("capi"),
 	}
+	if err := clusterapi.EnableFeatureGates(); err != nil {
+		return nil, err
+	}
 	var err error
 	if e.webhooks, err = clusterapi.NewWebhooks("127.0.0.1"); err != nil {
 		return nil, err

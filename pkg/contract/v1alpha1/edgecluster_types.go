@@ -86,3 +86,50 @@ type EdgeClusterList struct {
 func init() {
 	objectTypes = append(objectTypes, &EdgeCluster{}, &EdgeClusterList{})
 }
+
+// EdgeClusterTemplateResource is what an EdgeClusterTemplate stamps out.
+type EdgeClusterTemplateResource struct {
+	// metadata to put on the EdgeClusters made from the template.
+	// +optional
+	ObjectMeta ObjectMeta `json:"metadata,omitempty,omitzero"`
+	// spec of the EdgeClusters made from the template.
+	// +optional
+	Spec EdgeClusterSpec `json:"spec,omitempty,omitzero"`
+}
+
+// EdgeClusterTemplateSpec is the desired state of an EdgeClusterTemplate.
+type EdgeClusterTemplateSpec struct {
+	// template is immutable, as Cluster API expects: a ClusterClass rolls a
+	// change out by pointing at a new template.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.template is immutable; create a new EdgeClusterTemplate and point the ClusterClass at it"
+	Template EdgeClusterTemplateResource `json:"template"`
+}
+
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:path=edgeclustertemplates,scope=Namespaced,categories=cluster-api;fleet,shortName=ect
+// +kubebuilder:metadata:labels="cluster.x-k8s.io/v1beta2=v1alpha1"
+// +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
+
+// EdgeClusterTemplate is the InfraClusterTemplate a ClusterClass clones
+// each topology Cluster's EdgeCluster from.
+type EdgeClusterTemplate struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec EdgeClusterTemplateSpec `json:"spec"`
+}
+
+// +kubebuilder:object:root=true
+
+// EdgeClusterTemplateList is a list of EdgeClusterTemplates.
+type EdgeClusterTemplateList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []EdgeClusterTemplate `json:"items"`
+}
+
+func init() {
+	objectTypes = append(objectTypes, &EdgeClusterTemplate{}, &EdgeClusterTemplateList{})
+}

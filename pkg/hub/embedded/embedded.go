@@ -133,6 +133,9 @@ func Run(ctx context.Context, o Options) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if err := clusterapi.EnableFeatureGates(); err != nil {
+		return err
+	}
 	webhooks, err := clusterapi.NewWebhooks("127.0.0.1")
 	if err != nil {
 		return err

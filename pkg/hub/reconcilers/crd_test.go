@@ -18,7 +18,7 @@ import (
 func TestCRDsCarryContractLabel(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	for _, plural := range []string{"edgeclusters", "edgemachines", "edgemachinetemplates", "edgehosts"} {
+	for _, plural := range []string{"edgeclusters", "edgeclustertemplates", "edgemachines", "edgemachinetemplates", "edgehosts"} {
 		crd := &apiextensionsv1.CustomResourceDefinition{}
 		name := plural + "." + infrav1.GroupVersion.Group
 		if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, crd); err != nil {
@@ -96,5 +96,24 @@ func TestTemplateIsImmutable(t *testing.T) {
 	tmpl.Labels = map[string]string{"owner": "team-a"}
 	if err := env.Client.Update(w.ctx, tmpl); err != nil {
 		t.Fatalf("label update refused: %v", err)
+	}
+}
+
+// EdgeClusterTemplate.spec.template is immutable too: a ClusterClass rolls
+// a change out by pointing at a new template.
+func TestClusterTemplateIsImmutable(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	tmpl := &infrav1.EdgeClusterTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: "immutable", Namespace: w.ns},
+		Spec: infrav1.EdgeClusterTemplateSpec{Template: infrav1.EdgeClusterTemplateResource{Spec: infrav1.EdgeClusterSpec{
+			HostSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"site": "a"}},
+		}}},
+	}
+	w.must(env.Client.Create(w.ctx, tmpl))
+	tmpl.Spec.Template.Spec.HostSelector.MatchLabels["site"] = "b"
+	err := env.Client.Update(w.ctx, tmpl)
+	if err == nil || !strings.Contains(err.Error(), "create a new EdgeClusterTemplate and point the ClusterClass at it") {
+		t.Fatalf("update of spec.template: err %v, want immutable refusal", err)
 	}
 }

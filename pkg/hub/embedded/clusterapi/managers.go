@@ -14,11 +14,16 @@ import (
 	"sigs.k8s.io/cluster-api/controlplane/kubeadm/reconcilers/kubeadmcontrolplane"
 	kcpsetup "sigs.k8s.io/cluster-api/controlplane/kubeadm/setup"
 	capicluster "sigs.k8s.io/cluster-api/core/reconcilers/cluster"
+	capiclusterclass "sigs.k8s.io/cluster-api/core/reconcilers/clusterclass"
 	capimachine "sigs.k8s.io/cluster-api/core/reconcilers/machine"
 	capimd "sigs.k8s.io/cluster-api/core/reconcilers/machinedeployment"
 	capimhc "sigs.k8s.io/cluster-api/core/reconcilers/machinehealthcheck"
 	capims "sigs.k8s.io/cluster-api/core/reconcilers/machineset"
+	topologycluster "sigs.k8s.io/cluster-api/core/reconcilers/topology/cluster"
+	topologymachinedeployment "sigs.k8s.io/cluster-api/core/reconcilers/topology/machinedeployment"
+	topologymachineset "sigs.k8s.io/cluster-api/core/reconcilers/topology/machineset"
 	capisetup "sigs.k8s.io/cluster-api/core/setup"
+	"sigs.k8s.io/cluster-api/feature"
 	"sigs.k8s.io/cluster-api/util/index"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -46,6 +51,17 @@ type Options struct {
 	// Webhooks, when set, makes each manager serve its provider's
 	// admission webhooks, as Cluster API's binaries do.
 	Webhooks *Webhooks
+}
+
+// EnableFeatureGates turns on, for this process, the Cluster API feature
+// gates fleet relies on: ClusterTopology (ClusterClass and managed
+// topologies), as a real management cluster needs with
+// CLUSTER_TOPOLOGY=true (docs/INSTALL.md). Call it before making managers.
+func EnableFeatureGates() error {
+	if err := feature.MutableGates.Set(string(feature.ClusterTopology) + "=true"); err != nil {
+		return fmt.Errorf("enabling Cluster API's ClusterTopology feature gate: %w", err)
+	}
+	return nil
 }
 
 // webhookServer is provider p's webhook server, or nil (none) without
@@ -136,12 +152,40 @@ func NewCoreManager(ctx context.Context, cfg *rest.Config, scheme *runtime.Schem
 		SetupWithManager(ctx, mgr, copts); err != nil {
 		return nil, fmt.Errorf("setting up MachineDeployment reconciler: %w", err)
 	}
+	// ClusterClass and managed topologies, behind their feature gate as in
+	// capi-controller-manager.
+	if feature.Gates.Enabled(feature.ClusterTopology) {
+		if err := setupTopology(ctx, mgr, cc, o); err != nil {
+			return nil, err
+		}
+	}
 	// MachineHealthCheck reads Nodes through ClusterCache, as the others.
 	if err := (&capimhc.Reconciler{Client: mgr.GetClient(), ClusterCache: cc}).
 		SetupWithManager(ctx, mgr, copts); err != nil {
 		return nil, fmt.Errorf("setting up MachineHealthCheck reconciler: %w", err)
 	}
 	return mgr, nil
+}
+
+// setupTopology adds core's ClusterClass and topology reconcilers.
+func setupTopology(ctx context.Context, mgr ctrl.Manager, cc clustercache.ClusterCache, o Options) error {
+	copts := o.controller(o.concurrency())
+	if err := (&capiclusterclass.Reconciler{Client: mgr.GetClient()}).SetupWithManager(ctx, mgr, copts); err != nil {
+		return fmt.Errorf("setting up ClusterClass reconciler: %w", err)
+	}
+	if err := (&topologycluster.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc}).
+		SetupWithManager(ctx, mgr, copts); err != nil {
+		return fmt.Errorf("setting up ClusterTopology reconciler: %w", err)
+	}
+	if err := (&topologymachinedeployment.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()}).
+		SetupWithManager(ctx, mgr, copts); err != nil {
+		return fmt.Errorf("setting up MachineDeploymentTopology reconciler: %w", err)
+	}
+	if err := (&topologymachineset.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()}).
+		SetupWithManager(ctx, mgr, copts); err != nil {
+		return fmt.Errorf("setting up MachineSetTopology reconciler: %w", err)
+	}
+	return nil
 }
 
 // NewKubeadmBootstrapManager runs the real kubeadm bootstrap reconciler

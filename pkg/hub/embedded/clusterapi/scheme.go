@@ -7,12 +7,14 @@ import (
 	bootstrapv1beta1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta1"       //nolint:staticcheck // Cluster API's webhooks still convert from v1beta1
 	controlplanev1beta1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta1" //nolint:staticcheck // as above
 	clusterv1beta1 "sigs.k8s.io/cluster-api/api/core/v1beta1"                      //nolint:staticcheck // as above
+	runtimev1 "sigs.k8s.io/cluster-api/api/runtime/v1beta2"
 
 	"github.com/edgefleet/fleet/pkg/fleetscheme"
 )
 
-// NewScheme knows fleetscheme's kinds, CRDs, and Cluster API's older
-// v1beta1 kinds, which its webhooks convert from: everything a process that
+// NewScheme knows fleetscheme's kinds, CRDs, Cluster API's older v1beta1
+// kinds, which its webhooks convert from, and its ExtensionConfigs, which
+// the ClusterClass reconciler watches: everything a process that
 // runs both Cluster API and fleet's hub reads.
 func NewScheme() *runtime.Scheme {
 	scheme := fleetscheme.New()
@@ -20,5 +22,6 @@ func NewScheme() *runtime.Scheme {
 	utilruntime.Must(clusterv1beta1.AddToScheme(scheme))
 	utilruntime.Must(bootstrapv1beta1.AddToScheme(scheme))
 	utilruntime.Must(controlplanev1beta1.AddToScheme(scheme))
+	utilruntime.Must(runtimev1.AddToScheme(scheme))
 	return scheme
 }
