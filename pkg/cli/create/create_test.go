@@ -20,7 +20,6 @@ import (
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/edgefleet/fleet/pkg/cli/command"
@@ -95,7 +94,7 @@ func validOptions() *Options {
 }
 
 // objects runs o as the command does, up to the objects it would print.
-func objects(t *testing.T, o *Options) []client.Object {
+func objects(t *testing.T, o *Options) []clustertemplate.Object {
 	t.Helper()
 	if err := o.Complete([]string{"store"}); err != nil {
 		t.Fatal(err)
@@ -107,7 +106,7 @@ func objects(t *testing.T, o *Options) []client.Object {
 }
 
 // find returns the first object of type T among objs.
-func find[T client.Object](t *testing.T, objs []client.Object) T {
+func find[T clustertemplate.Object](t *testing.T, objs []clustertemplate.Object) T {
 	t.Helper()
 	for _, o := range objs {
 		if v, ok := o.(T); ok {
