@@ -82,12 +82,15 @@ func (o *CreateOptions) Run(ctx context.Context) error {
 	if hubURL == "" {
 		hubURL = info.Data[hubinfo.KeyURL]
 	}
-	tok, _, err := enrolltoken.Create(ctx, o.conn.Client, o.HubNamespace, enrolltoken.Options{
+	tok, s, err := enrolltoken.New(o.HubNamespace, enrolltoken.Options{
 		TTL: o.TTL, UsageLimit: o.Usages, HostNamespace: o.conn.Namespace, HostLabels: o.labels,
 		ApprovalRequired: o.RequireApproval, Description: o.Description,
 	}, time.Now())
 	if err != nil {
-		return o.conn.Explain(err)
+		return err
+	}
+	if err := o.conn.Client.Create(ctx, s); err != nil {
+		return o.conn.Explain(fmt.Errorf("creating token Secret: %w", err))
 	}
 	if hubURL == "" {
 		hubURL = "https://<gateway-address>:7443"
