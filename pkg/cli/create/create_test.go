@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/utils/ptr"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
@@ -23,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/edgefleet/fleet/pkg/cli/command"
+	"github.com/edgefleet/fleet/pkg/cli/kube"
 	"github.com/edgefleet/fleet/pkg/clustertemplate"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 )
@@ -89,7 +89,7 @@ func TestValidateParsesSelectors(t *testing.T) {
 // validOptions are the flags' defaults for a cluster with one worker,
 // printed rather than applied.
 func validOptions() *Options {
-	return &Options{flags: genericclioptions.NewConfigFlags(false), KubernetesVersion: "v1.36.3", ControlPlane: "kubeadm",
+	return &Options{flags: kube.NewConfigFlags(), KubernetesVersion: "v1.36.3", ControlPlane: "kubeadm",
 		ControlPlaneMachines: 1, WorkerMachines: 1, PodCIDR: "192.168.0.0/16", DryRun: "client", Output: "yaml"}
 }
 
@@ -433,7 +433,7 @@ func TestTemplateForTestHosts(t *testing.T) {
 func healthChecksOf(t *testing.T, args ...string) []clusterv1.MachineHealthCheck {
 	t.Helper()
 	var out bytes.Buffer
-	cmd := newClusterCmd(genericclioptions.NewConfigFlags(false), genericiooptions.IOStreams{Out: &out, ErrOut: io.Discard})
+	cmd := newClusterCmd(kube.NewConfigFlags(), genericiooptions.IOStreams{Out: &out, ErrOut: io.Discard})
 	cmd.SetArgs(append([]string{"store", "--kubernetes-version", "v1.36.3", "--dry-run=client", "-o", "yaml"}, args...))
 	cmd.SetOut(io.Discard)
 	if err := cmd.Execute(); err != nil {

@@ -11,9 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/pkg/cli/kube"
 	"github.com/edgefleet/fleet/pkg/cli/validate"
@@ -21,7 +19,7 @@ import (
 
 // CreateOptions is `kubectl fleet token create`.
 type CreateOptions struct {
-	flags *genericclioptions.ConfigFlags
+	flags *kube.ConfigFlags
 	genericiooptions.IOStreams
 
 	HubNamespace    string
@@ -70,7 +68,7 @@ func (o *CreateOptions) Validate() error {
 // Run creates the token and prints how to use it.
 func (o *CreateOptions) Run(ctx context.Context) error {
 	info := &corev1.ConfigMap{}
-	err := o.conn.Client.Get(ctx, client.ObjectKey{Namespace: o.HubNamespace, Name: hubinfo.ConfigMap}, info)
+	err := o.conn.Client.Get(ctx, kube.ObjectKey{Namespace: o.HubNamespace, Name: hubinfo.ConfigMap}, info)
 	if apierrors.IsNotFound(err) {
 		return fmt.Errorf("no fleet hub found in namespace %q of context %q (ConfigMap %s missing): is the hub running? Use --hub-namespace to point at it",
 			o.HubNamespace, o.conn.Context, hubinfo.ConfigMap)
