@@ -17,7 +17,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/bench/results"
 	"github.com/edgefleet/fleet/internal/testkit/testenv"
@@ -111,10 +110,11 @@ func BenchmarkDescribeCluster1000(b *testing.B) {
 	cfg := rest.CopyConfig(env.Config)
 	cfg.QPS, cfg.Burst = 1000, 1000
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return counter{rt: rt, n: &n} })
-	c, err := client.New(cfg, client.Options{Scheme: kube.Scheme()})
+	conn, err := kube.NewConnection(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
+	c := conn.Client
 	b.ResetTimer()
 	n.Store(0)
 	start := time.Now()

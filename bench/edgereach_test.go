@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/fleet/pkg/enrolltoken"
+	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
@@ -133,7 +134,7 @@ func startReachRig(b *testing.B) *reachRig {
 
 	// One real agent, enrolled, holding a control-plane claim of the
 	// cluster (no bootstrap: nothing to provision, only to carry).
-	token, _, err := enrolltoken.Create(ctx, c, ns, enrolltoken.Options{TTL: time.Hour, HostNamespace: ns}, time.Now())
+	token, _, err := enrollment.CreateToken(ctx, c, ns, enrolltoken.Options{TTL: time.Hour, HostNamespace: ns}, time.Now())
 	must(b, err)
 	root := b.TempDir()
 	must(b, os.MkdirAll(filepath.Join(root, "etc"), 0o755))

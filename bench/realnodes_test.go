@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/fleet/pkg/enrolltoken"
+	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -222,7 +223,7 @@ func realNodes(b *testing.B, kit realNodesBinaries) {
 	roleLabel := map[role]string{controlPlane: "control-plane", worker: "worker"}
 	hosts := map[role]*testhost.Host{}
 	for _, r := range roles {
-		token, _, err := enrolltoken.Create(ctx, c, ns, enrolltoken.Options{TTL: time.Hour, HostNamespace: ns,
+		token, _, err := enrollment.CreateToken(ctx, c, ns, enrolltoken.Options{TTL: time.Hour, HostNamespace: ns,
 			HostLabels: map[string]string{"fleet.bench/role": roleLabel[r]}}, time.Now())
 		must(b, err)
 		h, err := site.NewHost(ctx, testhost.HostOptions{Name: hostNames[r], Dir: b.TempDir(), Bin: kit.host})

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/fleet/pkg/enrolltoken"
+	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -349,7 +350,7 @@ func NewAgents(ctx context.Context, c client.Client, hub *Hub, o AgentOptions) (
 			// one token enroll one at a time (the hub counts its uses), as
 			// a site's do.
 			var err error
-			tok, _, err = enrolltoken.Create(ctx, c, hub.Namespace, enrolltoken.Options{TTL: 24 * time.Hour, HostNamespace: hub.Namespace,
+			tok, _, err = enrollment.CreateToken(ctx, c, hub.Namespace, enrolltoken.Options{TTL: 24 * time.Hour, HostNamespace: hub.Namespace,
 				HostLabels: labels}, time.Now())
 			if err != nil {
 				return nil, fmt.Errorf("creating an enrollment token: %w", err)

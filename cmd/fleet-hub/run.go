@@ -9,6 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -53,6 +56,14 @@ func run(ctx context.Context, cfg *rest.Config, o options) error {
 	return nil
 }
 
+// newScheme is fleetscheme's kinds and every built-in group: the hub's
+// controllers and Cluster API's helpers read kinds beyond the CLI's few.
+func newScheme() *runtime.Scheme {
+	s := fleetscheme.New()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	return s
+}
+
 func newManager(cfg *rest.Config, o managerOptions) (ctrl.Manager, error) {
 	metricsOpts := metricsserver.Options{BindAddress: o.metricsAddr, SecureServing: o.secureMetrics}
 	if o.secureMetrics {
@@ -62,7 +73,7 @@ func newManager(cfg *rest.Config, o managerOptions) (ctrl.Manager, error) {
 		metricsOpts.TLSOpts = append(metricsOpts.TLSOpts, disableHTTP2)
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                  fleetscheme.New(),
+		Scheme:                  newScheme(),
 		Metrics:                 metricsOpts,
 		HealthProbeBindAddress:  o.probeAddr,
 		PprofBindAddress:        o.pprofAddr,

@@ -23,8 +23,8 @@ current-context: dead
 `
 
 // The built binary refuses bad input and an unreachable API server with
-// exit status 1 and one line on stderr: client-go's klog lines (discovery's
-// "couldn't get current server API group list") do not surround it.
+// exit status 1 and one line on stderr: client-go's klog lines do not
+// surround it.
 func TestRefusalsExitOneLine(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "kubectl-fleet")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
@@ -38,8 +38,8 @@ func TestRefusalsExitOneLine(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"get", "hosts"}, `error: failed to get server groups: Get "https://127.0.0.1:1/api": dial tcp 127.0.0.1:1: connect: connection refused`},
-		{[]string{"get", "hosts", "-w"}, `error: failed to get server groups: `},
+		{[]string{"get", "hosts"}, `error: Get "https://127.0.0.1:1/apis/infrastructure.cluster.x-k8s.io/v1alpha1/namespaces/default/edgehosts?limit=500": dial tcp 127.0.0.1:1: connect: connection refused`},
+		{[]string{"get", "hosts", "-w"}, `error: Get "https://127.0.0.1:1/apis/`},
 		{[]string{"create", "clusters"}, `error: unknown command "clusters" for "kubectl fleet create"`},
 		{[]string{"scale", "cluster"}, "error: kubectl fleet scale cluster takes NAME"},
 	} {

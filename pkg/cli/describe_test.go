@@ -125,7 +125,11 @@ func fleetOf(t *testing.T, ns string, workers int) {
 func TestDescribeGolden(t *testing.T) {
 	ns := "describe-golden"
 	fleetOf(t, ns, 2)
-	tree, err := describe.Build(context.Background(), env.Client, ns, "store", fixedNow)
+	conn, err := kube.NewConnection(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree, err := describe.Build(context.Background(), conn.Client, ns, "store", fixedNow)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,10 +178,11 @@ func TestDescribeRequestsAreBounded(t *testing.T) {
 		var n atomic.Int64
 		cfg := rest.CopyConfig(env.Config)
 		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countingRT{rt: rt, n: &n} })
-		c, err := client.New(cfg, client.Options{Scheme: kube.Scheme()})
+		conn, err := kube.NewConnection(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
+		c := conn.Client
 		n.Store(0)
 		if _, err := describe.Build(context.Background(), c, ns, "store", fixedNow); err != nil {
 			t.Fatal(err)

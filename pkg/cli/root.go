@@ -50,7 +50,7 @@ func NewRootCmd(streams genericiooptions.IOStreams) *cobra.Command {
 		root.AddCommand(c)
 	}
 	root.PersistentPreRunE = func(*cobra.Command, []string) error {
-		if ns := *flags.Namespace; ns != "" {
+		if ns := flags.Namespace(); ns != "" {
 			return validate.Namespace("namespace", ns)
 		}
 		return nil

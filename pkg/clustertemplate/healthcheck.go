@@ -8,7 +8,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // Defaults of the health checks `create cluster` writes.
@@ -57,11 +56,11 @@ func seconds(d time.Duration) *int32 { return ptr.To(int32(d.Round(time.Second) 
 // KubeadmControlPlane, one for the control plane. Cluster API remediates
 // only Machines a MachineSet or KubeadmControlPlane owns, so plain
 // control-plane Machines get none.
-func (s Spec) healthChecks() []client.Object {
+func (s Spec) healthChecks() []Object {
 	if s.HealthCheck == nil {
 		return nil
 	}
-	var objs []client.Object
+	var objs []Object
 	if s.ControlPlane == "kubeadm" {
 		objs = append(objs, s.healthCheck(s.controlPlaneName(), map[string]string{clusterv1.MachineControlPlaneLabel: ""}))
 	}

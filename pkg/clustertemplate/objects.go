@@ -4,12 +4,12 @@ import (
 	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 )
@@ -52,9 +52,17 @@ func (s Spec) workerConfig() bootstrapv1.KubeadmConfigSpec {
 	return c
 }
 
+// Object is one of the objects of a cluster: what controller-runtime calls
+// client.Object, declared here so the CLI, which builds on this package,
+// does not link controller-runtime's client.
+type Object interface {
+	metav1.Object
+	runtime.Object
+}
+
 // Objects returns every object of the cluster, in creation order.
-func Objects(s Spec) []client.Object {
-	objs := []client.Object{s.cluster(), &infrav1.EdgeCluster{
+func Objects(s Spec) []Object {
+	objs := []Object{s.cluster(), &infrav1.EdgeCluster{
 		TypeMeta:   metav1.TypeMeta{APIVersion: infrav1.GroupVersion.String(), Kind: "EdgeCluster"},
 		ObjectMeta: s.meta(s.Name),
 		// The failure domains are the zones of the control-plane hosts:
@@ -100,10 +108,10 @@ func (s Spec) cluster() *clusterv1.Cluster {
 // controlPlane is the control-plane EdgeMachineTemplate and either a
 // KubeadmControlPlane or, per machine, a KubeadmConfig, EdgeMachine and
 // Machine.
-func (s Spec) controlPlane() []client.Object {
+func (s Spec) controlPlane() []Object {
 	infraGroup := infrav1.GroupVersion.Group
 	cpName := s.controlPlaneName()
-	objs := []client.Object{machineTemplate(s.meta(cpName), s.ControlPlaneSelector)}
+	objs := []Object{machineTemplate(s.meta(cpName), s.ControlPlaneSelector)}
 	switch s.ControlPlane {
 	case "kubeadm":
 		objs = append(objs, &controlplanev1.KubeadmControlPlane{
@@ -154,10 +162,10 @@ func (s Spec) controlPlane() []client.Object {
 // workers is the workers' EdgeMachineTemplate, KubeadmConfigTemplate and
 // MachineDeployment, rolled out with maxSurge 0: a replacement needs no
 // spare host.
-func (s Spec) workers() []client.Object {
+func (s Spec) workers() []Object {
 	mdName := s.workersName()
 	mdSelector := map[string]string{clusterv1.ClusterNameLabel: s.Name, "cluster.x-k8s.io/deployment-name": mdName}
-	return []client.Object{
+	return []Object{
 		machineTemplate(s.meta(mdName), s.WorkerSelector),
 		&bootstrapv1.KubeadmConfigTemplate{
 			TypeMeta:   metav1.TypeMeta{APIVersion: bootstrapv1.GroupVersion.String(), Kind: "KubeadmConfigTemplate"},

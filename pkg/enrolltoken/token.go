@@ -1,7 +1,6 @@
 package enrolltoken
 
 import (
-	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -16,11 +15,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/util/retry"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // SecretType marks enrollment-token Secrets.
@@ -91,9 +87,10 @@ type Token struct {
 	hash   []byte
 }
 
-// Create makes a token and returns its full "<id>.<secret>" value, the only
-// time the secret half exists outside the host that will use it.
-func Create(ctx context.Context, c client.Client, hubNamespace string, opts Options, now time.Time) (string, *corev1.Secret, error) {
+// New makes a token: its full "<id>.<secret>" value, the only time the
+// secret half exists outside the host that will use it, and the Secret that
+// records it (only a hash of the secret half), for the caller to create.
+func New(hubNamespace string, opts Options, now time.Time) (string, *corev1.Secret, error) {
 	if opts.HostNamespace == "" {
 		return "", nil, errors.New("host namespace is required")
 	}
@@ -135,9 +132,6 @@ func Create(ctx context.Context, c client.Client, hubNamespace string, opts Opti
 	}
 	if opts.TTL > 0 {
 		s.StringData[KeyExpiration] = now.Add(opts.TTL).UTC().Format(time.RFC3339)
-	}
-	if err := c.Create(ctx, s); err != nil {
-		return "", nil, fmt.Errorf("creating token Secret: %w", err)
 	}
 	return id + "." + secretHalf, s, nil
 }
@@ -187,65 +181,65 @@ func atoi(s string) (int, error) {
 	return n, err
 }
 
-// Authenticate checks a presented token and returns it if it may enroll one
-// more host. reader should not be a cache: a token's use count must be read
-// fresh.
-func Authenticate(ctx context.Context, reader client.Reader, hubNamespace, presented string, now time.Time) (*Token, error) {
-	return authenticate(ctx, reader, hubNamespace, presented, now, true)
-}
-
-// Verify is Authenticate without the usage limit: an enrollment that is
-// being retried (its answer was lost) already counted its use.
-func Verify(ctx context.Context, reader client.Reader, hubNamespace, presented string, now time.Time) (*Token, error) {
-	return authenticate(ctx, reader, hubNamespace, presented, now, false)
-}
-
-func authenticate(ctx context.Context, reader client.Reader, hubNamespace, presented string, now time.Time, usage bool) (*Token, error) {
+// SecretNameOf is the name of the Secret of a presented token, or
+// ErrMalformed.
+func SecretNameOf(presented string) (string, error) {
 	m := tokenRE.FindStringSubmatch(presented)
 	if m == nil {
-		return nil, ErrMalformed
+		return "", ErrMalformed
 	}
-	s := &corev1.Secret{}
-	if err := reader.Get(ctx, client.ObjectKey{Namespace: hubNamespace, Name: SecretName(m[1])}, s); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, ErrUnknown
-		}
-		return nil, fmt.Errorf("reading token: %w", err)
-	}
-	t, err := Parse(s)
-	if err != nil {
-		return nil, fmt.Errorf("%w (%v)", ErrUnknown, err)
+	return SecretName(m[1]), nil
+}
+
+// Admit checks a presented token against t, read from the Secret
+// SecretNameOf names: an error when it may not enroll one more host (with
+// usage false, the usage limit is not checked: an enrollment being retried
+// already counted its use).
+func (t *Token) Admit(presented string, now time.Time, usage bool) error {
+	m := tokenRE.FindStringSubmatch(presented)
+	if m == nil {
+		return ErrMalformed
 	}
 	sum := sha256.Sum256([]byte(m[2]))
 	if subtle.ConstantTimeCompare(sum[:], t.hash) != 1 || t.ID != m[1] {
 		// Same answer as for an unknown id: do not confirm that an id exists.
-		return nil, ErrUnknown
+		return ErrUnknown
 	}
 	switch {
 	case t.Revoked:
-		return nil, ErrRevoked
+		return ErrRevoked
 	case t.Expiration != nil && !now.Before(*t.Expiration):
-		return nil, ErrExpired
+		return ErrExpired
 	case usage && t.UsageLimit > 0 && t.Usages >= t.UsageLimit:
-		return nil, ErrUsedUp
+		return ErrUsedUp
 	}
-	return t, nil
+	return nil
 }
 
-// Consume records one use of the token. It is an Update with the
-// resourceVersion read in Authenticate, so two hosts racing for the last use
-// cannot both get it: the loser sees a Conflict and must authenticate again.
-func Consume(ctx context.Context, c client.Client, t *Token) error {
+// Secret is the Secret t was parsed from.
+func (t *Token) Secret() *corev1.Secret { return t.secret }
+
+// WithUse is t's Secret with one more use recorded, to write with the
+// resourceVersion it was read with.
+func (t *Token) WithUse() *corev1.Secret {
 	s := t.secret.DeepCopy()
 	if s.Data == nil {
 		s.Data = map[string][]byte{}
 	}
 	s.Data[KeyUsages] = []byte(strconv.Itoa(t.Usages + 1))
-	if err := c.Update(ctx, s); err != nil {
-		return fmt.Errorf("recording token use: %w", err)
+	return s
+}
+
+// WithoutUse is s, a token Secret read afresh, with one use given back; nil
+// when there is none to give back (or a count Parse refuses anyway).
+func WithoutUse(s *corev1.Secret) *corev1.Secret {
+	n, err := atoi(string(s.Data[KeyUsages]))
+	if err != nil || n == 0 {
+		return nil
 	}
-	t.Usages++
-	return nil
+	s = s.DeepCopy()
+	s.Data[KeyUsages] = []byte(strconv.Itoa(n - 1))
+	return s
 }
 
 const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
@@ -260,29 +254,6 @@ func randomString(n int) (string, error) {
 		b[i] = alphabet[k.Int64()]
 	}
 	return string(b), nil
-}
-
-// Refund gives back the use Consume recorded, for an enrollment that then
-// failed: a machine retrying a refused enrollment (a cloned image, facts the
-// API server refuses) must not drain its token. It re-reads the Secret and
-// retries on conflicts, since other enrollments may have used it meanwhile.
-func Refund(ctx context.Context, c client.Client, reader client.Reader, t *Token) error {
-	key := client.ObjectKeyFromObject(t.secret)
-	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-		s := &corev1.Secret{}
-		if err := reader.Get(ctx, key, s); err != nil {
-			return fmt.Errorf("reading token %s to give back a use: %w", t.ID, err)
-		}
-		n, err := atoi(string(s.Data[KeyUsages]))
-		if err != nil || n == 0 {
-			return nil // nothing to give back, or a value Parse refuses anyway
-		}
-		s.Data[KeyUsages] = []byte(strconv.Itoa(n - 1))
-		if err := c.Update(ctx, s); err != nil {
-			return fmt.Errorf("giving back a use of token %s: %w", t.ID, err)
-		}
-		return nil
-	})
 }
 
 // reservedLabelPrefixes are the label domains the hub and Cluster API

@@ -1,13 +1,17 @@
 // Package fleetscheme builds the runtime scheme of the kinds fleet's
-// processes read and write: core Kubernetes, Cluster API core, the kubeadm
-// bootstrap and control-plane kinds, and fleet's own. The hub and the CLI
-// share it, so neither needs the other's packages to talk to the API server.
+// programs share: the few built-in kinds they read and write (Secrets,
+// ConfigMaps, Events, reviews of who is asking), Cluster API core, the
+// kubeadm bootstrap and control-plane kinds, and fleet's own. The hub adds
+// client-go's scheme of every built-in group on top (its controllers watch
+// more); the CLI links no more than this, so its binary stays small.
 package fleetscheme
 
 import (
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -15,7 +19,7 @@ import (
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 )
 
-// New returns a scheme that knows every kind fleet reads or writes.
+// New returns a scheme that knows those kinds.
 func New() *runtime.Scheme {
 	s := runtime.NewScheme()
 	AddToScheme(s)
@@ -24,7 +28,9 @@ func New() *runtime.Scheme {
 
 // AddToScheme registers those kinds with s.
 func AddToScheme(s *runtime.Scheme) {
-	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(corev1.AddToScheme(s))
+	utilruntime.Must(authenticationv1.AddToScheme(s))
+	utilruntime.Must(eventsv1.AddToScheme(s))
 	utilruntime.Must(clusterv1.AddToScheme(s))
 	utilruntime.Must(bootstrapv1.AddToScheme(s))
 	utilruntime.Must(controlplanev1.AddToScheme(s))

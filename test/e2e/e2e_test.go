@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/fleet/pkg/enrolltoken"
+	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -360,7 +361,7 @@ func roleTokens(t *testing.T, ns string) (cp, worker string) {
 	t.Helper()
 	tokens := make([]string, 2)
 	for i, role := range []string{"cp", "worker"} {
-		tok, _, err := enrolltoken.Create(context.Background(), hub.Client, ns, enrolltoken.Options{TTL: time.Hour, HostNamespace: ns,
+		tok, _, err := enrollment.CreateToken(context.Background(), hub.Client, ns, enrolltoken.Options{TTL: time.Hour, HostNamespace: ns,
 			HostLabels: map[string]string{"role": role}}, time.Now())
 		must(t, err)
 		tokens[i] = tok

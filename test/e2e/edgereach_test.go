@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/fleet/pkg/enrolltoken"
+	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
@@ -461,7 +462,7 @@ func TestEdgeReachKubeadmControlPlaneAvailable(t *testing.T) {
 		must(t, c.Create(ctx, o))
 	}
 
-	token, _, err := enrolltoken.Create(ctx, c, ns, enrolltoken.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "cp"}}, time.Now())
+	token, _, err := enrollment.CreateToken(ctx, c, ns, enrolltoken.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "cp"}}, time.Now())
 	must(t, err)
 	agentBin, simBin := buildBinaries(t)
 	startAgentIn(t, s, "cp-0", agentBin, simBin, "https://"+siteGateway, gw.CA().Pin(), token, api.kubeconfig)

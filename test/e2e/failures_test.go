@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/fleet/pkg/enrolltoken"
+	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -47,7 +48,7 @@ func TestBootstrapFailuresAndRestarts(t *testing.T) {
 	agentBin, simBin := buildBinaries(t)
 	_, wkc := createCluster(t, ns)
 	pin := gw.CA().Pin()
-	cpToken, _, err := enrolltoken.Create(ctx, c, ns, enrolltoken.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "cp"}}, time.Now())
+	cpToken, _, err := enrollment.CreateToken(ctx, c, ns, enrolltoken.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "cp"}}, time.Now())
 	must(t, err)
 	cp := startAgent(t, "f-cp-0", agentBin, simBin, hubURL, pin, cpToken, wkc)
 	eventually(t, "host enrolled", func() error { return testenv.HostsAvailable(ctx, c, ns, 1) })
@@ -97,7 +98,7 @@ func TestBootstrapFailuresAndRestarts(t *testing.T) {
 	}
 
 	// 3. An agent killed in the middle of a bootstrap.
-	wToken, _, err := enrolltoken.Create(ctx, c, ns, enrolltoken.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "worker"}}, time.Now())
+	wToken, _, err := enrollment.CreateToken(ctx, c, ns, enrolltoken.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "worker"}}, time.Now())
 	must(t, err)
 	w := startAgent(t, "f-w-0", agentBin, simBin, hubURL, pin, wToken, wkc)
 	eventually(t, "worker enrolled", func() error { return testenv.HostsAvailable(ctx, c, ns, 1) })

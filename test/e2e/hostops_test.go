@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/fleet/pkg/enrolltoken"
+	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -73,7 +74,7 @@ func serveMachine(t *testing.T, name string) (ns, host string, a *agentProc) {
 	gw, _ := startFleetHub(t, ns, addr)
 	agentBin, simBin := buildBinaries(t)
 	_, wkc := createCluster(t, ns)
-	token, _, err := enrolltoken.Create(ctx, c, ns, enrolltoken.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "cp"}}, time.Now())
+	token, _, err := enrollment.CreateToken(ctx, c, ns, enrolltoken.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"role": "cp"}}, time.Now())
 	must(t, err)
 	a = startAgent(t, name, agentBin, simBin, "https://"+addr, gw.CA().Pin(), token, wkc)
 	eventually(t, "host enrolled", func() error { return testenv.HostsAvailable(ctx, c, ns, 1) })

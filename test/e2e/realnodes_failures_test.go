@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/fleet/pkg/enrolltoken"
+	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -80,7 +81,7 @@ func TestRealNodesBootstrapFailures(t *testing.T) {
 	}
 	hosts := map[string]*testhost.Host{}
 	for _, f := range failures {
-		token, _, err := enrolltoken.Create(ctx, c, ns, enrolltoken.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"fail": f.name}}, time.Now())
+		token, _, err := enrollment.CreateToken(ctx, c, ns, enrolltoken.Options{TTL: time.Hour, HostNamespace: ns, HostLabels: map[string]string{"fail": f.name}}, time.Now())
 		must(t, err)
 		h := startRealHostWith(t, site, bin, f.host, prefix+"-"+f.name, hubURL, gw.CA().Pin(), token)
 		if f.setup != nil {

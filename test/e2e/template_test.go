@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/fleet/pkg/enrolltoken"
+	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -57,7 +58,7 @@ func TestClusterFromTemplateOnRealAgents(t *testing.T) {
 	must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: clusterName}, cluster))
 	setKubeconfig(t, cluster, kubeconfig.FromEnvTestConfig(workload.Config, cluster))
 
-	token, _, err := enrolltoken.Create(ctx, c, ns, enrolltoken.Options{TTL: time.Hour, HostNamespace: ns}, time.Now())
+	token, _, err := enrollment.CreateToken(ctx, c, ns, enrolltoken.Options{TTL: time.Hour, HostNamespace: ns}, time.Now())
 	must(t, err)
 	agentBin, simBin := buildBinaries(t)
 	wkc := kubeconfig.FromEnvTestConfig(workload.Config, cluster)

@@ -6,9 +6,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/pkg/cli/kube"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
@@ -17,7 +15,7 @@ import (
 // Completer is a cobra ValidArgsFunction.
 type Completer func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective)
 
-func names(flags *genericclioptions.ConfigFlags, list client.ObjectList, each func(client.ObjectList) []string) Completer {
+func names(flags *kube.ConfigFlags, list kube.ObjectList, each func(kube.ObjectList) []string) Completer {
 	return func(_ *cobra.Command, args []string, prefix string) ([]string, cobra.ShellCompDirective) {
 		conn, err := kube.Connect(flags)
 		if err != nil {
@@ -25,7 +23,7 @@ func names(flags *genericclioptions.ConfigFlags, list client.ObjectList, each fu
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if err := conn.Client.List(ctx, list, client.InNamespace(conn.Namespace)); err != nil {
+		if err := conn.Client.List(ctx, list, kube.InNamespace(conn.Namespace)); err != nil {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
 		taken := map[string]bool{}
@@ -43,8 +41,8 @@ func names(flags *genericclioptions.ConfigFlags, list client.ObjectList, each fu
 }
 
 // Hosts completes EdgeHost names.
-func Hosts(flags *genericclioptions.ConfigFlags) Completer {
-	return names(flags, &infrav1.EdgeHostList{}, func(l client.ObjectList) []string {
+func Hosts(flags *kube.ConfigFlags) Completer {
+	return names(flags, &infrav1.EdgeHostList{}, func(l kube.ObjectList) []string {
 		var out []string
 		for _, h := range l.(*infrav1.EdgeHostList).Items {
 			out = append(out, h.Name)
@@ -54,8 +52,8 @@ func Hosts(flags *genericclioptions.ConfigFlags) Completer {
 }
 
 // Clusters completes Cluster names (one argument).
-func Clusters(flags *genericclioptions.ConfigFlags) Completer {
-	inner := names(flags, &clusterv1.ClusterList{}, func(l client.ObjectList) []string {
+func Clusters(flags *kube.ConfigFlags) Completer {
+	inner := names(flags, &clusterv1.ClusterList{}, func(l kube.ObjectList) []string {
 		var out []string
 		for _, c := range l.(*clusterv1.ClusterList).Items {
 			out = append(out, c.Name)

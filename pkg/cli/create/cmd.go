@@ -4,21 +4,21 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"github.com/edgefleet/fleet/pkg/cli/command"
+	"github.com/edgefleet/fleet/pkg/cli/kube"
 	"github.com/edgefleet/fleet/pkg/clustertemplate"
 )
 
 // NewCmd returns `kubectl fleet create`.
-func NewCmd(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
+func NewCmd(flags *kube.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
 	cmd := &cobra.Command{Use: "create", Short: "Create a cluster on enrolled edge hosts"}
 	cmd.AddCommand(newClusterCmd(flags, streams))
 	return cmd
 }
 
-func newClusterCmd(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
+func newClusterCmd(flags *kube.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
 	o := &Options{flags: flags, IOStreams: streams}
 	cmd := &cobra.Command{
 		Use:   "cluster NAME --kubernetes-version VERSION",

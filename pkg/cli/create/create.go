@@ -9,12 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/cli-runtime/pkg/printers"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/pkg/cli/kube"
 	"github.com/edgefleet/fleet/pkg/cli/progress"
@@ -25,7 +21,7 @@ import (
 
 // Options is `kubectl fleet create cluster`.
 type Options struct {
-	flags *genericclioptions.ConfigFlags
+	flags *kube.ConfigFlags
 	genericiooptions.IOStreams
 
 	KubernetesVersion    string
@@ -183,12 +179,12 @@ func (o *Options) Run(ctx context.Context) error {
 	// value its schemas refuse, from --kubeadm-config say, leaves nothing
 	// half made.
 	for _, obj := range objs {
-		if err := apply(ctx, o.conn.Client, obj, client.DryRunAll); err != nil {
+		if err := apply(ctx, o.conn.Client, obj, true); err != nil {
 			return o.conn.Explain(fmt.Errorf("checking %s %s (nothing was written): %w", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName(), err))
 		}
 	}
 	for _, obj := range objs {
-		if err := apply(ctx, o.conn.Client, obj); err != nil {
+		if err := apply(ctx, o.conn.Client, obj, false); err != nil {
 			return o.conn.Explain(fmt.Errorf("applying %s %s: %w", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName(), err))
 		}
 		fmt.Fprintf(o.Out, "%s/%s applied\n", strings.ToLower(obj.GetObjectKind().GroupVersionKind().Kind), obj.GetName())
@@ -205,14 +201,9 @@ func (o *Options) Run(ctx context.Context) error {
 }
 
 // apply applies obj with server-side apply as kubectl-fleet, taking over
-// the fields it sets.
-func apply(ctx context.Context, c client.Client, obj client.Object, opts ...client.ApplyOption) error {
-	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-	if err != nil {
-		return err
-	}
-	ac := client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: u})
-	return c.Apply(ctx, ac, append([]client.ApplyOption{client.FieldOwner("kubectl-fleet"), client.ForceOwnership}, opts...)...)
+// the fields it sets; with dryRun the API server only checks it.
+func apply(ctx context.Context, c *kube.Client, obj kube.Object, dryRun bool) error {
+	return c.Apply(ctx, obj, kube.ApplyOptions{FieldManager: "kubectl-fleet", Force: true, DryRun: dryRun})
 }
 
 // completeHealthCheck checks the health-check flags into the Spec.

@@ -14,16 +14,15 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/utils/ptr"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/edgefleet/fleet/pkg/cli/command"
+	"github.com/edgefleet/fleet/pkg/cli/kube"
 	"github.com/edgefleet/fleet/pkg/clustertemplate"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 )
@@ -90,12 +89,12 @@ func TestValidateParsesSelectors(t *testing.T) {
 // validOptions are the flags' defaults for a cluster with one worker,
 // printed rather than applied.
 func validOptions() *Options {
-	return &Options{flags: genericclioptions.NewConfigFlags(false), KubernetesVersion: "v1.36.3", ControlPlane: "kubeadm",
+	return &Options{flags: kube.NewConfigFlags(), KubernetesVersion: "v1.36.3", ControlPlane: "kubeadm",
 		ControlPlaneMachines: 1, WorkerMachines: 1, PodCIDR: "192.168.0.0/16", DryRun: "client", Output: "yaml"}
 }
 
 // objects runs o as the command does, up to the objects it would print.
-func objects(t *testing.T, o *Options) []client.Object {
+func objects(t *testing.T, o *Options) []clustertemplate.Object {
 	t.Helper()
 	if err := o.Complete([]string{"store"}); err != nil {
 		t.Fatal(err)
@@ -107,7 +106,7 @@ func objects(t *testing.T, o *Options) []client.Object {
 }
 
 // find returns the first object of type T among objs.
-func find[T client.Object](t *testing.T, objs []client.Object) T {
+func find[T clustertemplate.Object](t *testing.T, objs []clustertemplate.Object) T {
 	t.Helper()
 	for _, o := range objs {
 		if v, ok := o.(T); ok {
@@ -446,7 +445,7 @@ func TestTemplateForTestHosts(t *testing.T) {
 func healthChecksOf(t *testing.T, args ...string) []clusterv1.MachineHealthCheck {
 	t.Helper()
 	var out bytes.Buffer
-	cmd := newClusterCmd(genericclioptions.NewConfigFlags(false), genericiooptions.IOStreams{Out: &out, ErrOut: io.Discard})
+	cmd := newClusterCmd(kube.NewConfigFlags(), genericiooptions.IOStreams{Out: &out, ErrOut: io.Discard})
 	cmd.SetArgs(append([]string{"store", "--kubernetes-version", "v1.36.3", "--dry-run=client", "-o", "yaml"}, args...))
 	cmd.SetOut(io.Discard)
 	if err := cmd.Execute(); err != nil {

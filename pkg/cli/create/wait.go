@@ -8,8 +8,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/edgefleet/fleet/pkg/cli/kube"
 	"github.com/edgefleet/fleet/pkg/contract/hostphase"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 )
@@ -18,7 +18,7 @@ import (
 // than machines are asked for — with what the hosts do look like.
 func (o *Options) warnAboutHosts(ctx context.Context) {
 	hosts := &infrav1.EdgeHostList{}
-	if err := o.conn.Client.List(ctx, hosts, client.InNamespace(o.spec.Namespace)); err != nil {
+	if err := o.conn.Client.List(ctx, hosts, kube.InNamespace(o.spec.Namespace)); err != nil {
 		return
 	}
 	check := func(role string, sel *metav1.LabelSelector, want int32) {

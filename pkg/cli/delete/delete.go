@@ -8,10 +8,8 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/pkg/cli/kube"
 	"github.com/edgefleet/fleet/pkg/cli/progress"
@@ -21,7 +19,7 @@ import (
 
 // Options is `kubectl fleet delete cluster`.
 type Options struct {
-	flags *genericclioptions.ConfigFlags
+	flags *kube.ConfigFlags
 	genericiooptions.IOStreams
 	Name    string
 	Wait    bool
@@ -52,7 +50,7 @@ func (o *Options) Run(ctx context.Context) error {
 	c := conn.Client
 	ns := conn.Namespace
 	cluster := &clusterv1.Cluster{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: o.Name}, cluster); err != nil {
+	if err := c.Get(ctx, kube.ObjectKey{Namespace: ns, Name: o.Name}, cluster); err != nil {
 		if apierrors.IsNotFound(err) {
 			return fmt.Errorf("cluster %q not found in namespace %s (see `kubectl fleet get clusters`)", o.Name, ns)
 		}
@@ -60,7 +58,7 @@ func (o *Options) Run(ctx context.Context) error {
 	}
 	// Remember the hosts now: their claims are gone once the machines are.
 	ems := &infrav1.EdgeMachineList{}
-	if err := c.List(ctx, ems, client.InNamespace(ns), client.MatchingLabels{clusterv1.ClusterNameLabel: o.Name}); err != nil {
+	if err := c.List(ctx, ems, kube.InNamespace(ns), kube.MatchingLabels{clusterv1.ClusterNameLabel: o.Name}); err != nil {
 		return conn.Explain(err)
 	}
 	var hosts []string
@@ -89,19 +87,19 @@ func (o *Options) Run(ctx context.Context) error {
 func (o *Options) gone(hosts []string) progress.Check {
 	c, ns := o.conn.Client, o.conn.Namespace
 	return func(ctx context.Context) (string, bool, error) {
-		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: o.Name}, &clusterv1.Cluster{})
+		err := c.Get(ctx, kube.ObjectKey{Namespace: ns, Name: o.Name}, &clusterv1.Cluster{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return "", false, o.conn.Explain(err)
 		}
 		gone := apierrors.IsNotFound(err)
 		machines := &clusterv1.MachineList{}
-		if err := c.List(ctx, machines, client.InNamespace(ns), client.MatchingLabels{clusterv1.ClusterNameLabel: o.Name}); err != nil {
+		if err := c.List(ctx, machines, kube.InNamespace(ns), kube.MatchingLabels{clusterv1.ClusterNameLabel: o.Name}); err != nil {
 			return "", false, o.conn.Explain(err)
 		}
 		var waiting []string
 		for _, h := range hosts {
 			host := &infrav1.EdgeHost{}
-			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: h}, host); err == nil && host.Status.Phase != infrav1.HostAvailable {
+			if err := c.Get(ctx, kube.ObjectKey{Namespace: ns, Name: h}, host); err == nil && host.Status.Phase != infrav1.HostAvailable {
 				waiting = append(waiting, h+"="+string(host.Status.Phase))
 			}
 		}

@@ -14,12 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/utils/ptr"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/edgefleet/fleet/pkg/cli/kube"
@@ -32,7 +30,7 @@ const CertWarning = 30 * 24 * time.Hour
 
 // Options is `kubectl fleet describe cluster`.
 type Options struct {
-	flags *genericclioptions.ConfigFlags
+	flags *kube.ConfigFlags
 	genericiooptions.IOStreams
 	Name           string
 	Output         string
@@ -113,25 +111,25 @@ func ready(conds []metav1.Condition) (string, string) {
 // its EdgeCluster and control plane, and one list each of
 // MachineDeployments, Machines, EdgeMachines and EdgeHosts — and assembles
 // the tree.
-func Build(ctx context.Context, c client.Client, ns, name string, now time.Time) (*Node, error) {
+func Build(ctx context.Context, c *kube.Client, ns, name string, now time.Time) (*Node, error) {
 	cluster := &clusterv1.Cluster{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, cluster); err != nil {
+	if err := c.Get(ctx, kube.ObjectKey{Namespace: ns, Name: name}, cluster); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("cluster %q not found in namespace %s (see `kubectl fleet get clusters`)", name, ns)
 		}
 		return nil, err
 	}
-	byCluster := client.MatchingLabels{clusterv1.ClusterNameLabel: name}
+	byCluster := kube.MatchingLabels{clusterv1.ClusterNameLabel: name}
 	mds := &clusterv1.MachineDeploymentList{}
 	machines := &clusterv1.MachineList{}
 	ems := &infrav1.EdgeMachineList{}
 	hosts := &infrav1.EdgeHostList{}
-	for _, l := range []client.ObjectList{mds, machines, ems} {
-		if err := c.List(ctx, l, client.InNamespace(ns), byCluster); err != nil {
+	for _, l := range []kube.ObjectList{mds, machines, ems} {
+		if err := c.List(ctx, l, kube.InNamespace(ns), byCluster); err != nil {
 			return nil, err
 		}
 	}
-	if err := c.List(ctx, hosts, client.InNamespace(ns)); err != nil {
+	if err := c.List(ctx, hosts, kube.InNamespace(ns)); err != nil {
 		return nil, err
 	}
 	fleet := &fleetView{now: now, edgeMachines: map[string]*infrav1.EdgeMachine{}, hosts: map[string]*infrav1.EdgeHost{}}
@@ -305,13 +303,13 @@ func oneLine(msg string) string {
 }
 
 // edgeClusterNode is the cluster's EdgeCluster with its endpoint, or nil.
-func edgeClusterNode(ctx context.Context, c client.Client, ns string, cluster *clusterv1.Cluster) *Node {
+func edgeClusterNode(ctx context.Context, c *kube.Client, ns string, cluster *clusterv1.Cluster) *Node {
 	ref := cluster.Spec.InfrastructureRef
 	if ref.Name == "" {
 		return nil
 	}
 	ec := &infrav1.EdgeCluster{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: ref.Name}, ec); err != nil {
+	if err := c.Get(ctx, kube.ObjectKey{Namespace: ns, Name: ref.Name}, ec); err != nil {
 		return nil
 	}
 	r, msg := ready(ec.Status.Conditions)
@@ -324,14 +322,14 @@ func edgeClusterNode(ctx context.Context, c client.Client, ns string, cluster *c
 
 // controlPlaneNode is the KubeadmControlPlane, or a "machines" node for
 // a control plane of plain Machines.
-func controlPlaneNode(ctx context.Context, c client.Client, ns string, cluster *clusterv1.Cluster) *Node {
+func controlPlaneNode(ctx context.Context, c *kube.Client, ns string, cluster *clusterv1.Cluster) *Node {
 	ref := cluster.Spec.ControlPlaneRef
 	if ref.Kind != "KubeadmControlPlane" {
 		return &Node{Kind: "ControlPlane", Name: "machines", Ready: "-"}
 	}
 	cp := &Node{Kind: "KubeadmControlPlane", Name: ref.Name, Ready: "Unknown"}
 	kcp := &controlplanev1.KubeadmControlPlane{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: ref.Name}, kcp); err == nil {
+	if err := c.Get(ctx, kube.ObjectKey{Namespace: ns, Name: ref.Name}, kcp); err == nil {
 		cp.Ready, cp.Message = ready(kcp.Status.Conditions)
 		cp.Conditions = kcp.Status.Conditions
 		cp.Replicas = fmt.Sprintf("%d/%d", ptr.Deref(kcp.Status.ReadyReplicas, 0), ptr.Deref(kcp.Spec.Replicas, 0))

@@ -2,14 +2,14 @@ package get
 
 import (
 	"github.com/spf13/cobra"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"github.com/edgefleet/fleet/pkg/cli/command"
+	"github.com/edgefleet/fleet/pkg/cli/kube"
 )
 
 // NewCmd returns `kubectl fleet get`.
-func NewCmd(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
+func NewCmd(flags *kube.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
 	o := NewOptions(flags, streams)
 	cmd := &cobra.Command{
 		Use:   "get (clusters|machines|hosts)",

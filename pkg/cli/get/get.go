@@ -9,35 +9,39 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/cli-runtime/pkg/printers"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/pkg/cli/kube"
 	"github.com/edgefleet/fleet/pkg/cli/validate"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 )
 
-// kind is one thing `get` lists: the resource the API server serves its
-// table for, and the typed list for the other output formats.
+// kind is one thing `get` lists: its kind, the resource the API server
+// serves its table for, and the typed list for the other output formats.
 type kind struct {
+	gvk      schema.GroupVersionKind
 	resource schema.GroupVersionResource
-	newList  func() client.ObjectList
+	newList  func() kube.ObjectList
+}
+
+func newKind(gvk schema.GroupVersionKind, newList func() kube.ObjectList) kind {
+	gvr, _ := meta.UnsafeGuessKindToResource(gvk)
+	return kind{gvk: gvk, resource: gvr, newList: newList}
 }
 
 var kinds = map[string]kind{
-	"clusters": {clusterv1.GroupVersion.WithResource("clusters"), func() client.ObjectList { return &clusterv1.ClusterList{} }},
-	"machines": {infrav1.GroupVersion.WithResource("edgemachines"), func() client.ObjectList { return &infrav1.EdgeMachineList{} }},
-	"hosts":    {infrav1.GroupVersion.WithResource("edgehosts"), func() client.ObjectList { return &infrav1.EdgeHostList{} }},
+	"clusters": newKind(clusterv1.GroupVersion.WithKind("Cluster"), func() kube.ObjectList { return &clusterv1.ClusterList{} }),
+	"machines": newKind(infrav1.GroupVersion.WithKind("EdgeMachine"), func() kube.ObjectList { return &infrav1.EdgeMachineList{} }),
+	"hosts":    newKind(infrav1.GroupVersion.WithKind("EdgeHost"), func() kube.ObjectList { return &infrav1.EdgeHostList{} }),
 }
 
 // Options is `kubectl fleet get`.
 type Options struct {
-	flags *genericclioptions.ConfigFlags
+	flags *kube.ConfigFlags
 	genericiooptions.IOStreams
-	PrintFlags    *genericclioptions.PrintFlags
+	PrintFlags    *kube.PrintFlags
 	AllNamespaces bool
 	Selector      string
 	ShowLabels    bool
@@ -58,8 +62,8 @@ type Options struct {
 }
 
 // NewOptions returns Options with kubectl's printing defaults.
-func NewOptions(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *Options {
-	return &Options{flags: flags, IOStreams: streams, PrintFlags: genericclioptions.NewPrintFlags("").WithTypeSetter(kube.Scheme())}
+func NewOptions(flags *kube.ConfigFlags, streams genericiooptions.IOStreams) *Options {
+	return &Options{flags: flags, IOStreams: streams, PrintFlags: kube.NewPrintFlags(kube.Scheme())}
 }
 
 // Complete takes the kind argument and builds the client.
@@ -116,7 +120,7 @@ func (o *Options) Run(ctx context.Context) error {
 	var rv string
 	var err error
 	if o.tables() {
-		rv, err = o.printTable()
+		rv, err = o.printTable(ctx)
 	} else {
 		rv, err = o.printObjects(ctx)
 	}
@@ -128,8 +132,8 @@ func (o *Options) Run(ctx context.Context) error {
 
 // printTable prints the API server's table, sorted with --sort-by, and
 // keeps its printer for --watch: a table printer prints its header once.
-func (o *Options) printTable() (string, error) {
-	table, err := o.serverTable()
+func (o *Options) printTable(ctx context.Context) (string, error) {
+	table, err := o.serverTable(ctx)
 	if err != nil {
 		return "", err
 	}
@@ -157,16 +161,16 @@ func (o *Options) printTable() (string, error) {
 // printObjects prints the typed objects for -o json|yaml|name|jsonpath…,
 // the items one by one with --watch (as kubectl get -w does).
 func (o *Options) printObjects(ctx context.Context) (string, error) {
-	opts := []client.ListOption{}
+	opts := []kube.ListOption{}
 	if !o.AllNamespaces {
-		opts = append(opts, client.InNamespace(o.conn.Namespace))
+		opts = append(opts, kube.InNamespace(o.conn.Namespace))
 	}
 	if o.Selector != "" {
 		sel, err := validate.Selector("--selector", o.Selector)
 		if err != nil {
 			return "", err
 		}
-		opts = append(opts, client.MatchingLabelsSelector{Selector: sel})
+		opts = append(opts, kube.MatchingLabelsSelector{Selector: sel})
 	}
 	list := o.kind.newList()
 	if err := o.conn.Client.List(ctx, list, opts...); err != nil {

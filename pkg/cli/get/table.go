@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
+	"github.com/edgefleet/fleet/pkg/cli/kube"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -13,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/cli-runtime/pkg/printers"
-	"k8s.io/cli-runtime/pkg/resource"
 	"k8s.io/client-go/rest"
 )
 
@@ -29,36 +30,42 @@ var acceptTable = strings.Join([]string{
 	"application/json",
 }, ",")
 
-// builder starts a request for the kind as kubectl get makes it: the API
+// request starts a request for the kind as kubectl get makes it: the API
 // server's Table unless an -o format prints the objects; with --sort-by the
 // rows carry their whole objects, which the sort reads.
-func (o *Options) builder() *resource.Builder {
+func (o *Options) request() *rest.Request {
 	gvr := o.kind.resource
-	return resource.NewBuilder(o.flags).
-		Unstructured().
-		NamespaceParam(o.conn.Namespace).DefaultNamespace().AllNamespaces(o.AllNamespaces).
-		LabelSelectorParam(o.Selector).
-		ResourceTypeOrNameArgs(true, gvr.Resource+"."+gvr.Version+"."+gvr.Group).
-		TransformRequests(func(req *rest.Request) {
-			if !o.tables() {
-				return
-			}
-			req.SetHeader("Accept", acceptTable)
-			if o.sorter != nil {
-				req.Param("includeObject", "Object")
-			}
-		})
+	segments := []string{"/apis", gvr.Group, gvr.Version}
+	if !o.AllNamespaces {
+		segments = append(segments, "namespaces", o.conn.Namespace)
+	}
+	req := o.conn.REST.Get().AbsPath(append(segments, gvr.Resource)...)
+	if o.Selector != "" {
+		req.Param("labelSelector", o.Selector)
+	}
+	if o.tables() {
+		req.SetHeader("Accept", acceptTable)
+		if o.sorter != nil {
+			req.Param("includeObject", "Object")
+		}
+	}
+	return req
 }
 
 // serverTable lists the kind as the API server's Table, joining the chunks.
-func (o *Options) serverTable() (*metav1.Table, error) {
-	infos, err := o.builder().RequestChunksOf(tableChunk).ContinueOnError().Flatten().Do().Infos()
-	if err != nil {
-		return nil, o.explain(err)
-	}
+func (o *Options) serverTable(ctx context.Context) (*metav1.Table, error) {
 	out := &metav1.Table{}
-	for _, info := range infos {
-		t, err := decodeTable(info.Object)
+	cont := ""
+	for {
+		req := o.request().Param("limit", strconv.Itoa(tableChunk))
+		if cont != "" {
+			req.Param("continue", cont)
+		}
+		obj, err := req.Do(ctx).Get()
+		if err != nil {
+			return nil, o.explain(err)
+		}
+		t, err := decodeTable(obj)
 		if err != nil {
 			return nil, err
 		}
@@ -68,25 +75,23 @@ func (o *Options) serverTable() (*metav1.Table, error) {
 		out.Rows = append(out.Rows, t.Rows...)
 		// Chunks of one list share its resourceVersion, where a watch starts.
 		out.ResourceVersion = t.ResourceVersion
+		if cont = t.Continue; cont == "" {
+			return out, nil
+		}
 	}
-	return out, nil
 }
 
-// explain turns the builder's errors into advice: it reports a kind the
-// server lacks as plain text, so ask the client's mapper, whose error says
-// the CRDs are missing.
+// explain turns a 404 for the kind into advice that fleet's CRDs are
+// missing.
 func (o *Options) explain(err error) error {
-	if _, merr := o.conn.Client.RESTMapper().KindFor(o.kind.resource); merr != nil {
-		return o.conn.Explain(merr)
-	}
-	return o.conn.Explain(err)
+	return o.conn.Explain(kube.NoKind(err, o.kind.gvk))
 }
 
 // watch prints every change to the kind from resourceVersion rv on, as
 // kubectl get --watch: a table row (no new header), or the object in the
 // -o format. It ends when ctx does or the API server ends the watch.
 func (o *Options) watch(ctx context.Context, rv string) error {
-	w, err := o.builder().SingleResourceType().Do().Watch(rv)
+	w, err := o.request().Param("watch", "true").Param("resourceVersion", rv).Watch(ctx)
 	if err != nil {
 		return o.explain(err)
 	}

@@ -4,15 +4,15 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"github.com/edgefleet/fleet/pkg/cli/command"
 	"github.com/edgefleet/fleet/pkg/cli/completion"
+	"github.com/edgefleet/fleet/pkg/cli/kube"
 )
 
 // NewCmd returns `kubectl fleet host`.
-func NewCmd(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
+func NewCmd(flags *kube.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
 	cmd := &cobra.Command{Use: "host", Short: "Approve, cordon, uncordon, remove edge hosts or retry their reset"}
 	for _, a := range []struct {
 		action Action
@@ -35,7 +35,7 @@ func NewCmd(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStr
 	return cmd
 }
 
-func newRemoveCmd(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
+func newRemoveCmd(flags *kube.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
 	o := &RemoveOptions{flags: flags, IOStreams: streams}
 	cmd := &cobra.Command{
 		Use:   "remove NAME [--force]",
@@ -65,7 +65,7 @@ in Events on the host and the Machine. Wipe such a machine before it serves agai
 	return cmd
 }
 
-func newRetryCmd(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
+func newRetryCmd(flags *kube.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
 	o := &RetryOptions{flags: flags, IOStreams: streams}
 	cmd := &cobra.Command{
 		Use:   "retry NAME [--wait]",

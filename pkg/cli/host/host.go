@@ -5,9 +5,7 @@ import (
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/pkg/cli/kube"
 	"github.com/edgefleet/fleet/pkg/cli/validate"
@@ -26,7 +24,7 @@ const (
 
 // Options is one `kubectl fleet host` action on some hosts.
 type Options struct {
-	flags *genericclioptions.ConfigFlags
+	flags *kube.ConfigFlags
 	genericiooptions.IOStreams
 	Action Action
 	Names  []string
@@ -64,7 +62,7 @@ func (o *Options) Run(ctx context.Context) error {
 	var missing []error
 	for i, name := range o.Names {
 		hosts[i] = &infrav1.EdgeHost{}
-		err := o.conn.Client.Get(ctx, client.ObjectKey{Namespace: o.conn.Namespace, Name: name}, hosts[i])
+		err := o.conn.Client.Get(ctx, kube.ObjectKey{Namespace: o.conn.Namespace, Name: name}, hosts[i])
 		switch {
 		case apierrors.IsNotFound(err):
 			missing = append(missing, fmt.Errorf("host %q not found in namespace %s (see `kubectl fleet get hosts`)", name, o.conn.Namespace))
@@ -85,7 +83,7 @@ func (o *Options) Run(ctx context.Context) error {
 
 func (o *Options) apply(ctx context.Context, h *infrav1.EdgeHost) error {
 	name := h.Name
-	patch := client.MergeFrom(h.DeepCopy())
+	patch := kube.MergeFrom(h.DeepCopy())
 	if h.Labels == nil {
 		h.Labels = map[string]string{}
 	}

@@ -9,9 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/pkg/cli/kube"
 	"github.com/edgefleet/fleet/pkg/cli/progress"
@@ -21,7 +19,7 @@ import (
 
 // RemoveOptions is `kubectl fleet host remove`.
 type RemoveOptions struct {
-	flags *genericclioptions.ConfigFlags
+	flags *kube.ConfigFlags
 	genericiooptions.IOStreams
 	Name    string
 	Force   bool
@@ -67,7 +65,7 @@ func (o *RemoveOptions) Run(ctx context.Context) error {
 			return err
 		}
 		if ready {
-			err = o.conn.Client.Delete(ctx, h, client.Preconditions{UID: &h.UID, ResourceVersion: &h.ResourceVersion})
+			err = o.conn.Client.Delete(ctx, h, kube.Preconditions{UID: &h.UID, ResourceVersion: &h.ResourceVersion})
 			if err == nil || apierrors.IsNotFound(err) {
 				fmt.Fprintf(o.Out, "edgehost/%s removed\n", o.Name)
 				return o.waitGone(ctx, h.UID)
@@ -121,7 +119,7 @@ func (o *RemoveOptions) cordon(ctx context.Context, h *infrav1.EdgeHost) error {
 	if h.Labels[infrav1.CordonedLabel] == "true" {
 		return nil
 	}
-	patch := client.MergeFrom(h.DeepCopy())
+	patch := kube.MergeFrom(h.DeepCopy())
 	if h.Labels == nil {
 		h.Labels = map[string]string{}
 	}
@@ -143,7 +141,7 @@ func (o *RemoveOptions) force(ctx context.Context, h *infrav1.EdgeHost) error {
 	if h.Status.Phase != infrav1.HostAvailable {
 		lost = append(lost, "the host was not reset (phase "+string(h.Status.Phase)+"): wipe it before it serves again")
 	}
-	patch := client.MergeFrom(h.DeepCopy())
+	patch := kube.MergeFrom(h.DeepCopy())
 	if h.Annotations == nil {
 		h.Annotations = map[string]string{}
 	}
@@ -184,7 +182,7 @@ func (o *RemoveOptions) waitGone(ctx context.Context, uid types.UID) error {
 	what := fmt.Sprintf("edgehost/%s to go (`kubectl describe edgehost %s` says why it stays)", o.Name, o.Name)
 	return progress.Until(ctx, o.Out, o.Timeout, what, func(ctx context.Context) (string, bool, error) {
 		h := &infrav1.EdgeHost{}
-		err := o.conn.Client.Get(ctx, client.ObjectKey{Namespace: o.conn.Namespace, Name: o.Name}, h)
+		err := o.conn.Client.Get(ctx, kube.ObjectKey{Namespace: o.conn.Namespace, Name: o.Name}, h)
 		switch {
 		case apierrors.IsNotFound(err):
 			return "", true, nil
@@ -198,7 +196,7 @@ func (o *RemoveOptions) waitGone(ctx context.Context, uid types.UID) error {
 
 func getHost(ctx context.Context, conn *kube.Connection, name string) (*infrav1.EdgeHost, error) {
 	h := &infrav1.EdgeHost{}
-	if err := conn.Client.Get(ctx, client.ObjectKey{Namespace: conn.Namespace, Name: name}, h); err != nil {
+	if err := conn.Client.Get(ctx, kube.ObjectKey{Namespace: conn.Namespace, Name: name}, h); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("host %q not found in namespace %s (see `kubectl fleet get hosts`)", name, conn.Namespace)
 		}
@@ -212,7 +210,7 @@ func getHost(ctx context.Context, conn *kube.Connection, name string) (*infrav1.
 func describeClaim(ctx context.Context, conn *kube.Connection, h *infrav1.EdgeHost) string {
 	claim := h.Spec.ClaimRef
 	em := &infrav1.EdgeMachine{}
-	if err := conn.Client.Get(ctx, client.ObjectKey{Namespace: h.Namespace, Name: claim.Name}, em); err == nil {
+	if err := conn.Client.Get(ctx, kube.ObjectKey{Namespace: h.Namespace, Name: claim.Name}, em); err == nil {
 		for _, ref := range em.OwnerReferences {
 			if ref.Kind == "Machine" {
 				return fmt.Sprintf("Machine %s/%s", h.Namespace, ref.Name)

@@ -8,9 +8,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/pkg/cli/kube"
 	"github.com/edgefleet/fleet/pkg/cli/progress"
@@ -20,7 +18,7 @@ import (
 
 // RetryOptions is `kubectl fleet host retry`.
 type RetryOptions struct {
-	flags *genericclioptions.ConfigFlags
+	flags *kube.ConfigFlags
 	genericiooptions.IOStreams
 	Name    string
 	Wait    bool
@@ -59,7 +57,7 @@ func (o *RetryOptions) Run(ctx context.Context) error {
 	n = max(n, h.Spec.ResetRetries) + 1
 	// With the resourceVersion read: two operators retrying at once order
 	// one reset, and the second hears of the first.
-	patch := client.MergeFromWithOptions(h.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	patch := kube.MergeFromWithOptimisticLock(h.DeepCopy())
 	if h.Annotations == nil {
 		h.Annotations = map[string]string{}
 	}

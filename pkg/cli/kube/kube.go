@@ -6,11 +6,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/edgefleet/fleet/internal/version"
 	"github.com/edgefleet/fleet/pkg/fleetscheme"
 )
 
@@ -19,44 +17,54 @@ func Scheme() *runtime.Scheme { return fleetscheme.New() }
 
 // Connection is a client to the hub cluster and the namespace to work in.
 type Connection struct {
-	Client    client.Client
+	Client *Client
+	// REST is a client for requests the typed client does not make (the
+	// API server's tables); it decodes what it reads as unstructured.
+	REST      rest.Interface
 	Config    *rest.Config
 	Namespace string
 	Context   string
 }
 
-// NewConfigFlags returns kubectl's connection flags, with every client built
-// from them announcing itself as kubectl-fleet to the API server.
-func NewConfigFlags() *genericclioptions.ConfigFlags {
-	flags := genericclioptions.NewConfigFlags(true)
-	flags.WrapConfigFn = func(cfg *rest.Config) *rest.Config {
-		cfg.UserAgent = "kubectl-fleet/" + version.Version
-		return cfg
-	}
-	return flags
-}
-
 // Connect builds a client from kubectl's flags. The namespace is -n, else
 // the kubeconfig context's, else "default".
-func Connect(flags *genericclioptions.ConfigFlags) (*Connection, error) {
+func Connect(flags *ConfigFlags) (*Connection, error) {
 	cfg, err := flags.ToRESTConfig()
 	if err != nil {
 		return nil, fmt.Errorf("reading kubeconfig: %w", err)
 	}
-	ns, _, err := flags.ToRawKubeConfigLoader().Namespace()
+	loader := flags.ToRawKubeConfigLoader()
+	ns, _, err := loader.Namespace()
 	if err != nil {
-		return nil, fmt.Errorf("resolving the namespace: %w", err)
+		return nil, fmt.Errorf("resolving the namespace: %w", emptyConfig(err))
 	}
-	raw, _ := flags.ToRawKubeConfigLoader().RawConfig()
+	raw, _ := loader.RawConfig()
 	ctxName := raw.CurrentContext
-	if flags.Context != nil && *flags.Context != "" {
-		ctxName = *flags.Context
+	if c := flags.overrides.CurrentContext; c != "" {
+		ctxName = c
 	}
-	c, err := client.New(cfg, client.Options{Scheme: Scheme()})
+	conn, err := NewConnection(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the cluster of context %q (%s): %w", ctxName, cfg.Host, err)
 	}
-	return &Connection{Client: c, Config: cfg, Namespace: ns, Context: ctxName}, nil
+	conn.Namespace, conn.Context = ns, ctxName
+	return conn, nil
+}
+
+// NewConnection is a Connection to the API server of cfg, with no
+// namespace or context set.
+func NewConnection(cfg *rest.Config) (*Connection, error) {
+	dcfg := dynamic.ConfigFor(cfg)
+	httpClient, err := rest.HTTPClientFor(dcfg)
+	if err != nil {
+		return nil, err
+	}
+	dcfg.GroupVersion = nil
+	rc, err := rest.UnversionedRESTClientForConfigAndClient(dcfg, httpClient)
+	if err != nil {
+		return nil, err
+	}
+	return &Connection{Client: NewClient(dynamic.New(rc), Scheme()), REST: rc, Config: cfg}, nil
 }
 
 // Explain turns common API errors into advice.

@@ -4,15 +4,15 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"github.com/edgefleet/fleet/pkg/cli/command"
 	"github.com/edgefleet/fleet/pkg/cli/completion"
+	"github.com/edgefleet/fleet/pkg/cli/kube"
 )
 
 // NewCmd returns `kubectl fleet kubeconfig`.
-func NewCmd(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
+func NewCmd(flags *kube.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
 	o := &Options{flags: flags, IOStreams: streams}
 	cmd := &cobra.Command{
 		Use:   "kubeconfig CLUSTER [--proxy-url http://HUB:7444]",

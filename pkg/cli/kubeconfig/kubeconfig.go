@@ -12,22 +12,26 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	"sigs.k8s.io/cluster-api/util/secret"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/pkg/cli/kube"
 	"github.com/edgefleet/fleet/pkg/cli/validate"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 )
 
+// The kubeconfig Secret Cluster API writes for a cluster, as
+// sigs.k8s.io/cluster-api/util/secret names it; that package links
+// controller-runtime's client, which the plugin does without.
+const kubeconfigDataKey = "value"
+
+func kubeconfigSecretName(cluster string) string { return cluster + "-kubeconfig" }
+
 // Options is `kubectl fleet kubeconfig`.
 type Options struct {
-	flags *genericclioptions.ConfigFlags
+	flags *kube.ConfigFlags
 	genericiooptions.IOStreams
 	Name string
 	// ProxyURL replaces the scheme, host and port of the proxy the hub
@@ -78,15 +82,15 @@ func (o *Options) Validate() error {
 func (o *Options) Run(ctx context.Context) error {
 	conn := o.conn
 	cluster := &clusterv1.Cluster{}
-	if err := conn.Client.Get(ctx, client.ObjectKey{Namespace: conn.Namespace, Name: o.Name}, cluster); err != nil {
+	if err := conn.Client.Get(ctx, kube.ObjectKey{Namespace: conn.Namespace, Name: o.Name}, cluster); err != nil {
 		if apierrors.IsNotFound(err) {
 			return fmt.Errorf("cluster %q not found in namespace %s (see `kubectl fleet get clusters`)", o.Name, conn.Namespace)
 		}
 		return conn.Explain(err)
 	}
 	s := &corev1.Secret{}
-	name := secret.Name(o.Name, secret.Kubeconfig)
-	if err := conn.Client.Get(ctx, client.ObjectKey{Namespace: conn.Namespace, Name: name}, s); err != nil {
+	name := kubeconfigSecretName(o.Name)
+	if err := conn.Client.Get(ctx, kube.ObjectKey{Namespace: conn.Namespace, Name: name}, s); err != nil {
 		if apierrors.IsNotFound(err) {
 			return fmt.Errorf("cluster %s has no kubeconfig Secret %s yet: its control plane has not been initialised", o.Name, name)
 		}
@@ -98,7 +102,7 @@ func (o *Options) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	cfg, err := clientcmd.Load(s.Data[secret.KubeconfigDataName])
+	cfg, err := clientcmd.Load(s.Data[kubeconfigDataKey])
 	if err != nil {
 		return fmt.Errorf("the Secret %s holds no valid kubeconfig: %w", name, err)
 	}
@@ -144,11 +148,11 @@ func (o *Options) rotate(ctx context.Context, conn *kube.Connection, cluster *cl
 	// conflict is read again and retried.
 	var epoch uint64
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := conn.Client.Get(ctx, client.ObjectKeyFromObject(cluster), cluster); err != nil {
+		if err := conn.Client.Get(ctx, kube.ObjectKeyFromObject(cluster), cluster); err != nil {
 			return err
 		}
 		epoch, _ = strconv.ParseUint(cluster.Annotations[infrav1.ReachCredentialEpochAnnotation], 10, 63)
-		patch := client.MergeFromWithOptions(cluster.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		patch := kube.MergeFromWithOptimisticLock(cluster.DeepCopy())
 		if cluster.Annotations == nil {
 			cluster.Annotations = map[string]string{}
 		}
@@ -161,7 +165,7 @@ func (o *Options) rotate(ctx context.Context, conn *kube.Connection, cluster *cl
 	fmt.Fprintf(o.ErrOut, "Retired the edge-reach credential of cluster %s (epoch %d); waiting for the hub to write the new one…\n", o.Name, epoch+1)
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	key := client.ObjectKeyFromObject(s)
+	key := kube.ObjectKeyFromObject(s)
 	for {
 		cur := &corev1.Secret{}
 		if err := conn.Client.Get(ctx, key, cur); err == nil && proxyURLs(cur) != before {
@@ -178,7 +182,7 @@ func (o *Options) rotate(ctx context.Context, conn *kube.Connection, cluster *cl
 
 // proxyURLs joins the proxy-urls of a kubeconfig Secret's cluster entries.
 func proxyURLs(s *corev1.Secret) string {
-	cfg, err := clientcmd.Load(s.Data[secret.KubeconfigDataName])
+	cfg, err := clientcmd.Load(s.Data[kubeconfigDataKey])
 	if err != nil {
 		return ""
 	}

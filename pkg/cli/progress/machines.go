@@ -6,18 +6,18 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/edgefleet/fleet/pkg/cli/kube"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // Machines checks that a cluster has exactly controlPlane control-plane
 // Machines and workers other Machines, all Running: what `create --wait`
 // and `scale --wait` wait for. A Machine being deleted still counts, so a
 // scale-down is done only once the removed Machines are gone.
-func Machines(c client.Client, ns, cluster string, controlPlane, workers int) Check {
+func Machines(c *kube.Client, ns, cluster string, controlPlane, workers int) Check {
 	return func(ctx context.Context) (string, bool, error) {
 		machines := &clusterv1.MachineList{}
-		if err := c.List(ctx, machines, client.InNamespace(ns), client.MatchingLabels{clusterv1.ClusterNameLabel: cluster}); err != nil {
+		if err := c.List(ctx, machines, kube.InNamespace(ns), kube.MatchingLabels{clusterv1.ClusterNameLabel: cluster}); err != nil {
 			return "", false, fmt.Errorf("listing the Machines of cluster %s: %w", cluster, err)
 		}
 		phases := map[string]int{}

@@ -6,15 +6,12 @@ import (
 	"fmt"
 	"time"
 
-	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/utils/ptr"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/pkg/cli/kube"
 	"github.com/edgefleet/fleet/pkg/cli/progress"
@@ -23,7 +20,7 @@ import (
 
 // Options is `kubectl fleet scale cluster`. A nil count is left as it is.
 type Options struct {
-	flags *genericclioptions.ConfigFlags
+	flags *kube.ConfigFlags
 	genericiooptions.IOStreams
 	Name                 string
 	WorkerMachines       *int32
@@ -66,7 +63,7 @@ func (o *Options) Validate() error {
 func (o *Options) Run(ctx context.Context) error {
 	c, ns := o.conn.Client, o.conn.Namespace
 	cluster := &clusterv1.Cluster{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: o.Name}, cluster); err != nil {
+	if err := c.Get(ctx, kube.ObjectKey{Namespace: ns, Name: o.Name}, cluster); err != nil {
 		if apierrors.IsNotFound(err) {
 			return fmt.Errorf("cluster %q not found in namespace %s (see `kubectl fleet get clusters`)", o.Name, ns)
 		}
@@ -74,7 +71,7 @@ func (o *Options) Run(ctx context.Context) error {
 	}
 	if o.WorkerMachines != nil {
 		md := &clusterv1.MachineDeployment{}
-		key := client.ObjectKey{Namespace: ns, Name: o.Name + "-md-0"}
+		key := kube.ObjectKey{Namespace: ns, Name: o.Name + "-md-0"}
 		if err := c.Get(ctx, key, md); err != nil {
 			return fmt.Errorf("worker MachineDeployment %s: %w", key.Name, err)
 		}
@@ -89,7 +86,7 @@ func (o *Options) Run(ctx context.Context) error {
 			return fmt.Errorf("cluster %s has no KubeadmControlPlane (it was created with --control-plane=machines): add or delete its control-plane Machines instead", o.Name)
 		}
 		kcp := &controlplanev1.KubeadmControlPlane{}
-		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: ref.Name}, kcp); err != nil {
+		if err := c.Get(ctx, kube.ObjectKey{Namespace: ns, Name: ref.Name}, kcp); err != nil {
 			return o.conn.Explain(err)
 		}
 		if err := scaleTo(ctx, c, kcp, *o.ControlPlaneMachines); err != nil {
@@ -119,14 +116,14 @@ func (o *Options) wanted(ctx context.Context, cluster *clusterv1.Cluster) (cp, w
 	c, ns := o.conn.Client, o.conn.Namespace
 	if ref := cluster.Spec.ControlPlaneRef; ref.Kind == "KubeadmControlPlane" {
 		kcp := &controlplanev1.KubeadmControlPlane{}
-		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: ref.Name}, kcp); err != nil {
+		if err := c.Get(ctx, kube.ObjectKey{Namespace: ns, Name: ref.Name}, kcp); err != nil {
 			return 0, 0, o.conn.Explain(err)
 		}
 		cp = int(ptr.Deref(kcp.Spec.Replicas, 1))
 	} else {
 		machines := &clusterv1.MachineList{}
-		if err := c.List(ctx, machines, client.InNamespace(ns), client.MatchingLabels{clusterv1.ClusterNameLabel: o.Name},
-			client.HasLabels{clusterv1.MachineControlPlaneLabel}); err != nil {
+		if err := c.List(ctx, machines, kube.InNamespace(ns), kube.MatchingLabels{clusterv1.ClusterNameLabel: o.Name},
+			kube.HasLabels{clusterv1.MachineControlPlaneLabel}); err != nil {
 			return 0, 0, o.conn.Explain(err)
 		}
 		for _, m := range machines.Items {
@@ -136,7 +133,7 @@ func (o *Options) wanted(ctx context.Context, cluster *clusterv1.Cluster) (cp, w
 		}
 	}
 	mds := &clusterv1.MachineDeploymentList{}
-	if err := c.List(ctx, mds, client.InNamespace(ns)); err != nil {
+	if err := c.List(ctx, mds, kube.InNamespace(ns)); err != nil {
 		return 0, 0, o.conn.Explain(err)
 	}
 	for _, md := range mds.Items {
@@ -150,9 +147,9 @@ func (o *Options) wanted(ctx context.Context, cluster *clusterv1.Cluster) (cp, w
 // scaleTo sets replicas with a merge patch of the scale subresource, as
 // kubectl scale does: Cluster API's reconcilers write the object all the
 // time, and an update carrying the resourceVersion read would conflict.
-func scaleTo(ctx context.Context, c client.Client, obj client.Object, replicas int32) error {
-	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, replicas))
-	if err := c.SubResource("scale").Patch(ctx, obj, patch, client.WithSubResourceBody(&autoscalingv1.Scale{})); err != nil {
+func scaleTo(ctx context.Context, c *kube.Client, obj kube.Object, replicas int32) error {
+	patch := kube.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, replicas))
+	if err := c.PatchScale(ctx, obj, patch); err != nil {
 		return fmt.Errorf("scaling %s: %w", obj.GetName(), err)
 	}
 	return nil

@@ -4,14 +4,14 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"github.com/edgefleet/fleet/pkg/cli/command"
+	"github.com/edgefleet/fleet/pkg/cli/kube"
 )
 
 // NewCmd returns `kubectl fleet token`.
-func NewCmd(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
+func NewCmd(flags *kube.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "token",
 		Short: "Manage enrollment tokens for edge machines",
@@ -26,7 +26,7 @@ func bindHubNamespace(cmd *cobra.Command, into *string) {
 	cmd.Flags().StringVar(into, "hub-namespace", "fleet-system", "Namespace of the fleet hub (its tokens and CA).")
 }
 
-func newCreateCmd(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
+func newCreateCmd(flags *kube.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
 	o := &CreateOptions{flags: flags, IOStreams: streams}
 	cmd := &cobra.Command{
 		Use:   "create",
@@ -49,7 +49,7 @@ func newCreateCmd(flags *genericclioptions.ConfigFlags, streams genericiooptions
 	return cmd
 }
 
-func newListCmd(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
+func newListCmd(flags *kube.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
 	o := &ListOptions{flags: flags, IOStreams: streams}
 	cmd := &cobra.Command{
 		Use:     "list",
@@ -62,7 +62,7 @@ func newListCmd(flags *genericclioptions.ConfigFlags, streams genericiooptions.I
 	return cmd
 }
 
-func newRevokeCmd(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
+func newRevokeCmd(flags *kube.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
 	o := &RevokeOptions{flags: flags, IOStreams: streams}
 	cmd := &cobra.Command{
 		Use:   "revoke ID",

@@ -11,9 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/pkg/cli/kube"
 	"github.com/edgefleet/fleet/pkg/cli/validate"
@@ -21,7 +19,7 @@ import (
 
 // CreateOptions is `kubectl fleet token create`.
 type CreateOptions struct {
-	flags *genericclioptions.ConfigFlags
+	flags *kube.ConfigFlags
 	genericiooptions.IOStreams
 
 	HubNamespace    string
@@ -70,7 +68,7 @@ func (o *CreateOptions) Validate() error {
 // Run creates the token and prints how to use it.
 func (o *CreateOptions) Run(ctx context.Context) error {
 	info := &corev1.ConfigMap{}
-	err := o.conn.Client.Get(ctx, client.ObjectKey{Namespace: o.HubNamespace, Name: hubinfo.ConfigMap}, info)
+	err := o.conn.Client.Get(ctx, kube.ObjectKey{Namespace: o.HubNamespace, Name: hubinfo.ConfigMap}, info)
 	if apierrors.IsNotFound(err) {
 		return fmt.Errorf("no fleet hub found in namespace %q of context %q (ConfigMap %s missing): is the hub running? Use --hub-namespace to point at it",
 			o.HubNamespace, o.conn.Context, hubinfo.ConfigMap)
@@ -82,12 +80,15 @@ func (o *CreateOptions) Run(ctx context.Context) error {
 	if hubURL == "" {
 		hubURL = info.Data[hubinfo.KeyURL]
 	}
-	tok, _, err := enrolltoken.Create(ctx, o.conn.Client, o.HubNamespace, enrolltoken.Options{
+	tok, s, err := enrolltoken.New(o.HubNamespace, enrolltoken.Options{
 		TTL: o.TTL, UsageLimit: o.Usages, HostNamespace: o.conn.Namespace, HostLabels: o.labels,
 		ApprovalRequired: o.RequireApproval, Description: o.Description,
 	}, time.Now())
 	if err != nil {
-		return o.conn.Explain(err)
+		return err
+	}
+	if err := o.conn.Client.Create(ctx, s); err != nil {
+		return o.conn.Explain(fmt.Errorf("creating token Secret: %w", err))
 	}
 	if hubURL == "" {
 		hubURL = "https://<gateway-address>:7443"

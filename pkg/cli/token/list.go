@@ -13,10 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/duration"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/cli-runtime/pkg/printers"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/pkg/cli/kube"
 	"github.com/edgefleet/fleet/pkg/cli/validate"
@@ -24,7 +22,7 @@ import (
 
 // ListOptions is `kubectl fleet token list`.
 type ListOptions struct {
-	flags *genericclioptions.ConfigFlags
+	flags *kube.ConfigFlags
 	genericiooptions.IOStreams
 	HubNamespace string
 
@@ -45,7 +43,7 @@ func (o *ListOptions) Validate() error { return validate.Namespace("--hub-namesp
 // printer columns of their own, so the table is built here.
 func (o *ListOptions) Run(ctx context.Context) error {
 	list := &corev1.SecretList{}
-	if err := o.conn.Client.List(ctx, list, client.InNamespace(o.HubNamespace), client.HasLabels{"fleet.edgefleet.io/token-id"}); err != nil {
+	if err := o.conn.Client.List(ctx, list, kube.InNamespace(o.HubNamespace), kube.HasLabels{"fleet.edgefleet.io/token-id"}); err != nil {
 		return o.conn.Explain(err)
 	}
 	table := &metav1.Table{ColumnDefinitions: []metav1.TableColumnDefinition{

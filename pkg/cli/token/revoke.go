@@ -9,9 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/pkg/cli/kube"
 	"github.com/edgefleet/fleet/pkg/cli/validate"
@@ -19,7 +17,7 @@ import (
 
 // RevokeOptions is `kubectl fleet token revoke ID`.
 type RevokeOptions struct {
-	flags *genericclioptions.ConfigFlags
+	flags *kube.ConfigFlags
 	genericiooptions.IOStreams
 	HubNamespace string
 	ID           string
@@ -47,7 +45,7 @@ func (o *RevokeOptions) Validate() error {
 // Run revokes the token.
 func (o *RevokeOptions) Run(ctx context.Context) error {
 	s := &corev1.Secret{}
-	if err := o.conn.Client.Get(ctx, client.ObjectKey{Namespace: o.HubNamespace, Name: enrolltoken.SecretName(o.ID)}, s); err != nil {
+	if err := o.conn.Client.Get(ctx, kube.ObjectKey{Namespace: o.HubNamespace, Name: enrolltoken.SecretName(o.ID)}, s); err != nil {
 		if apierrors.IsNotFound(err) {
 			return fmt.Errorf("token %q not found in namespace %s (see `kubectl fleet token list`)", o.ID, o.HubNamespace)
 		}
@@ -56,7 +54,7 @@ func (o *RevokeOptions) Run(ctx context.Context) error {
 	if s.Type != enrolltoken.SecretType {
 		return fmt.Errorf("secret %s is not an enrollment token", s.Name)
 	}
-	patch := client.MergeFrom(s.DeepCopy())
+	patch := kube.MergeFrom(s.DeepCopy())
 	if s.Data == nil {
 		s.Data = map[string][]byte{}
 	}

@@ -5,9 +5,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/internal/version"
 	"github.com/edgefleet/fleet/pkg/cli/kube"
@@ -17,7 +15,7 @@ import (
 
 // Options is `kubectl fleet version`.
 type Options struct {
-	flags *genericclioptions.ConfigFlags
+	flags *kube.ConfigFlags
 	genericiooptions.IOStreams
 	HubNamespace string
 	ClientOnly   bool
@@ -54,7 +52,7 @@ func (o *Options) Run(ctx context.Context) error {
 		return nil
 	}
 	info := &corev1.ConfigMap{}
-	if err := o.conn.Client.Get(ctx, client.ObjectKey{Namespace: o.HubNamespace, Name: hubinfo.ConfigMap}, info); err != nil {
+	if err := o.conn.Client.Get(ctx, kube.ObjectKey{Namespace: o.HubNamespace, Name: hubinfo.ConfigMap}, info); err != nil {
 		fmt.Fprintf(o.Out, "fleet-hub: unknown (%v)\n", err)
 		return nil
 	}

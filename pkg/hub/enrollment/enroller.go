@@ -192,7 +192,7 @@ func (s *Enroller) enroll(ctx context.Context, req *wire.EnrollRequest) (*wire.E
 			// exist that a retry resumes, so the use stays spent.
 			refund := errors.Is(err, errHostExists) || apierrors.IsInvalid(err)
 			if refund {
-				if rerr := enrolltoken.Refund(ctx, s.client, s.apiReader, tok); rerr != nil {
+				if rerr := Refund(ctx, s.client, s.apiReader, tok); rerr != nil {
 					s.log.Error(rerr, "Giving a use back to a token after a refused enrollment", "tokenID", tok.ID)
 				}
 			}
@@ -223,7 +223,7 @@ func (s *Enroller) consumeToken(ctx context.Context, token string) (*enrolltoken
 	mu.Lock()
 	defer mu.Unlock()
 	for attempt := 0; ; attempt++ {
-		tok, err := enrolltoken.Authenticate(ctx, s.apiReader, s.opts.HubNamespace, token, time.Now())
+		tok, err := Authenticate(ctx, s.apiReader, s.opts.HubNamespace, token, time.Now())
 		if err != nil {
 			for _, tr := range tokenRefusals {
 				if errors.Is(err, tr.err) {
@@ -232,7 +232,7 @@ func (s *Enroller) consumeToken(ctx context.Context, token string) (*enrolltoken
 			}
 			return nil, http.StatusInternalServerError, "Internal", err
 		}
-		err = enrolltoken.Consume(ctx, s.client, tok)
+		err = Consume(ctx, s.client, tok)
 		if err == nil {
 			return tok, http.StatusOK, "", nil
 		}
@@ -346,7 +346,7 @@ func hostCandidates(req *wire.EnrollRequest) []string {
 // agent has ever connected as it. Anyone else asking with that key gains
 // nothing: the certificate is useless without the private key.
 func (s *Enroller) resumedHost(ctx context.Context, req *wire.EnrollRequest, keyID string) (*infrav1.EdgeHost, error) {
-	tok, err := enrolltoken.Verify(ctx, s.apiReader, s.opts.HubNamespace, req.Token, time.Now())
+	tok, err := Verify(ctx, s.apiReader, s.opts.HubNamespace, req.Token, time.Now())
 	if err != nil {
 		return nil, nil // refused below, with the right answer
 	}

@@ -34,7 +34,7 @@ func TestEnrollOnAContendedTokenIsBusyNotAnError(t *testing.T) {
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = infrav1.AddToScheme(scheme)
 	base := fake.NewClientBuilder().WithScheme(scheme).Build()
-	token, _, err := enrolltoken.Create(ctx, base, "fleet-system", enrolltoken.Options{TTL: time.Hour, HostNamespace: "site-a"}, time.Now())
+	token, _, err := CreateToken(ctx, base, "fleet-system", enrolltoken.Options{TTL: time.Hour, HostNamespace: "site-a"}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/fleet/pkg/enrolltoken"
+	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 
 	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
@@ -381,7 +382,7 @@ func TestTunnelsNeedAClaimNotLabels(t *testing.T) {
 	ns := newNamespace(t)
 	h := startHub(t, hubOptions{ns: ns})
 	for _, k := range []string{infrav1.ClusterLabel, infrav1.ControlPlaneLabel, clusterv1.ClusterNameLabel, "controlplane.cluster.x-k8s.io/x"} {
-		if _, _, err := enrolltoken.Create(ctx, env.Client, ns, enrolltoken.Options{HostNamespace: ns, HostLabels: map[string]string{k: "store"}}, time.Now()); err == nil {
+		if _, _, err := enrollment.CreateToken(ctx, env.Client, ns, enrolltoken.Options{HostNamespace: ns, HostLabels: map[string]string{k: "store"}}, time.Now()); err == nil {
 			t.Errorf("a token with label %s was made", k)
 		}
 	}

@@ -23,6 +23,7 @@ import (
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
 	"github.com/edgefleet/fleet/pkg/enrolltoken"
+	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 	"github.com/edgefleet/fleet/pkg/pki"
 )
 
@@ -89,7 +90,7 @@ func TestEnrollmentRefusals(t *testing.T) {
 	if !errors.Is(err, agent.ErrPinMismatch) {
 		t.Fatalf("wrong pin: %v, want ErrPinMismatch", err)
 	}
-	if tk, err := enrolltoken.Authenticate(ctx, env.Client, ns, good, time.Now()); err != nil || tk.Usages != 0 {
+	if tk, err := enrollment.Authenticate(ctx, env.Client, ns, good, time.Now()); err != nil || tk.Usages != 0 {
 		t.Fatalf("the token reached the hub despite the wrong pin: usages %v err %v", tk, err)
 	}
 
@@ -197,7 +198,7 @@ func TestEnrollmentRetryGetsTheSameHost(t *testing.T) {
 	if len(hosts.Items) != 1 {
 		t.Errorf("EdgeHosts %v, want one", names(hosts.Items))
 	}
-	if tk, err := enrolltoken.Verify(ctx, env.Client, ns, tok, time.Now()); err != nil || tk.Usages != 1 {
+	if tk, err := enrollment.Verify(ctx, env.Client, ns, tok, time.Now()); err != nil || tk.Usages != 1 {
 		t.Errorf("token usages %v %v, want 1", tk, err)
 	}
 }

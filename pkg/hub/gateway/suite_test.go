@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/fleet/pkg/enrolltoken"
+	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 
 	"github.com/go-logr/logr"
 	"go.uber.org/zap/zapcore"
@@ -259,7 +260,7 @@ func newToken(t *testing.T, ns string, opts enrolltoken.Options) string {
 	if opts.TTL == 0 {
 		opts.TTL = time.Hour
 	}
-	tok, _, err := enrolltoken.Create(context.Background(), env.Client, ns, opts, time.Now())
+	tok, _, err := enrollment.CreateToken(context.Background(), env.Client, ns, opts, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
