@@ -8,8 +8,8 @@ import (
 	"testing"
 )
 
-// The packages that made the plugin 72 MB: controller-runtime's client
-// and cli-runtime's kubectl flags both link client-go's kubernetes/scheme
+// Packages the plugin must not link: controller-runtime's client and
+// cli-runtime's kubectl flags both bring client-go's kubernetes/scheme
 // (every built-in API group), discovery's OpenAPI models and kustomize.
 // docs/PERFORMANCE.md, "Binary sizes: kubectl fleet".
 var heavy = []string{

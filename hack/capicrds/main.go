@@ -57,7 +57,7 @@ func run(out, webhooksOut string) error {
 		for _, f := range files {
 			c, err := os.ReadFile(f)
 			if err != nil {
-				return err
+				return fmt.Errorf("reading Cluster API's CRDs: %w", err)
 			}
 			yaml.WriteString("---\n")
 			yaml.Write(bytes.TrimPrefix(c, []byte("---\n")))
@@ -71,7 +71,7 @@ func run(out, webhooksOut string) error {
 	for _, f := range webhookFiles {
 		c, err := os.ReadFile(filepath.Join(dir, f))
 		if err != nil {
-			return err
+			return fmt.Errorf("reading Cluster API's webhook configurations: %w", err)
 		}
 		hooks.WriteString("---\n")
 		hooks.Write(bytes.TrimPrefix(c, []byte("---\n")))

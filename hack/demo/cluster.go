@@ -14,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -59,21 +58,8 @@ func (d *demo) createCluster(ctx context.Context) error {
 	default:
 		return fmt.Errorf("reading cluster %s: %w", clusterName, err)
 	}
-	// Machines Running is what --wait waits for; Cluster API counts a
-	// MachineDeployment's replicas available a few seconds later. Describe
-	// once it has, so the picture is settled.
-	_ = waitFor(ctx, time.Minute, "workers available", nil, func() (string, error) {
-		mds := &clusterv1.MachineDeploymentList{}
-		if err := d.client.List(ctx, mds, client.InNamespace("default"), client.MatchingLabels{clusterv1.ClusterNameLabel: clusterName}); err != nil {
-			return "", err
-		}
-		for _, md := range mds.Items {
-			if md.Spec.Replicas != nil && ptr.Deref(md.Status.AvailableReplicas, 0) < *md.Spec.Replicas {
-				return "", fmt.Errorf("%s: %d available", md.Name, ptr.Deref(md.Status.AvailableReplicas, 0))
-			}
-		}
-		return "", nil
-	})
+	// Machines Running is what --wait waits for; Cluster API counts the
+	// workers available (and so the Cluster) a few seconds later.
 	if err := d.waitAvailable(ctx); err != nil {
 		return err
 	}

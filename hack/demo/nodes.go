@@ -214,7 +214,7 @@ func (d *demo) writeMode() error {
 }
 
 // fleetKind names what the demo makes: the nodes, and for simulated ones
-// the control plane, which earlier demos made as plain Machines.
+// the control plane, so a kept fleet of another shape is started over.
 func (d *demo) fleetKind() string {
 	if d.real() {
 		return d.nodes

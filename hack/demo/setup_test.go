@@ -208,7 +208,7 @@ func TestSetUpOnlyInstallsPackages(t *testing.T) {
 			_ = os.Remove(fake.log)
 			var out strings.Builder
 			missing := []string{"containerd", "/work/bin/k8s/images/kube-proxy.tar"}
-			d := &demo{out: &out, nodes: tc.nodes, noInstall: tc.noInstall, probe: func() []string {
+			d := &demo{out: &out, binDir: "/work/bin", nodes: tc.nodes, noInstall: tc.noInstall, probe: func() []string {
 				if got, _ := os.ReadFile(fake.log); strings.Contains(string(got), "install") {
 					return missing[1:]
 				}
@@ -223,5 +223,23 @@ func TestSetUpOnlyInstallsPackages(t *testing.T) {
 				t.Errorf("the set-up step speaks of what make k8s builds next:\n%s", out.String())
 			}
 		})
+	}
+}
+
+// Where real hosts cannot run whatever is installed (not root, cgroup v2),
+// the set-up step installs nothing; the demo's run then says why.
+func TestSetUpOnlyInstallsNothingWhereHostsCannotRun(t *testing.T) {
+	fake := fakeAptGet(t, 0)
+	t.Setenv("PATH", fake.dir)
+	for _, cannot := range []string{"root", "cgroup v1 (this machine mounts cgroup v2 at /sys/fs/cgroup)"} {
+		var out strings.Builder
+		d := &demo{out: &out, binDir: "/work/bin", nodes: nodesAuto, probe: func() []string { return []string{cannot, "containerd"} }}
+		must(t, d.installPackages(context.Background()))
+		if got, _ := os.ReadFile(fake.log); len(got) != 0 {
+			t.Errorf("without %s, apt-get was asked %q", cannot, got)
+		}
+		if out.Len() != 0 {
+			t.Errorf("without %s, the set-up step said %q", cannot, out.String())
+		}
 	}
 }

@@ -140,4 +140,23 @@ func TestCreateAndScaleWait(t *testing.T) {
 	if err == nil || !strings.HasPrefix(err.Error(), "timed out waiting for cluster wait (--timeout 2s): machines: ") {
 		t.Errorf("scale to more machines than hosts: %v", err)
 	}
+
+	// Both halves asked of a cluster without a KubeadmControlPlane: refused
+	// before either is scaled.
+	md := &clusterv1.MachineDeployment{}
+	key := client.ObjectKey{Namespace: ns, Name: "wait-md-0"}
+	if err := env.Client.Get(context.Background(), key, md); err != nil {
+		t.Fatal(err)
+	}
+	before := *md.Spec.Replicas
+	_, _, err = fleet(t, "scale", "cluster", "wait", "-n", ns, "--worker-machines", "1", "--control-plane-machines", "3")
+	if err == nil || !strings.Contains(err.Error(), "has no KubeadmControlPlane") {
+		t.Errorf("scale of a control plane of plain Machines: %v", err)
+	}
+	if err := env.Client.Get(context.Background(), key, md); err != nil {
+		t.Fatal(err)
+	}
+	if *md.Spec.Replicas != before {
+		t.Errorf("the refused scale still scaled the workers from %d to %d", before, *md.Spec.Replicas)
+	}
 }

@@ -86,7 +86,11 @@ func (s *Site) nextAddr() (string, int, error) {
 func (s *Site) join(h *Host) error {
 	s.routeMu.Lock()
 	defer s.routeMu.Unlock()
-	for _, m := range s.members {
+	// A member first, so that leave takes back whatever routes a failure
+	// half-way left on the others.
+	others := slices.Clone(s.members)
+	s.members = append(s.members, h)
+	for _, m := range others {
 		if err := ipAll(
 			[]string{"-n", h.netns, "route", "replace", m.PodCIDR, "via", m.Addr, "dev", "eth0"},
 			[]string{"-n", m.netns, "route", "replace", h.PodCIDR, "via", h.Addr, "dev", "eth0"},
@@ -94,7 +98,6 @@ func (s *Site) join(h *Host) error {
 			return fmt.Errorf("routing pods between %s and %s: %w", h.Name, m.Name, err)
 		}
 	}
-	s.members = append(s.members, h)
 	return nil
 }
 

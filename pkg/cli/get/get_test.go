@@ -51,6 +51,8 @@ func TestSorter(t *testing.T) {
 		{[]any{"1Gi", "100Mi", "2"}, "2 1 0"},
 		{[]any{"2026-12-03T10:00:00Z", "2026-12-03T09:00:00Z"}, "1 0"},
 		{[]any{true, false, true}, "1 0 2"},
+		// Not all quantities: every string by text, so the order is one.
+		{[]any{"10", "1a", "9"}, "0 1 2"},
 	} {
 		objs := make([]map[string]any, len(tc.values))
 		order := make([]string, len(tc.values))

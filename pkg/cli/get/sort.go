@@ -74,13 +74,28 @@ func (s *sorter) sort(n int, obj func(i int) map[string]any, swap func(i, j int)
 	if n > 0 && !found {
 		return fmt.Errorf("couldn't find any field with path %q in the list of objects", s.field)
 	}
-	sort.Stable(&byKey{keys: keys, swap: swap})
+	sort.Stable(&byKey{keys: keys, swap: swap, quantities: allQuantities(keys)})
 	return nil
 }
 
+// allQuantities tells whether every string key is a quantity ("2", "10Gi"):
+// only then are strings compared by value, or the order would not be one
+// ("10" < "1a" < "9" < "10").
+func allQuantities(keys []any) bool {
+	for _, k := range keys {
+		if s, ok := k.(string); ok {
+			if _, err := resource.ParseQuantity(s); err != nil {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 type byKey struct {
-	keys []any
-	swap func(i, j int)
+	keys       []any
+	swap       func(i, j int)
+	quantities bool
 }
 
 func (b *byKey) Len() int { return len(b.keys) }
@@ -90,10 +105,11 @@ func (b *byKey) Swap(i, j int) {
 	b.swap(i, j)
 }
 
-func (b *byKey) Less(i, j int) bool { return less(b.keys[i], b.keys[j]) }
+func (b *byKey) Less(i, j int) bool { return less(b.keys[i], b.keys[j], b.quantities) }
 
-// less compares two JSON values; a missing value is least.
-func less(a, b any) bool {
+// less compares two JSON values, strings as quantities when quantities is
+// set; a missing value is least.
+func less(a, b any, quantities bool) bool {
 	if a == nil || b == nil {
 		return a == nil && b != nil
 	}
@@ -108,9 +124,8 @@ func less(a, b any) bool {
 		if !ok {
 			break
 		}
-		qx, errx := resource.ParseQuantity(x)
-		qy, erry := resource.ParseQuantity(y)
-		if errx == nil && erry == nil {
+		if quantities {
+			qx, qy := resource.MustParse(x), resource.MustParse(y)
 			return qx.Cmp(qy) < 0
 		}
 		return x < y

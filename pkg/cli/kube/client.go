@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -91,6 +92,9 @@ type ListOption interface{ applyToList(*listOptions) }
 type listOptions struct {
 	namespace string
 	selector  labels.Selector
+	// err is the first option that could not be applied: a List with it
+	// would list more than asked.
+	err error
 }
 
 func (o *listOptions) and(reqs ...labels.Requirement) {
@@ -119,9 +123,12 @@ type HasLabels []string
 
 func (h HasLabels) applyToList(o *listOptions) {
 	for _, k := range h {
-		if r, err := labels.NewRequirement(k, selection.Exists, nil); err == nil {
-			o.and(*r)
+		r, err := labels.NewRequirement(k, selection.Exists, nil)
+		if err != nil {
+			o.err = cmp.Or(o.err, fmt.Errorf("label key %q: %w", k, err))
+			continue
 		}
+		o.and(*r)
 	}
 }
 
@@ -129,9 +136,12 @@ func (h HasLabels) applyToList(o *listOptions) {
 type MatchingLabelsSelector struct{ labels.Selector }
 
 func (m MatchingLabelsSelector) applyToList(o *listOptions) {
-	if reqs, ok := m.Requirements(); ok {
-		o.and(reqs...)
+	reqs, ok := m.Requirements()
+	if !ok {
+		o.err = cmp.Or(o.err, fmt.Errorf("label selector %q selects nothing", m.String()))
+		return
 	}
+	o.and(reqs...)
 }
 
 // List reads the objects of list's kind into list.
@@ -139,6 +149,9 @@ func (c *Client) List(ctx context.Context, list ObjectList, opts ...ListOption) 
 	var lo listOptions
 	for _, o := range opts {
 		o.applyToList(&lo)
+	}
+	if lo.err != nil {
+		return lo.err
 	}
 	r, gvk, err := c.resource(list, lo.namespace)
 	if err != nil {

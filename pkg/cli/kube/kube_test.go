@@ -1,14 +1,18 @@
 package kube
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/spf13/pflag"
@@ -124,5 +128,15 @@ func TestFlagsConfigure(t *testing.T) {
 	_ = fs.Parse([]string{"--kubeconfig", kc, "--context", "nope"})
 	if _, err := f.ToRESTConfig(); err == nil || !strings.Contains(err.Error(), `context "nope" does not exist`) {
 		t.Errorf("unknown context: %v", err)
+	}
+}
+
+// A list option that cannot be applied is an error, never a wider List.
+func TestListRefusesOptionsItCannotApply(t *testing.T) {
+	c := NewClient(nil, Scheme())
+	for _, opt := range []ListOption{HasLabels{"not a key!"}, MatchingLabelsSelector{labels.Nothing()}} {
+		if err := c.List(context.Background(), &corev1.SecretList{}, opt); err == nil {
+			t.Errorf("List with %#v: no error", opt)
+		}
 	}
 }

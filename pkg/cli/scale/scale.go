@@ -69,26 +69,39 @@ func (o *Options) Run(ctx context.Context) error {
 		}
 		return o.conn.Explain(err)
 	}
+	// Topology clusters are scaled by their Cluster's spec.topology, which
+	// the topology controller would revert a direct scale to.
+	if cluster.Spec.Topology.IsDefined() {
+		return fmt.Errorf("cluster %s is managed by ClusterClass %s: change its spec.topology replicas (kubectl fleet scale does not edit topologies yet)",
+			o.Name, cluster.Spec.Topology.ClassRef.Name)
+	}
+	// Read everything first: a refused half must leave the other unscaled.
+	var md *clusterv1.MachineDeployment
 	if o.WorkerMachines != nil {
-		md := &clusterv1.MachineDeployment{}
+		md = &clusterv1.MachineDeployment{}
 		key := kube.ObjectKey{Namespace: ns, Name: o.Name + "-md-0"}
 		if err := c.Get(ctx, key, md); err != nil {
 			return fmt.Errorf("worker MachineDeployment %s: %w", key.Name, err)
 		}
-		if err := scaleTo(ctx, c, md, *o.WorkerMachines); err != nil {
-			return o.conn.Explain(err)
-		}
-		fmt.Fprintf(o.Out, "machinedeployment/%s scaled to %d\n", md.Name, *o.WorkerMachines)
 	}
+	var kcp *controlplanev1.KubeadmControlPlane
 	if o.ControlPlaneMachines != nil {
 		ref := cluster.Spec.ControlPlaneRef
 		if ref.Kind != "KubeadmControlPlane" {
 			return fmt.Errorf("cluster %s has no KubeadmControlPlane (it was created with --control-plane=machines): add or delete its control-plane Machines instead", o.Name)
 		}
-		kcp := &controlplanev1.KubeadmControlPlane{}
+		kcp = &controlplanev1.KubeadmControlPlane{}
 		if err := c.Get(ctx, kube.ObjectKey{Namespace: ns, Name: ref.Name}, kcp); err != nil {
 			return o.conn.Explain(err)
 		}
+	}
+	if md != nil {
+		if err := scaleTo(ctx, c, md, *o.WorkerMachines); err != nil {
+			return o.conn.Explain(err)
+		}
+		fmt.Fprintf(o.Out, "machinedeployment/%s scaled to %d\n", md.Name, *o.WorkerMachines)
+	}
+	if kcp != nil {
 		if err := scaleTo(ctx, c, kcp, *o.ControlPlaneMachines); err != nil {
 			return o.conn.Explain(err)
 		}

@@ -148,6 +148,11 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("creating a client: %w", err)
 	}
+	// A kept fleet holds the last run's configurations, pointed at ports
+	// no one serves now: gone until this run's servers answer.
+	if err := webhooks.Uninstall(ctx, c, providers...); err != nil {
+		return err
+	}
 	// Cluster API's admission webhooks, installed once their servers
 	// answer, as a real management cluster runs them.
 	installWebhooks := func(ctx context.Context) error {
@@ -292,7 +297,9 @@ func runManagers(ctx context.Context, cancel context.CancelFunc, managers []ctrl
 	select {
 	case err := <-started:
 		if err != nil {
-			runErr = fmt.Errorf("starting: %w", err)
+			if ctx.Err() == nil {
+				runErr = fmt.Errorf("starting: %w", err)
+			}
 			break
 		}
 		select {

@@ -2,7 +2,9 @@ package clusterapi_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -81,8 +83,10 @@ func createYAML(t *testing.T, ns, docs string) {
 	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(docs), 4096)
 	for {
 		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); err != nil {
+		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
 			break
+		} else if err != nil {
+			t.Fatalf("decoding the test's YAML: %v", err)
 		}
 		if len(u.Object) == 0 {
 			continue

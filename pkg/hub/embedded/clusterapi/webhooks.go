@@ -111,6 +111,9 @@ func (w *Webhooks) server(p Provider) webhook.Server {
 		Port: w.ports[p],
 		TLSOpts: []func(*tls.Config){func(c *tls.Config) {
 			c.GetCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &w.cert, nil }
+			// HTTP/1.1 only, as Cluster API's binaries serve their
+			// webhooks: HTTP/2's rapid reset (CVE-2023-44487).
+			c.NextProtos = []string{"http/1.1"}
 		}},
 	})
 }
@@ -204,6 +207,26 @@ func (w *Webhooks) Install(ctx context.Context, c client.Client, providers ...Pr
 			return nil
 		}); err != nil {
 			return fmt.Errorf("installing ValidatingWebhookConfiguration %s: %w", v.Name, err)
+		}
+	}
+	return nil
+}
+
+// Uninstall deletes the webhook configurations Install writes for
+// providers, wherever they point.
+func (w *Webhooks) Uninstall(ctx context.Context, c client.Client, providers ...Provider) error {
+	mutating, validating, err := w.Configurations(providers...)
+	if err != nil {
+		return err
+	}
+	for _, m := range mutating {
+		if err := client.IgnoreNotFound(c.Delete(ctx, m)); err != nil {
+			return fmt.Errorf("deleting MutatingWebhookConfiguration %s: %w", m.Name, err)
+		}
+	}
+	for _, v := range validating {
+		if err := client.IgnoreNotFound(c.Delete(ctx, v)); err != nil {
+			return fmt.Errorf("deleting ValidatingWebhookConfiguration %s: %w", v.Name, err)
 		}
 	}
 	return nil

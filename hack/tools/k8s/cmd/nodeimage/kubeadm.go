@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"debug/buildinfo"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -31,6 +33,9 @@ type recipe struct {
 	tools func() ([]string, error)
 	// symlinks are extra links in the image, path -> target.
 	symlinks map[string]string
+	// module, when set, is the Go module the binary is built from, whose
+	// version must be the image's tag.
+	module string
 }
 
 // buildable are the images nodeimage knows how to build, by short name;
@@ -43,7 +48,7 @@ var buildable = map[string]recipe{
 	// The CRI runs the sandbox image's own entrypoint, and upstream's is /pause.
 	"pause": {entrypoint: "/pause"},
 	// kubeadm's Deployment passes only args, so the entrypoint is upstream's.
-	"coredns": {entrypoint: "/coredns"},
+	"coredns": {entrypoint: "/coredns", module: "github.com/coredns/coredns"},
 	// kube-proxy's DaemonSet runs /usr/local/bin/kube-proxy, which execs
 	// iptables, iptables-save and iptables-restore (and nft, to clean up
 	// after the nftables mode).
@@ -51,8 +56,9 @@ var buildable = map[string]recipe{
 }
 
 // xtablesDir holds the iptables extensions xtables-nft-multi dlopens to
-// parse matches and targets (Debian's iptables package).
-const xtablesDir = "/usr/lib/x86_64-linux-gnu/xtables"
+// parse matches and targets (Debian's iptables package, in the machine's
+// multiarch directory: the image is of the machine's architecture).
+var xtablesDir = "/usr/lib/" + map[string]string{"amd64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu"}[runtime.GOARCH] + "/xtables"
 
 // kubeProxyLinks put every iptables name kube-proxy may call on the nft
 // backend: with legacy tables beside nft ones iptables warns and rules
@@ -126,6 +132,11 @@ func buildKubeadmImages(opts kubeadmOptions, stdout io.Writer) error {
 			return fmt.Errorf("kubeadm %s lists %s, which nodeimage does not know how to build", version, image)
 		}
 		spec := imageSpec{name: image, binaries: []string{filepath.Join(opts.binDir, short)}, entrypoint: r.entrypoint, symlinks: r.symlinks}
+		if r.module != "" {
+			if err := checkModuleVersion(spec.binaries[0], r.module, image); err != nil {
+				return err
+			}
+		}
 		if r.tools != nil {
 			if spec.hostFiles, err = r.tools(); err != nil {
 				if missing := (missingToolError{}); errors.As(err, &missing) {
@@ -216,4 +227,25 @@ func newerThan(file string, inputs ...string) (bool, error) {
 		}
 	}
 	return newer, nil
+}
+
+// checkModuleVersion refuses to tag binary as image unless the Go module it
+// is built from has the image's version: a kubeadm that asks for another
+// CoreDNS than hack/tools/k8s/go.mod pins would otherwise get a mislabelled
+// image.
+func checkModuleVersion(binary, module, image string) error {
+	info, err := buildinfo.ReadFile(binary)
+	if err != nil {
+		return fmt.Errorf("%s: reading %s's build info: %w", image, binary, err)
+	}
+	_, tag, _ := strings.Cut(image[strings.LastIndex(image, "/")+1:], ":")
+	for _, d := range info.Deps {
+		if d.Path == module {
+			if d.Version != tag {
+				return fmt.Errorf("kubeadm lists %s, but %s is built from %s %s: pin %s in hack/tools/k8s/go.mod", image, binary, module, d.Version, tag)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("%s: %s is not built from %s", image, binary, module)
 }

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
@@ -483,5 +484,28 @@ func TestImportAndRun(t *testing.T) {
 		"-m", "comment", "--comment", "fleet", "-m", "statistic", "--mode", "random", "--probability", "0.5", "-j", "ACCEPT")
 	if out := ctr("run", "--rm", "--privileged", "registry.example/kube-proxy:v1", "nodeimage-nft", "/usr/sbin/nft", "list", "ruleset"); strings.TrimSpace(out) != "" {
 		t.Errorf("nft in a fresh network namespace listed %q, want nothing", out)
+	}
+}
+
+// An image is tagged only with the version of the module its binary is
+// built from: a kubeadm asking for another CoreDNS fails the build.
+func TestCheckModuleVersion(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, ok := debug.ReadBuildInfo()
+	if !ok || len(info.Deps) == 0 {
+		t.Fatal("the test binary carries no module information")
+	}
+	dep := info.Deps[0]
+	if err := checkModuleVersion(self, dep.Path, "registry.example/x:"+dep.Version); err != nil {
+		t.Errorf("the right version refused: %v", err)
+	}
+	if err := checkModuleVersion(self, dep.Path, "registry.example/x:v0.0.0-other"); err == nil || !strings.Contains(err.Error(), "pin v0.0.0-other in hack/tools/k8s/go.mod") {
+		t.Errorf("another version: %v", err)
+	}
+	if err := checkModuleVersion(self, "example.com/not/linked", "registry.example/x:v1"); err == nil {
+		t.Error("a module the binary is not built from: no error")
 	}
 }
