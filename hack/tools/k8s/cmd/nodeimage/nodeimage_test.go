@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"crypto/sha256"
+	"debug/buildinfo"
 	"errors"
 	"io"
 	"maps"
@@ -498,14 +499,18 @@ func TestCheckModuleVersion(t *testing.T) {
 	if !ok || len(info.Deps) == 0 {
 		t.Fatal("the test binary carries no module information")
 	}
+	bi, err := buildinfo.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
 	dep := info.Deps[0]
-	if err := checkModuleVersion(self, dep.Path, "registry.example/x:"+dep.Version); err != nil {
+	if err := checkModuleVersion(bi, self, dep.Path, "registry.example/x:"+dep.Version); err != nil {
 		t.Errorf("the right version refused: %v", err)
 	}
-	if err := checkModuleVersion(self, dep.Path, "registry.example/x:v0.0.0-other"); err == nil || !strings.Contains(err.Error(), "pin v0.0.0-other in hack/tools/k8s/go.mod") {
+	if err := checkModuleVersion(bi, self, dep.Path, "registry.example/x:v0.0.0-other"); err == nil || !strings.Contains(err.Error(), "pin v0.0.0-other in hack/tools/k8s/go.mod") {
 		t.Errorf("another version: %v", err)
 	}
-	if err := checkModuleVersion(self, "example.com/not/linked", "registry.example/x:v1"); err == nil {
+	if err := checkModuleVersion(bi, self, "example.com/not/linked", "registry.example/x:v1"); err == nil {
 		t.Error("a module the binary is not built from: no error")
 	}
 }
