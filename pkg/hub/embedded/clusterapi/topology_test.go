@@ -16,6 +16,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/edgefleet/fleet/internal/testkit"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 )
 
@@ -98,21 +99,6 @@ func createYAML(t *testing.T, ns, docs string) {
 	}
 }
 
-func eventually(t *testing.T, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
 // Cluster API's real topology reconcilers turn a ClusterClass of fleet's
 // templates and a Cluster's topology into the objects of a cluster: an
 // EdgeCluster cloned from the EdgeClusterTemplate, a KubeadmControlPlane
@@ -136,7 +122,7 @@ spec:
       - {class: worker, name: md-0, replicas: 1}
 `)
 	cluster := &clusterv1.Cluster{}
-	eventually(t, "the topology controller fills the Cluster's references", func() error {
+	testkit.Eventually(t, time.Minute, 200*time.Millisecond, "the topology controller fills the Cluster's references", func() error {
 		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "store-1"}, cluster); err != nil {
 			return err
 		}
@@ -165,7 +151,7 @@ spec:
 	if got := emt.Spec.Template.Spec.HostSelector; got == nil || got.MatchLabels["role"] != "control-plane" {
 		t.Errorf("the control plane's cloned EdgeMachineTemplate selects %v, want the class's role=control-plane", got)
 	}
-	eventually(t, "the topology's MachineDeployment", func() error {
+	testkit.Eventually(t, time.Minute, 200*time.Millisecond, "the topology's MachineDeployment", func() error {
 		mds := &clusterv1.MachineDeploymentList{}
 		if err := env.Client.List(ctx, mds, client.InNamespace(ns), client.MatchingLabels{clusterv1.ClusterTopologyMachineDeploymentNameLabel: "md-0"}); err != nil {
 			return err
@@ -195,7 +181,7 @@ func TestClusterOfAMissingClass(t *testing.T) {
 		}
 		return
 	}
-	eventually(t, "TopologyReconciled False naming the missing class", func() error {
+	testkit.Eventually(t, time.Minute, 200*time.Millisecond, "TopologyReconciled False naming the missing class", func() error {
 		c := &clusterv1.Cluster{}
 		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "nowhere"}, c); err != nil {
 			return err
