@@ -2,6 +2,7 @@ package clustertemplate
 
 import (
 	"bytes"
+	_ "embed"
 	"fmt"
 	"regexp"
 	"strings"
@@ -26,6 +27,9 @@ type Flavor struct {
 	// Variables are the clusterctl variables the template uses.
 	Variables []string
 	spec      func(Spec) Spec
+	// template, when set, is the flavor's template as it is, not one
+	// rendered from a Spec.
+	template []byte
 }
 
 // File is the release asset's name, as clusterctl looks it up.
@@ -62,7 +66,17 @@ var Flavors = []Flavor{{
 		s.ControlPlane, s.ControlPlaneMachines = "machines", 1
 		return s
 	},
+}, {
+	Name: "topology",
+	Description: "A site from fleet's ClusterClass " + ClassName + " (" + ClassFile + "): a KubeadmControlPlane of CONTROL_PLANE_MACHINE_COUNT hosts " +
+		"and WORKER_MACHINE_COUNT workers at the hosts labelled site=EDGE_SITE " +
+		"(create cluster --class " + ClassName + " --variable site=EDGE_SITE).",
+	Variables: []string{"CLUSTER_NAME", "NAMESPACE", "KUBERNETES_VERSION", "CONTROL_PLANE_MACHINE_COUNT", "WORKER_MACHINE_COUNT", "EDGE_SITE", "POD_CIDR", "SERVICE_CIDR"},
+	template:  topologyTemplate,
 }}
+
+//go:embed cluster-template-topology.yaml
+var topologyTemplate []byte
 
 // Defaults of the optional variables: create's own (--pod-cidr) and
 // kubeadm's (its Service network), and every host.
@@ -91,6 +105,9 @@ var selectorBlock = regexp.MustCompile(`(?m)^(\s*)hostSelector:\n\s*matchLabels:
 // cluster` write the same thing. The control-plane endpoint is create's
 // default, a name the cluster's agents resolve.
 func (f Flavor) Template() ([]byte, error) {
+	if f.template != nil {
+		return f.template, nil
+	}
 	sel := &metav1.LabelSelector{MatchLabels: map[string]string{phSelector: "x"}}
 	s := f.spec(Spec{Name: phName, Namespace: phNamespace, KubernetesVersion: phVersion, ControlPlane: "kubeadm",
 		ControlPlaneMachines: phCPCount, WorkerMachines: phWorkers, ControlPlaneSelector: sel, WorkerSelector: sel,

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -203,6 +204,25 @@ func TestClusterctlInit(t *testing.T) {
 		t.Errorf("generate cluster --flavor single-host:\n%s", out)
 	}
 
+	// The topology flavor brings fleet's ClusterClass with it (that Cluster
+	// API's webhooks accept the class is pkg/hub/embedded/clusterapi's test:
+	// nothing serves the webhooks clusterctl installed here).
+	out = runClusterctlEnv(t, clusterctl, repo, []string{"EDGE_SITE=store-18"}, "generate", "cluster", "store-18", "--config", filepath.Join(repo, "clusterctl.yaml"),
+		"--kubeconfig", kubeconfig, "--infrastructure", "edge:v0.1.0", "--flavor", "topology", "--kubernetes-version", "v1.36.3",
+		"--target-namespace", "default")
+	var kinds []string
+	for _, u := range parseDocs(t, []byte(out)) {
+		kinds = append(kinds, u.GetKind()+"/"+u.GetName())
+	}
+	slices.Sort(kinds)
+	if want := []string{"Cluster/store-18", "ClusterClass/edge", "EdgeClusterTemplate/edge-cluster", "EdgeMachineTemplate/edge-control-plane",
+		"EdgeMachineTemplate/edge-worker", "KubeadmConfigTemplate/edge-worker", "KubeadmControlPlaneTemplate/edge-control-plane"}; !slices.Equal(kinds, want) {
+		t.Errorf("generate cluster --flavor topology made %v, want %v", kinds, want)
+	}
+	if !strings.Contains(out, "value: store-18") {
+		t.Errorf("generate cluster --flavor topology did not set the site variable:\n%s", out)
+	}
+
 	// The upgrade docs/INSTALL.md gives: plan, then apply.
 	out = runClusterctl(t, clusterctl, repo, "upgrade", "plan", "--config", filepath.Join(repo, "clusterctl.yaml"), "--kubeconfig", kubeconfig)
 	if !strings.Contains(out, "infrastructure-edge") || !strings.Contains(out, "v0.1.1") {
@@ -244,8 +264,15 @@ type clusterctlProvider struct {
 // stderr together.
 func runClusterctl(t *testing.T, clusterctl, home string, args ...string) string {
 	t.Helper()
+	return runClusterctlEnv(t, clusterctl, home, nil, args...)
+}
+
+// runClusterctlEnv is runClusterctl with environment variables added:
+// clusterctl takes a template's variables from its environment.
+func runClusterctlEnv(t *testing.T, clusterctl, home string, env []string, args ...string) string {
+	t.Helper()
 	cmd := exec.Command(clusterctl, args...)
-	cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+home, "CLUSTERCTL_DISABLE_VERSIONCHECK=true")
+	cmd.Env = append(append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+home, "CLUSTERCTL_DISABLE_VERSIONCHECK=true"), env...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {

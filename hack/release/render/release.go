@@ -49,6 +49,7 @@ func Write(dir string, o Options) ([]string, error) {
 			return nil, err
 		}
 	}
+	files[clustertemplate.ClassFile] = clustertemplate.Class()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -68,7 +69,7 @@ func templateFiles() []string {
 	for _, f := range clustertemplate.Flavors {
 		names = append(names, f.File())
 	}
-	return names
+	return append(names, clustertemplate.ClassFile)
 }
 
 // Components is manifests/release built by kustomize, with the image set

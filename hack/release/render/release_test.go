@@ -286,7 +286,8 @@ func TestWrite(t *testing.T) {
 	for _, f := range files {
 		names = append(names, filepath.Base(f))
 	}
-	want := []string{"infrastructure-components.yaml", "metadata.yaml", "cluster-template.yaml", "cluster-template-single-host.yaml", "cluster-template-machines.yaml"}
+	want := []string{"infrastructure-components.yaml", "metadata.yaml", "cluster-template.yaml", "cluster-template-single-host.yaml", "cluster-template-machines.yaml",
+		"cluster-template-topology.yaml", "clusterclass-edge.yaml"}
 	if !slices.Equal(names, want) {
 		t.Errorf("wrote %v, want %v", names, want)
 	}
