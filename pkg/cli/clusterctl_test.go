@@ -90,14 +90,25 @@ func TestClusterctlTemplatesAreCreatesObjects(t *testing.T) {
 	if err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
 	}
+	// The topology flavor's class, as clusterctl adds it from the release.
+	classObjs, err := clustertemplate.ClassObjects(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range classObjs {
+		if err := env.Client.Create(context.Background(), u); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, tc := range []struct {
 		flavor, name string
 		cp, workers  int
 		createFlags  []string
 	}{
-		{"", "kcp", 3, 2, []string{"--control-plane-machines", "3", "--worker-machines", "2"}},
-		{"single-host", "one", 1, 0, []string{"--control-plane-machines", "1", "--worker-machines", "0", "--kubeadm-config", noTaints}},
-		{"machines", "plain", 1, 2, []string{"--control-plane=machines", "--control-plane-machines", "1", "--worker-machines", "2"}},
+		{"", "kcp", 3, 2, []string{"--control-plane-machines", "3", "--worker-machines", "2", "--host-selector", "site=store-17"}},
+		{"single-host", "one", 1, 0, []string{"--control-plane-machines", "1", "--worker-machines", "0", "--kubeadm-config", noTaints, "--host-selector", "site=store-17"}},
+		{"machines", "plain", 1, 2, []string{"--control-plane=machines", "--control-plane-machines", "1", "--worker-machines", "2", "--host-selector", "site=store-17"}},
+		{"topology", "topo", 1, 2, []string{"--class", "edge", "--control-plane-machines", "1", "--worker-machines", "2", "--variable", "site=store-17"}},
 	} {
 		file := "cluster-template.yaml"
 		if tc.flavor != "" {
@@ -107,7 +118,7 @@ func TestClusterctlTemplatesAreCreatesObjects(t *testing.T) {
 			"--kubernetes-version", "v1.36.3", "--control-plane-machine-count", fmt.Sprint(tc.cp),
 			"--worker-machine-count", fmt.Sprint(tc.workers), "--target-namespace", ns, "--config", filepath.Join(dir, "clusterctl.yaml"))
 		cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_CONFIG_HOME="+dir, "CLUSTERCTL_DISABLE_VERSIONCHECK=true",
-			"EDGE_HOST_SELECTOR={matchLabels: {site: store-17}}")
+			"EDGE_HOST_SELECTOR={matchLabels: {site: store-17}}", "EDGE_SITE=store-17")
 		if err := os.WriteFile(filepath.Join(dir, "clusterctl.yaml"), []byte("{}\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -118,7 +129,7 @@ func TestClusterctlTemplatesAreCreatesObjects(t *testing.T) {
 			t.Fatalf("clusterctl generate cluster --from %s: %v\n%s", file, err, stderr.String())
 		}
 		created, _, err := fleet(t, append([]string{"create", "cluster", tc.name, "-n", ns, "--kubernetes-version", "v1.36.3",
-			"--host-selector", "site=store-17", "--service-cidr", clustertemplate.DefaultServiceCIDR, "--dry-run=client", "-o", "yaml"}, tc.createFlags...)...)
+			"--service-cidr", clustertemplate.DefaultServiceCIDR, "--dry-run=client", "-o", "yaml"}, tc.createFlags...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -154,6 +165,16 @@ func TestClusterctlTemplatesAreCreatesObjects(t *testing.T) {
 		l := &clusterv1.MachineSetList{}
 		if err := env.Client.List(context.Background(), l, client.InNamespace(ns), client.MatchingLabels{clusterv1.ClusterNameLabel: "kcp"}); err != nil || len(l.Items) != 1 {
 			return fmt.Errorf("%d machine sets (%v)", len(l.Items), err)
+		}
+		return nil
+	})
+	eventually(t, "the topology controller made the topology flavor's KubeadmControlPlane", func() error {
+		c := &clusterv1.Cluster{}
+		if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "topo"}, c); err != nil {
+			return err
+		}
+		if c.Spec.ControlPlaneRef.Kind != "KubeadmControlPlane" {
+			return fmt.Errorf("controlPlaneRef %+v", c.Spec.ControlPlaneRef)
 		}
 		return nil
 	})

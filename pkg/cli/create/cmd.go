@@ -43,7 +43,14 @@ func newClusterCmd(flags *kube.ConfigFlags, streams genericiooptions.IOStreams) 
 			"--host-unready-timeout (30m: its agent disconnected, the host lost, the bootstrap failed). A replaced worker\n" +
 			"goes to another Available host; its old host returns to the pool only after its agent has reset it. A\n" +
 			"KubeadmControlPlane of one machine is never remediated (Cluster API refuses; `kubectl fleet describe\n" +
-			"cluster` says so). The checks stop while the hub cannot reach the cluster, e.g. a site offline.",
+			"cluster` says so). The checks stop while the hub cannot reach the cluster, e.g. a site offline.\n\n" +
+			"--class makes a Cluster of a ClusterClass instead (Cluster API's managed topology): create writes only the\n" +
+			"Cluster, with the version, the replicas (workers in a pool md-0) and the class's variables; the class builds\n" +
+			"every other object, health checks included. Cluster API's webhook checks the variables against the class's\n" +
+			"schemas in a server-side dry run before the Cluster is written. --class " + clustertemplate.ClassName + " is fleet's class\n" +
+			"(docs/CLUSTERCLASS.md lists its variables), installed into the namespace when missing. The management\n" +
+			"cluster needs Cluster API's ClusterTopology feature gate (docs/INSTALL.md). scale, describe, delete and the\n" +
+			"host commands work on such clusters as on the others.",
 		Example: `  kubectl fleet create cluster store-17 --kubernetes-version v1.36.3 \
     --control-plane-machines 1 --worker-machines 2 --host-selector site=store-17
 
@@ -56,6 +63,14 @@ func newClusterCmd(flags *kube.ConfigFlags, streams genericiooptions.IOStreams) 
     --host-selector site=store-17 --unhealthy-timeout 2m --host-unready-timeout 10m
   kubectl fleet create cluster lab --kubernetes-version v1.36.3 --health-check=false
 
+  # A site of fleet's ClusterClass: hosts labelled site=store-17, one worker
+  kubectl fleet create cluster store-17 --class edge --kubernetes-version v1.36.3 --worker-machines 1 \
+    --variable site=store-17 --variable certificatesExpiryDays=30
+
+  # The class's variables from a file (docs/templates/topology-cgroupv1-test-hosts.yaml), one on top
+  kubectl fleet create cluster lab --class edge --kubernetes-version v1.36.3 \
+    --variables docs/templates/topology-cgroupv1-test-hosts.yaml --variable controlPlaneSchedulable=true
+
   # See what would be written
   kubectl fleet create cluster store-17 --kubernetes-version v1.36.3 --dry-run=client -o yaml
 
@@ -65,6 +80,7 @@ func newClusterCmd(flags *kube.ConfigFlags, streams genericiooptions.IOStreams) 
 		Args: cobra.ExactArgs(1),
 		RunE: command.RunE(o),
 	}
+	o.changed = func(flag string) bool { return cmd.Flags().Changed(flag) }
 	f := cmd.Flags()
 	f.StringVar(&o.KubernetesVersion, "kubernetes-version", "", "Kubernetes version, e.g. v1.36.3 (required).")
 	f.StringVar(&o.ControlPlane, "control-plane", "kubeadm", "Control plane: kubeadm (KubeadmControlPlane) or machines (plain Machines).")
@@ -87,6 +103,10 @@ func newClusterCmd(flags *kube.ConfigFlags, streams genericiooptions.IOStreams) 
 	f.DurationVar(&o.UnhealthyTimeout, "unhealthy-timeout", clustertemplate.DefaultUnhealthyTimeout, "Replace a Machine whose Node has been NotReady or unreachable this long (0: never).")
 	f.DurationVar(&o.HostUnreadyTimeout, "host-unready-timeout", clustertemplate.DefaultHostUnreadyTimeout, "Replace a Machine whose host has not been ready this long: agent disconnected, host lost, bootstrap failed (0: never).")
 	f.StringVar(&o.MaxUnhealthy, "max-unhealthy", clustertemplate.DefaultMaxUnhealthy, "Remediate only while at most this many of a health check's Machines are unhealthy: a count or a percentage.")
+	f.StringVar(&o.Class, "class", "", "Make a Cluster of this ClusterClass (spec.topology): the class builds the objects. "+
+		"\""+clustertemplate.ClassName+"\" is fleet's, installed into the namespace if missing.")
+	f.StringArrayVar(&o.Variables, "variable", nil, "With --class: a class variable, NAME=VALUE with the value in YAML (site=store-17, 'ignorePreflightErrors=[NumCPU]').")
+	f.StringVar(&o.VariablesFile, "variables", "", "With --class: a YAML file mapping variable names to values (--variable overrides it).")
 	f.BoolVar(&o.Wait, "wait", false, "Wait until every machine is Running, showing progress.")
 	f.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "How long --wait waits.")
 	return cmd

@@ -12,6 +12,8 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/cli-runtime/pkg/printers"
 
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
 	"github.com/edgefleet/fleet/pkg/cli/kube"
 	"github.com/edgefleet/fleet/pkg/cli/progress"
 	"github.com/edgefleet/fleet/pkg/cli/validate"
@@ -49,9 +51,17 @@ type Options struct {
 	UnhealthyTimeout   time.Duration
 	HostUnreadyTimeout time.Duration
 	MaxUnhealthy       string
+	// Class, when set, makes a topology Cluster of that ClusterClass with
+	// the variables of VariablesFile and Variables (NAME=VALUE, in YAML).
+	Class         string
+	Variables     []string
+	VariablesFile string
 
-	spec clustertemplate.Spec
-	conn *kube.Connection
+	spec        clustertemplate.Spec
+	conn        *kube.Connection
+	changed     func(flag string) bool
+	variables   []clusterv1.ClusterVariable
+	workerClass string
 }
 
 // Complete takes the name and finds the namespace; it builds a client
@@ -86,16 +96,14 @@ func (o *Options) Validate() error {
 		return err
 	}
 	errs := o.validateCounts()
-	if err := o.completeSelectors(); err != nil {
-		errs = append(errs, err)
+	if o.Class != "" {
+		if err := validate.NewClusterName(o.Class); err != nil {
+			errs = append(errs, fmt.Errorf("--class: %w", err))
+		}
+		errs = append(errs, o.validateClass()...)
+	} else {
+		errs = append(errs, o.validatePlain()...)
 	}
-	if err := o.completeEndpoint(); err != nil {
-		errs = append(errs, err)
-	}
-	if err := o.completeKubeadm(); err != nil {
-		errs = append(errs, err)
-	}
-	errs = append(errs, o.completeHealthCheck()...)
 	for flag, cidr := range map[string]string{"--pod-cidr": o.PodCIDR, "--service-cidr": o.ServiceCIDR} {
 		if _, _, err := net.ParseCIDR(cidr); cidr != "" && err != nil {
 			errs = append(errs, fmt.Errorf("%s %q: want an address range such as 10.96.0.0/12", flag, cidr))
@@ -114,6 +122,25 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("--timeout %s: want a positive duration", o.Timeout))
 	}
 	return validate.Join(errs...)
+}
+
+// validatePlain checks the flags that build a cluster's objects without a
+// ClusterClass into the Spec.
+func (o *Options) validatePlain() []error {
+	var errs []error
+	if len(o.Variables) > 0 || o.VariablesFile != "" {
+		errs = append(errs, errors.New("--variable and --variables are for a cluster of a ClusterClass (--class)"))
+	}
+	if err := o.completeSelectors(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := o.completeEndpoint(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := o.completeKubeadm(); err != nil {
+		errs = append(errs, err)
+	}
+	return append(errs, o.completeHealthCheck()...)
 }
 
 func (o *Options) validateCounts() []error {
@@ -162,6 +189,13 @@ func (o *Options) completeEndpoint() error {
 // Run applies (or prints) the objects and optionally waits.
 func (o *Options) Run(ctx context.Context) error {
 	objs := clustertemplate.Objects(o.spec)
+	if o.Class != "" {
+		if o.DryRun != "client" {
+			return o.runClass(ctx)
+		}
+		o.workerClass = clustertemplate.WorkerClass
+		objs = []clustertemplate.Object{o.topologyCluster()}
+	}
 	if o.DryRun == "client" {
 		var p printers.ResourcePrinter = &printers.YAMLPrinter{}
 		if o.Output == "json" {

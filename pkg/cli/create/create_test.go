@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -538,5 +539,44 @@ func TestHealthCheckFlagsRefused(t *testing.T) {
 		if err := o.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Validate() = %v, want %q", err, tc.want)
 		}
+	}
+}
+
+// The class variables for the test hosts carry the same settings as the
+// kubeadm file for them, so both ways of making a cluster there work.
+func TestTopologyVariablesForTestHosts(t *testing.T) {
+	dir := filepath.Join("..", "..", "..", "docs", "templates")
+	data, err := os.ReadFile(filepath.Join(dir, "kubeadm-cgroupv1-test-hosts.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := clustertemplate.ParseKubeadmConfig(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err = os.ReadFile(filepath.Join(dir, "topology-cgroupv1-test-hosts.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vars struct {
+		ImagePullPolicy         corev1.PullPolicy  `json:"imagePullPolicy"`
+		IgnorePreflightErrors   []string           `json:"ignorePreflightErrors"`
+		KubeadmPatchesDirectory string             `json:"kubeadmPatchesDirectory"`
+		Files                   []bootstrapv1.File `json:"files"`
+		PreKubeadmCommands      []string           `json:"preKubeadmCommands"`
+	}
+	if err := yaml.UnmarshalStrict(data, &vars); err != nil {
+		t.Fatal(err)
+	}
+	for what, nr := range map[string]bootstrapv1.NodeRegistrationOptions{"init": spec.InitConfiguration.NodeRegistration, "join": spec.JoinConfiguration.NodeRegistration} {
+		if nr.ImagePullPolicy != vars.ImagePullPolicy || !slices.Equal(nr.IgnorePreflightErrors, vars.IgnorePreflightErrors) {
+			t.Errorf("%s: kubeadm file %q %v, variables %q %v", what, nr.ImagePullPolicy, nr.IgnorePreflightErrors, vars.ImagePullPolicy, vars.IgnorePreflightErrors)
+		}
+	}
+	if spec.InitConfiguration.Patches.Directory != vars.KubeadmPatchesDirectory || spec.JoinConfiguration.Patches.Directory != vars.KubeadmPatchesDirectory {
+		t.Errorf("patches directory: kubeadm file %q, variables %q", spec.InitConfiguration.Patches.Directory, vars.KubeadmPatchesDirectory)
+	}
+	if !reflect.DeepEqual(spec.Files, vars.Files) || !slices.Equal(spec.PreKubeadmCommands, vars.PreKubeadmCommands) {
+		t.Errorf("files or preKubeadmCommands differ:\nkubeadm file %+v %v\nvariables %+v %v", spec.Files, spec.PreKubeadmCommands, vars.Files, vars.PreKubeadmCommands)
 	}
 }

@@ -68,11 +68,16 @@ func (o *Options) Run(ctx context.Context) error {
 
 // Node is one object in the tree.
 type Node struct {
-	Kind       string             `json:"kind"`
-	Name       string             `json:"name"`
-	Ready      string             `json:"ready"`
-	Phase      string             `json:"phase,omitempty"`
-	Replicas   string             `json:"replicas,omitempty"`
+	Kind     string `json:"kind"`
+	Name     string `json:"name"`
+	Ready    string `json:"ready"`
+	Phase    string `json:"phase,omitempty"`
+	Replicas string `json:"replicas,omitempty"`
+	// Class and Version are a topology Cluster's ClusterClass and
+	// Kubernetes version; Topology is a MachineDeployment's name in it.
+	Class      string             `json:"class,omitempty"`
+	Version    string             `json:"version,omitempty"`
+	Topology   string             `json:"topology,omitempty"`
 	Message    string             `json:"message,omitempty"`
 	Machine    *MachineInfo       `json:"machine,omitempty"`
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
@@ -142,6 +147,15 @@ func Build(ctx context.Context, c *kube.Client, ns, name string, now time.Time) 
 
 	r, msg := ready(cluster.Status.Conditions)
 	root := &Node{Kind: "Cluster", Name: name, Ready: r, Phase: cluster.Status.Phase, Message: msg, Conditions: cluster.Status.Conditions}
+	if t := cluster.Spec.Topology; t.IsDefined() {
+		root.Class, root.Version = t.ClassRef.Name, t.Version
+		root.Phase = strings.TrimSpace(fmt.Sprintf("%s class %s %s", root.Phase, t.ClassRef.Name, t.Version))
+		// Why the topology is not what it should be (a missing class, a
+		// variable its schema refuses) comes first: nothing else moves.
+		if c := meta.FindStatusCondition(cluster.Status.Conditions, clusterv1.ClusterTopologyReconciledCondition); c != nil && c.Status == metav1.ConditionFalse {
+			root.Message = strings.TrimSuffix("topology: "+oneLine(c.Message)+"; "+root.Message, "; ")
+		}
+	}
 	if ec := edgeClusterNode(ctx, c, ns, cluster); ec != nil {
 		root.Children = append(root.Children, ec)
 	}
@@ -324,6 +338,9 @@ func edgeClusterNode(ctx context.Context, c *kube.Client, ns string, cluster *cl
 // a control plane of plain Machines.
 func controlPlaneNode(ctx context.Context, c *kube.Client, ns string, cluster *clusterv1.Cluster) *Node {
 	ref := cluster.Spec.ControlPlaneRef
+	if ref.Kind == "" && cluster.Spec.Topology.IsDefined() {
+		return &Node{Kind: "ControlPlane", Name: "-", Ready: "-", Message: "not made yet from ClusterClass " + cluster.Spec.Topology.ClassRef.Name}
+	}
 	if ref.Kind != "KubeadmControlPlane" {
 		return &Node{Kind: "ControlPlane", Name: "machines", Ready: "-"}
 	}
@@ -348,6 +365,9 @@ func machineDeploymentNodes(mds []clusterv1.MachineDeployment) ([]*Node, map[str
 		r, msg := ready(md.Status.Conditions)
 		n := &Node{Kind: "MachineDeployment", Name: md.Name, Ready: r, Message: msg, Conditions: md.Status.Conditions,
 			Replicas: fmt.Sprintf("%d/%d", ptr.Deref(md.Status.ReadyReplicas, 0), ptr.Deref(md.Spec.Replicas, 0))}
+		if pool := md.Labels[clusterv1.ClusterTopologyMachineDeploymentNameLabel]; pool != "" {
+			n.Topology, n.Phase = pool, "topology "+pool
+		}
 		byName[md.Name] = n
 		list = append(list, n)
 	}

@@ -19,8 +19,11 @@ import (
 func NewCmd(flags *kube.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
 	o := &Options{flags: flags, IOStreams: streams}
 	cluster := &cobra.Command{
-		Use:               "cluster NAME [--worker-machines M] [--control-plane-machines N] [--wait]",
-		Short:             "Change how many machines a cluster has (through the scale subresource)",
+		Use:   "cluster NAME [--worker-machines M] [--control-plane-machines N] [--wait]",
+		Short: "Change how many machines a cluster has",
+		Long: "Scales the KubeadmControlPlane and the workers' MachineDeployment through the scale subresource, as\n" +
+			"kubectl scale does. A cluster of a ClusterClass is scaled in its Cluster's spec.topology instead (Cluster\n" +
+			"API's topology controller owns the objects and would undo a direct scale); both counts change in one write.",
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: completion.Clusters(flags),
 		RunE:              command.RunE(o),
@@ -28,6 +31,7 @@ func NewCmd(flags *kube.ConfigFlags, streams genericiooptions.IOStreams) *cobra.
 	// Pointers tell "not given" from 0: scaling workers to 0 is legitimate.
 	cluster.Flags().Var(optionalInt32{&o.WorkerMachines}, "worker-machines", "Worker machines.")
 	cluster.Flags().Var(optionalInt32{&o.ControlPlaneMachines}, "control-plane-machines", "Control-plane machines (odd).")
+	cluster.Flags().StringVar(&o.MachineDeployment, "machine-deployment", "", "For a cluster of a ClusterClass with several worker pools: the pool (its name in spec.topology) --worker-machines scales.")
 	cluster.Flags().BoolVar(&o.Wait, "wait", false, "Wait until the cluster has as many machines as asked, all Running (the removed ones gone), showing progress.")
 	cluster.Flags().DurationVar(&o.Timeout, "timeout", 30*time.Minute, "How long --wait waits.")
 	cmd := &cobra.Command{Use: "scale", Short: "Scale a cluster"}

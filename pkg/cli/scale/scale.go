@@ -25,8 +25,11 @@ type Options struct {
 	Name                 string
 	WorkerMachines       *int32
 	ControlPlaneMachines *int32
-	Wait                 bool
-	Timeout              time.Duration
+	// MachineDeployment names the topology's worker pool to scale, when it
+	// has more than one.
+	MachineDeployment string
+	Wait              bool
+	Timeout           time.Duration
 
 	conn *kube.Connection
 }
@@ -69,11 +72,13 @@ func (o *Options) Run(ctx context.Context) error {
 		}
 		return o.conn.Explain(err)
 	}
-	// Topology clusters are scaled by their Cluster's spec.topology, which
-	// the topology controller would revert a direct scale to.
+	// Topology clusters are scaled by their Cluster's spec.topology: the
+	// topology controller would revert a direct scale.
 	if cluster.Spec.Topology.IsDefined() {
-		return fmt.Errorf("cluster %s is managed by ClusterClass %s: change its spec.topology replicas (kubectl fleet scale does not edit topologies yet)",
-			o.Name, cluster.Spec.Topology.ClassRef.Name)
+		return o.scaleTopology(ctx, cluster)
+	}
+	if o.MachineDeployment != "" {
+		return fmt.Errorf("--machine-deployment is for a cluster of a ClusterClass; cluster %s has one MachineDeployment, %s-md-0", o.Name, o.Name)
 	}
 	// Read everything first: a refused half must leave the other unscaled.
 	var md *clusterv1.MachineDeployment
