@@ -31,12 +31,12 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/edgefleet/fleet/pkg/agent"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/hub"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
 	"github.com/edgefleet/fleet/pkg/hub/reach"
 	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
@@ -105,19 +105,13 @@ func startReachRig(b *testing.B) *reachRig {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := hubreconcilers.Setup(ctx, mgr, hubreconcilers.Options{Concurrency: 2, SkipNameValidation: true}); err != nil {
-		b.Fatal(err)
-	}
-	gw, err := gateway.Setup(ctx, mgr, gateway.Options{Addr: "127.0.0.1:0", HubNamespace: ns, IPs: []net.IP{net.ParseIP("127.0.0.1")}})
+	h, err := hub.Setup(ctx, mgr, hub.Options{Reconcilers: hubreconcilers.Options{Concurrency: 2, SkipNameValidation: true},
+		Gateway: &gateway.Options{Addr: "127.0.0.1:0", HubNamespace: ns, IPs: []net.IP{net.ParseIP("127.0.0.1")}},
+		Reach:   &reach.SetupOptions{Options: reach.Options{Addr: "127.0.0.1:0"}, AdvertiseURL: "http://127.0.0.1:1"}})
 	if err != nil {
 		b.Fatal(err)
 	}
-	skip := true
-	proxy, err := reach.Setup(ctx, mgr, gw, reach.SetupOptions{Options: reach.Options{Addr: "127.0.0.1:0"},
-		AdvertiseURL: "http://127.0.0.1:1", Controller: controller.Options{SkipNameValidation: &skip}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	gw, proxy := h.Gateway, h.Proxy
 	go func() { _ = mgr.Start(ctx) }()
 	<-gw.Ready()
 	<-proxy.Ready()

@@ -38,7 +38,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/edgefleet/fleet/bench/load"
@@ -46,6 +45,7 @@ import (
 	"github.com/edgefleet/fleet/internal/testkit"
 	"github.com/edgefleet/fleet/internal/testkit/testhost"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/hub"
 	"github.com/edgefleet/fleet/pkg/hub/embedded/clusterapi"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
 	"github.com/edgefleet/fleet/pkg/hub/reach"
@@ -403,18 +403,16 @@ func startRealNodesHub(ctx context.Context, b *testing.B, ns, router string) *ga
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
 		Logger: logr.Discard(), Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}}})
 	must(b, err)
-	must(b, hubreconcilers.Setup(ctx, mgr, hubreconcilers.Options{Concurrency: 4, SkipNameValidation: true}))
-	gw, err := gateway.Setup(ctx, mgr, gateway.Options{Addr: "127.0.0.1:0", HubNamespace: ns,
-		IPs: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(router)}})
-	must(b, err)
 	// The proxy advertises its own address: it needs a fixed port.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	must(b, err)
 	proxyAddr := ln.Addr().String()
 	ln.Close()
-	proxy, err := reach.Setup(ctx, mgr, gw, reach.SetupOptions{Options: reach.Options{Addr: proxyAddr},
-		Controller: controller.Options{SkipNameValidation: ptr.To(true)}})
+	h, err := hub.Setup(ctx, mgr, hub.Options{Reconcilers: hubreconcilers.Options{Concurrency: 4, SkipNameValidation: true},
+		Gateway: &gateway.Options{Addr: "127.0.0.1:0", HubNamespace: ns, IPs: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(router)}},
+		Reach:   &reach.SetupOptions{Options: reach.Options{Addr: proxyAddr}}})
 	must(b, err)
+	gw, proxy := h.Gateway, h.Proxy
 	mctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = mgr.Start(mctx) }()

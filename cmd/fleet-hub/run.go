@@ -15,15 +15,12 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/edgefleet/fleet/internal/version"
 	"github.com/edgefleet/fleet/pkg/fleetscheme"
-	"github.com/edgefleet/fleet/pkg/hub/gateway"
-	"github.com/edgefleet/fleet/pkg/hub/reach"
-	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
+	"github.com/edgefleet/fleet/pkg/hub"
 )
 
 // run serves until ctx ends.
@@ -34,17 +31,8 @@ func run(ctx context.Context, cfg *rest.Config, o options) error {
 	if err != nil {
 		return err
 	}
-	rOpts := o.reconcilers
-	// Twice the refresh interval (what the gateway itself takes for fresh),
-	// plus slack for a write that waited its turn.
-	rOpts.ContactTimeout = 2*o.gateway.LastSeenInterval + time.Minute
-	if err := hubreconcilers.Setup(ctx, mgr, rOpts); err != nil {
+	if _, err := hub.Setup(ctx, mgr, o.hubOptions()); err != nil {
 		return err
-	}
-	if !o.disableGateway {
-		if err := setupGatewayAndReach(ctx, mgr, o); err != nil {
-			return err
-		}
 	}
 	if err := addHealthChecks(mgr); err != nil {
 		return err
@@ -104,9 +92,15 @@ func (o managerOptions) cacheOptions() cache.Options {
 	return opts
 }
 
-// setupGatewayAndReach adds the agent gateway and edge reach, which
-// carries its tunnels, to mgr.
-func setupGatewayAndReach(ctx context.Context, mgr ctrl.Manager, o options) error {
+// hubOptions are the flags as hub.Setup takes them.
+func (o options) hubOptions() hub.Options {
+	hOpts := hub.Options{Reconcilers: o.reconcilers}
+	// Twice the refresh interval (what the gateway itself takes for fresh),
+	// plus slack for a write that waited its turn.
+	hOpts.Reconcilers.ContactTimeout = 2*o.gateway.LastSeenInterval + time.Minute
+	if o.disableGateway {
+		return hOpts
+	}
 	gOpts := o.gateway
 	gOpts.DNSNames = trimList(gOpts.DNSNames)
 	gOpts.DisconnectGrace = zeroMeansNone(gOpts.DisconnectGrace)
@@ -115,24 +109,11 @@ func setupGatewayAndReach(ctx context.Context, mgr ctrl.Manager, o options) erro
 	if o.reach.Addr != "0" {
 		gOpts.ReplicaProxy = o.reach.peerAddress
 	}
-	gw, err := gateway.Setup(ctx, mgr, gOpts)
-	if err != nil {
-		return err
-	}
-	if err := setupReach(ctx, mgr, gw, o.reach, gOpts.ReplicaName, o.reconcilers.Concurrency); err != nil {
-		return err
-	}
-	if err := mgr.AddReadyzCheck("gateway", func(*http.Request) error {
-		select {
-		case <-gw.Ready():
-			return nil
-		default:
-			return fmt.Errorf("agent gateway is not listening yet")
-		}
-	}); err != nil {
-		return fmt.Errorf("adding gateway readiness check: %w", err)
-	}
-	return nil
+	hOpts.Gateway = &gOpts
+	rOpts := o.reach.SetupOptions
+	rOpts.Forward = o.reach.peerAddress != ""
+	hOpts.Reach = &rOpts
+	return hOpts
 }
 
 // replicaName names this replica in EdgeHost status: the pod's name
@@ -140,22 +121,6 @@ func setupGatewayAndReach(ctx context.Context, mgr ctrl.Manager, o options) erro
 func replicaName() string {
 	hostname, _ := os.Hostname()
 	return envOr("POD_NAME", hostname)
-}
-
-// setupReach adds the edge-reach proxy and its kubeconfig reconciler, or,
-// with --proxy-bind-address=0, the reconciler that removes the proxy-url
-// it wrote.
-func setupReach(ctx context.Context, mgr ctrl.Manager, gw *gateway.Server, o reachOptions, replica string, concurrency int) error {
-	ctrlOpts := controller.Options{MaxConcurrentReconciles: max(concurrency, 1)}
-	if o.Addr == "0" {
-		return reach.SetupDisabled(mgr, ctrlOpts)
-	}
-	sOpts := o.SetupOptions
-	sOpts.ReplicaName = replica
-	sOpts.Controller = ctrlOpts
-	sOpts.Forward = o.peerAddress != ""
-	_, err := reach.Setup(ctx, mgr, gw, sOpts)
-	return err
 }
 
 func addHealthChecks(mgr ctrl.Manager) error {

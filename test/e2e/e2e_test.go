@@ -31,6 +31,7 @@ import (
 	"github.com/edgefleet/fleet/internal/testkit"
 	"github.com/edgefleet/fleet/internal/testkit/testenv"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	fleethub "github.com/edgefleet/fleet/pkg/hub"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
 	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
 )
@@ -343,9 +344,10 @@ func startFleetHub(t *testing.T, ns, addr string) (*gateway.Server, func()) {
 	mgr, err := ctrl.NewManager(hub.Config, ctrl.Options{Scheme: hub.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, Logger: logr.Discard()})
 	must(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
-	must(t, hubreconcilers.Setup(ctx, mgr, hubreconcilers.Options{Concurrency: 4, SkipNameValidation: true}))
-	gw, err := gateway.Setup(ctx, mgr, gateway.Options{Addr: addr, HubNamespace: ns, IPs: []net.IP{net.ParseIP("127.0.0.1")}})
+	h, err := fleethub.Setup(ctx, mgr, fleethub.Options{Reconcilers: hubreconcilers.Options{Concurrency: 4, SkipNameValidation: true},
+		Gateway: &gateway.Options{Addr: addr, HubNamespace: ns, IPs: []net.IP{net.ParseIP("127.0.0.1")}}})
 	must(t, err)
+	gw := h.Gateway
 	done := make(chan struct{})
 	go func() { defer close(done); _ = mgr.Start(ctx) }()
 	<-gw.Ready()

@@ -34,13 +34,13 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/edgefleet/fleet/internal/testkit/testenv"
 	"github.com/edgefleet/fleet/pkg/clustertemplate"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	fleethub "github.com/edgefleet/fleet/pkg/hub"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
 	"github.com/edgefleet/fleet/pkg/hub/reach"
 	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
@@ -256,18 +256,16 @@ func startFleetHubWithReach(t *testing.T, ns string, extraIPs ...string) (*gatew
 		Cache:  cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}}})
 	must(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
-	must(t, hubreconcilers.Setup(ctx, mgr, hubreconcilers.Options{Concurrency: 4, SkipNameValidation: true}))
 	ips := []net.IP{net.ParseIP("127.0.0.1")}
 	for _, ip := range extraIPs {
 		ips = append(ips, net.ParseIP(ip))
 	}
-	gw, err := gateway.Setup(ctx, mgr, gateway.Options{Addr: "127.0.0.1:0", HubNamespace: ns, IPs: ips})
-	must(t, err)
 	proxyAddr := freeAddr(t)
-	skip := true
-	_, err = reach.Setup(ctx, mgr, gw, reach.SetupOptions{Options: reach.Options{Addr: proxyAddr},
-		Controller: controller.Options{SkipNameValidation: &skip}})
+	h, err := fleethub.Setup(ctx, mgr, fleethub.Options{Reconcilers: hubreconcilers.Options{Concurrency: 4, SkipNameValidation: true},
+		Gateway: &gateway.Options{Addr: "127.0.0.1:0", HubNamespace: ns, IPs: ips},
+		Reach:   &reach.SetupOptions{Options: reach.Options{Addr: proxyAddr}}})
 	must(t, err)
+	gw := h.Gateway
 	done := make(chan struct{})
 	go func() { defer close(done); _ = mgr.Start(ctx) }()
 	<-gw.Ready()

@@ -25,6 +25,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	fleetcrd "github.com/edgefleet/fleet/manifests/crd"
+	"github.com/edgefleet/fleet/pkg/hub"
 	"github.com/edgefleet/fleet/pkg/hub/embedded/clusterapi"
 	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
 )
@@ -224,11 +225,12 @@ func newManagers(ctx context.Context, e *Env, opts Options) ([]ctrl.Manager, err
 	if err != nil {
 		return nil, fmt.Errorf("creating fleet hub manager: %w", err)
 	}
-	if err := hubreconcilers.Setup(ctx, hubMgr, hubreconcilers.Options{
+	// The reconcilers only: a test adds a gateway where it needs agents.
+	if _, err := hub.Setup(ctx, hubMgr, hub.Options{Reconcilers: hubreconcilers.Options{
 		Concurrency:        max(opts.HubConcurrency, 4),
 		SkipNameValidation: true,
 		ContactTimeout:     opts.ContactTimeout,
-	}); err != nil {
+	}}); err != nil {
 		return nil, err
 	}
 	return append(managers, hubMgr), nil

@@ -21,11 +21,11 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/edgefleet/fleet/internal/version"
 	fleetcrd "github.com/edgefleet/fleet/manifests/crd"
+	"github.com/edgefleet/fleet/pkg/hub"
 	"github.com/edgefleet/fleet/pkg/hub/embedded/clusterapi"
 	"github.com/edgefleet/fleet/pkg/hub/embedded/localkube"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
@@ -241,38 +241,25 @@ func newManagers(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, 
 	if err != nil {
 		return nil, nil, fmt.Errorf("creating fleet hub manager: %w", err)
 	}
-	if err := hubreconcilers.Setup(ctx, hubMgr, hubreconcilers.Options{Concurrency: 10,
-		// Twice the gateway's default 5-minute lastSeenTime refresh, plus a minute.
-		ContactTimeout: 11 * time.Minute}); err != nil {
-		return nil, nil, err
-	}
-	gw, err := gateway.Setup(ctx, hubMgr, gateway.Options{
-		Addr:           o.GatewayAddr,
-		HubNamespace:   o.HubNamespace,
-		DNSNames:       gatewayDNSNames(o.AdvertiseURL, o.GatewayDNSNames),
-		IPs:            gatewayIPs(o.AdvertiseURL, o.GatewayIPs),
-		ReplicaName:    "fleet-hub-dev",
-		AdvertiseURL:   o.AdvertiseURL,
-		LinkThresholds: linkhealth.DefaultThresholds(),
+	h, err := hub.Setup(ctx, hubMgr, hub.Options{
+		Reconcilers: hubreconcilers.Options{Concurrency: 10,
+			// Twice the gateway's default 5-minute lastSeenTime refresh, plus a minute.
+			ContactTimeout: 11 * time.Minute},
+		Gateway: &gateway.Options{
+			Addr:           o.GatewayAddr,
+			HubNamespace:   o.HubNamespace,
+			DNSNames:       gatewayDNSNames(o.AdvertiseURL, o.GatewayDNSNames),
+			IPs:            gatewayIPs(o.AdvertiseURL, o.GatewayIPs),
+			ReplicaName:    "fleet-hub-dev",
+			AdvertiseURL:   o.AdvertiseURL,
+			LinkThresholds: linkhealth.DefaultThresholds(),
+		},
+		Reach: &reach.SetupOptions{Options: reach.Options{Addr: o.ProxyAddr}, AdvertiseURL: o.ProxyAdvertiseURL},
 	})
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := setupReach(ctx, hubMgr, gw, o); err != nil {
-		return nil, nil, err
-	}
-	return []ctrl.Manager{capiMgr, cabpkMgr, kcpMgr, hubMgr}, gw, nil
-}
-
-// setupReach adds the edge-reach proxy, or with ProxyAddr "0" only the
-// reconciler that takes an earlier run's proxy-url out of kubeconfigs.
-func setupReach(ctx context.Context, mgr ctrl.Manager, gw *gateway.Server, o Options) error {
-	if o.ProxyAddr == "0" {
-		return reach.SetupDisabled(mgr, controller.Options{})
-	}
-	_, err := reach.Setup(ctx, mgr, gw, reach.SetupOptions{Options: reach.Options{Addr: o.ProxyAddr, ReplicaName: "fleet-hub-dev"},
-		AdvertiseURL: o.ProxyAdvertiseURL})
-	return err
+	return []ctrl.Manager{capiMgr, cabpkMgr, kcpMgr, hubMgr}, h.Gateway, nil
 }
 
 // runManagers runs managers until ctx ends or one fails, runs startup once
