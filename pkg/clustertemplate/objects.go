@@ -31,6 +31,9 @@ type Spec struct {
 	// HealthCheck, when set, adds MachineHealthChecks for the control
 	// plane and the workers.
 	HealthCheck *HealthCheck
+	// CertificatesExpiryDays, when set, has a KubeadmControlPlane replace
+	// a machine whose certificates expire within that many days.
+	CertificatesExpiryDays int32
 }
 
 // kubeadmConfig is the user's kubeadm settings with create's node wiring
@@ -123,6 +126,7 @@ func (s Spec) controlPlane() []Object {
 				MachineTemplate: controlplanev1.KubeadmControlPlaneMachineTemplate{Spec: controlplanev1.KubeadmControlPlaneMachineTemplateSpec{
 					InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infraGroup, Kind: "EdgeMachineTemplate", Name: cpName}}},
 				KubeadmConfigSpec: s.kubeadmConfig(),
+				Rollout:           controlplanev1.KubeadmControlPlaneRolloutSpec{Before: controlplanev1.KubeadmControlPlaneRolloutBeforeSpec{CertificatesExpiryDays: s.CertificatesExpiryDays}},
 			},
 		})
 	case "machines":

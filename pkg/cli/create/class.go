@@ -67,6 +67,9 @@ func (o *Options) validateClass() []error {
 		}
 		o.variables = vars
 	}
+	if o.CertificatesExpiryDays != 0 {
+		o.setVariable("certificatesExpiryDays", fmt.Appendf(nil, "%d", o.CertificatesExpiryDays))
+	}
 	for _, kv := range o.Variables {
 		name, value, ok := strings.Cut(kv, "=")
 		if !ok || !variableName.MatchString(name) {

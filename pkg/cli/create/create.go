@@ -56,6 +56,9 @@ type Options struct {
 	Class         string
 	Variables     []string
 	VariablesFile string
+	// CertificatesExpiryDays is KCP's rollout.before.certificatesExpiryDays
+	// (the class's certificatesExpiryDays variable with --class); 0: unset.
+	CertificatesExpiryDays int32
 
 	spec        clustertemplate.Spec
 	conn        *kube.Connection
@@ -96,6 +99,13 @@ func (o *Options) Validate() error {
 		return err
 	}
 	errs := o.validateCounts()
+	if d := o.CertificatesExpiryDays; d != 0 && d < 7 {
+		errs = append(errs, fmt.Errorf("--certificates-expiry-days %d: want 7 or more (KubeadmControlPlane's minimum), or 0 for never", d))
+	}
+	if o.CertificatesExpiryDays != 0 && o.Class == "" && o.ControlPlane != "kubeadm" {
+		errs = append(errs, errors.New("--certificates-expiry-days needs a KubeadmControlPlane (--control-plane=kubeadm): plain Machines are never rolled over"))
+	}
+	o.spec.CertificatesExpiryDays = o.CertificatesExpiryDays
 	if o.Class != "" {
 		if err := validate.NewClusterName(o.Class); err != nil {
 			errs = append(errs, fmt.Errorf("--class: %w", err))

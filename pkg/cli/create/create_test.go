@@ -580,3 +580,44 @@ func TestTopologyVariablesForTestHosts(t *testing.T) {
 		t.Errorf("files or preKubeadmCommands differ:\nkubeadm file %+v %v\nvariables %+v %v", spec.Files, spec.PreKubeadmCommands, vars.Files, vars.PreKubeadmCommands)
 	}
 }
+
+// --certificates-expiry-days reaches the KubeadmControlPlane, or the
+// class's variable with --class; what KCP would refuse is refused first.
+func TestCertificatesExpiryDays(t *testing.T) {
+	o := validOptions()
+	o.CertificatesExpiryDays = 30
+	if got := find[*controlplanev1.KubeadmControlPlane](t, objects(t, o)).Spec.Rollout.Before.CertificatesExpiryDays; got != 30 {
+		t.Errorf("KubeadmControlPlane rollout.before.certificatesExpiryDays %d, want 30", got)
+	}
+
+	o = validOptions()
+	o.Class, o.CertificatesExpiryDays = "edge", 45
+	if err := o.Complete([]string{"store"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if i := slices.IndexFunc(o.variables, func(v clusterv1.ClusterVariable) bool { return v.Name == "certificatesExpiryDays" }); i < 0 ||
+		string(o.variables[i].Value.Raw) != "45" {
+		t.Errorf("with --class: variables %+v, want certificatesExpiryDays 45", o.variables)
+	}
+
+	for _, tc := range []struct {
+		days         int32
+		controlPlane string
+		want         string
+	}{
+		{3, "kubeadm", "want 7 or more"},
+		{30, "machines", "needs a KubeadmControlPlane"},
+	} {
+		o := validOptions()
+		o.CertificatesExpiryDays, o.ControlPlane = tc.days, tc.controlPlane
+		if err := o.Complete([]string{"store"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := o.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%d days, control plane %s: want an error saying %q, got %v", tc.days, tc.controlPlane, tc.want, err)
+		}
+	}
+}
