@@ -69,6 +69,7 @@ func run(args []string) error {
 	fs.String("state-dir", "", "Where identity and state are kept (default /var/lib/fleet-agent).")
 	fs.String("root-dir", "", "Root of the machine the agent manages (default /; tests and the demo use a sandbox).")
 	fs.Duration("resync-interval", 0, "How often the full status is re-sent without changes (default 1m).")
+	fs.Duration("certificates-check-interval", 0, "How often the control-plane certificates' expiry is read again and reported (default 24h).")
 	fs.Duration("link-interval", 0, "Window of the link-health report (eBPF retransmission/drop counts, round-trip to the hub; default 1m); negative turns it off.")
 	fs.Bool("sandbox", false, "Run bootstrap commands chrooted into --root-dir (tests and the local demo; needs root).")
 	zopts := zap.Options{}
@@ -129,6 +130,8 @@ func configFrom(fs *flag.FlagSet, file string) (agent.Config, error) {
 			cfg.Sandbox = v.(bool)
 		case "resync-interval":
 			cfg.ResyncInterval = v.(time.Duration)
+		case "certificates-check-interval":
+			cfg.CertificatesCheckInterval = v.(time.Duration)
 		case "link-interval":
 			cfg.LinkInterval = v.(time.Duration)
 		}

@@ -83,6 +83,10 @@ type Agent struct {
 
 // New makes an agent. cfg must be Completed and Validated.
 func New(cfg Config, prov Provisioner, log logr.Logger) *Agent {
+	// The one setting load tests and the demo leave unset.
+	if cfg.CertificatesCheckInterval <= 0 {
+		cfg.CertificatesCheckInterval = 24 * time.Hour
+	}
 	a := &Agent{
 		cfg:          cfg,
 		store:        state.Store{Dir: cfg.StateDir},

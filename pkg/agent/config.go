@@ -36,6 +36,11 @@ type Config struct {
 	ResyncInterval time.Duration `json:"resyncInterval,omitempty"`
 	// MaxBackoff caps the delay between reconnection attempts.
 	MaxBackoff time.Duration `json:"maxBackoff,omitempty"`
+	// CertificatesCheckInterval is how often the control-plane
+	// certificates' expiry is read again (default 24h): renewed
+	// certificates must show, and a KubeadmControlPlane rolls a machine
+	// over by what is reported.
+	CertificatesCheckInterval time.Duration `json:"certificatesCheckInterval,omitempty"`
 	// ResetCommands undo a bootstrap when its Machine goes away, as shell
 	// lines (default: kubeadm reset -f). Files the bootstrap wrote are
 	// removed after them.
@@ -88,7 +93,8 @@ func LoadConfigFile(path string) (Config, error) {
 	for _, d := range []struct {
 		from *metav1.Duration
 		to   *time.Duration
-	}{{f.ResyncInterval, &c.ResyncInterval}, {f.MaxBackoff, &c.MaxBackoff}, {f.KeepAlive, &c.KeepAlive}, {f.LinkInterval, &c.LinkInterval}} {
+	}{{f.ResyncInterval, &c.ResyncInterval}, {f.MaxBackoff, &c.MaxBackoff}, {f.KeepAlive, &c.KeepAlive}, {f.LinkInterval, &c.LinkInterval},
+		{f.CertificatesCheckInterval, &c.CertificatesCheckInterval}} {
 		if d.from != nil {
 			*d.to = d.from.Duration
 		}
@@ -105,6 +111,8 @@ type fileConfig struct {
 	MaxBackoff     *metav1.Duration `json:"maxBackoff,omitempty"`
 	KeepAlive      *metav1.Duration `json:"keepAlive,omitempty"`
 	LinkInterval   *metav1.Duration `json:"linkInterval,omitempty"`
+	// CertificatesCheckInterval as a duration, e.g. "24h".
+	CertificatesCheckInterval *metav1.Duration `json:"certificatesCheckInterval,omitempty"`
 }
 
 var pinRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
@@ -122,6 +130,9 @@ func (c *Config) Complete() error {
 	}
 	if c.MaxBackoff == 0 {
 		c.MaxBackoff = time.Minute
+	}
+	if c.CertificatesCheckInterval == 0 {
+		c.CertificatesCheckInterval = 24 * time.Hour
 	}
 	if c.KeepAlive == 0 {
 		c.KeepAlive = 15 * time.Second

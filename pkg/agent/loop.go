@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/edgefleet/fleet/pkg/agent/session"
+	"github.com/edgefleet/fleet/pkg/agent/state"
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 )
 
 // syncLoop is the one loop every source feeds: it hands each desired state
@@ -17,7 +19,10 @@ func (a *Agent) syncLoop(ctx context.Context) {
 	defer resync.Stop()
 	housekeeping := time.NewTicker(a.housekeeping)
 	defer housekeeping.Stop()
+	certs := time.NewTicker(a.cfg.CertificatesCheckInterval)
+	defer certs.Stop()
 	a.checkHealth(time.Now())
+	a.refreshCertificates()
 	for {
 		select {
 		case <-ctx.Done():
@@ -33,8 +38,35 @@ func (a *Agent) syncLoop(ctx context.Context) {
 			a.status.Resend()
 		case <-housekeeping.C:
 			a.checkHealth(time.Now())
+		case <-certs.C:
+			a.refreshCertificates()
 		}
 	}
+}
+
+// refreshCertificates reads the certificates' expiry of a provisioned host
+// again and reports it when it changed: after a renewal the Machine must
+// not keep the old date, nor a KubeadmControlPlane roll it over for it.
+func (a *Agent) refreshCertificates() {
+	cr, ok := a.prov.(CertificatesReader)
+	if !ok {
+		return
+	}
+	cur := a.Applied()
+	if cur.Workload == nil || cur.Workload.State != infrav1.ProvisioningSucceeded {
+		return
+	}
+	expiry := certExpiry(cr.CertificatesExpiry())
+	if expiry.Equal(cur.CertificatesExpiryDate) {
+		return
+	}
+	a.log.Info("Certificates' expiry changed", "was", cur.CertificatesExpiryDate, "now", expiry)
+	_ = a.update(func(ap *state.Applied) {
+		// The claim may have ended meanwhile; its reset clears the date.
+		if ap.Workload != nil && ap.Workload.State == infrav1.ProvisioningSucceeded {
+			ap.CertificatesExpiryDate = expiry
+		}
+	})
 }
 
 // handleUpdate dispatches what the session source sent.

@@ -2,15 +2,19 @@ package agent_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
 
+	"github.com/edgefleet/fleet/internal/testkit"
 	"github.com/edgefleet/fleet/pkg/agent"
+	"github.com/edgefleet/fleet/pkg/agent/agenttest"
 	"github.com/edgefleet/fleet/pkg/agent/sdnotify"
 	"github.com/edgefleet/fleet/pkg/agent/session"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
@@ -79,4 +83,58 @@ func TestStuckWorkerStopsTheWatchdog(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// renewing is a provisioner whose host's certificates are renewed while
+// it serves.
+type renewing struct {
+	agenttest.Recorder
+	mu     sync.Mutex
+	expiry time.Time
+}
+
+func (r *renewing) CertificatesExpiry() *time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t := r.expiry
+	return &t
+}
+
+func (r *renewing) renew(to time.Time) {
+	r.mu.Lock()
+	r.expiry = to
+	r.mu.Unlock()
+}
+
+// The certificates' expiry of a provisioned host is read again at every
+// check interval, so a renewal shows on the Machine; a host with nothing
+// provisioned reports none.
+func TestCertificatesExpiryIsReadAgain(t *testing.T) {
+	first := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
+	prov := &renewing{expiry: first}
+	a := agent.New(agent.Config{StateDir: t.TempDir(), RootDir: t.TempDir(), ResyncInterval: time.Hour, Hub: "https://127.0.0.1:1",
+		MaxBackoff: time.Hour, KeepAlive: time.Second, CertificatesCheckInterval: 50 * time.Millisecond}, prov, logr.Discard())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx, func() { close(ready) }) }()
+	<-ready
+	time.Sleep(200 * time.Millisecond)
+	if got := a.Applied().CertificatesExpiryDate; got != nil {
+		t.Fatalf("a host with nothing provisioned reports certificates expiring %v", got)
+	}
+
+	a.Apply(ctx, &wire.DesiredState{Generation: 1, Assignment: &wire.Assignment{ClaimUID: "u1", MachineName: "m", ProviderID: "edge://ns/h",
+		BootstrapFormat: "cloud-config", BootstrapData: []byte("#cloud-config\n")}})
+	renewed := first.AddDate(1, 0, 0)
+	prov.renew(renewed)
+	testkit.Eventually(t, 10*time.Second, 20*time.Millisecond, "the renewed expiry reported", func() error {
+		if got := a.Applied().CertificatesExpiryDate; got == nil || !got.Time.Equal(renewed) {
+			return fmt.Errorf("certificatesExpiryDate %v, want %s", got, renewed)
+		}
+		return nil
+	})
+	cancel()
+	<-done
 }

@@ -28,6 +28,15 @@ type Provisioner interface {
 	Reset(ctx context.Context, claimUID types.UID, progress func(step string)) error
 }
 
+// CertificatesReader is a Provisioner that can read the expiry of the
+// host's control-plane certificates again after provisioning: they are
+// renewed (kubeadm certs renew, a kubeadm upgrade) while the host serves.
+type CertificatesReader interface {
+	// CertificatesExpiry is the earliest expiry among them now, nil on a
+	// host with none (a worker).
+	CertificatesExpiry() *time.Time
+}
+
 // ErrNoProvisioner is what an agent without a provisioner reports.
 var ErrNoProvisioner = errors.New("this fleet-agent build cannot run bootstrap data yet: the cloud-config provisioner is not built in")
 

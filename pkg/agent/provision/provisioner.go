@@ -42,7 +42,8 @@ type Options struct {
 	Runner Runner
 	// ResetCommands undo the bootstrap (default: kubeadm reset -f).
 	ResetCommands []cloudconfig.Command
-	// PKIDirs hold the certificates whose earliest expiry is reported.
+	// PKIDirs hold the control-plane certificates whose earliest expiry is
+	// reported, on a host holding the cluster CA's key (a control plane).
 	PKIDirs []string
 	// NTPRestart is run after NTP servers are configured.
 	NTPRestart cloudconfig.Command
@@ -64,7 +65,10 @@ type Provisioner struct {
 	opts Options
 }
 
-var _ agent.Provisioner = (*Provisioner)(nil)
+var (
+	_ agent.Provisioner        = (*Provisioner)(nil)
+	_ agent.CertificatesReader = (*Provisioner)(nil)
+)
 
 // New makes a Provisioner, filling defaults.
 func New(opts Options) *Provisioner {
@@ -78,7 +82,7 @@ func New(opts Options) *Provisioner {
 		opts.ResetCommands = []cloudconfig.Command{{Argv: []string{"kubeadm", "reset", "-f"}}}
 	}
 	if opts.PKIDirs == nil {
-		opts.PKIDirs = []string{"/etc/kubernetes/pki", "/var/lib/kubelet/pki"}
+		opts.PKIDirs = []string{"/etc/kubernetes/pki"}
 	}
 	if opts.NTPRestart.Shell == "" && opts.NTPRestart.Argv == nil {
 		opts.NTPRestart = cloudconfig.Command{Argv: []string{"systemctl", "try-restart", "systemd-timesyncd.service"}}
@@ -197,9 +201,33 @@ func (p *Provisioner) Provision(ctx context.Context, a *wire.Assignment, progres
 	return agent.Result{
 		ProviderID:         a.ProviderID,
 		NodeName:           nodeName(root, hostname),
-		CertificatesExpiry: earliestExpiry(root, p.opts.PKIDirs),
+		CertificatesExpiry: p.controlPlaneExpiry(root),
 	}, nil
 }
+
+// CertificatesExpiry reads the control-plane certificates' expiry again.
+func (p *Provisioner) CertificatesExpiry() *time.Time {
+	root, err := os.OpenRoot(p.opts.Root)
+	if err != nil {
+		return nil
+	}
+	defer root.Close()
+	return p.controlPlaneExpiry(root)
+}
+
+// controlPlaneExpiry is the earliest expiry of the control-plane
+// certificates, nil on a worker: a KubeadmControlPlane rolls machines over
+// by it, and a worker's kubelet certificates rotate by themselves.
+func (p *Provisioner) controlPlaneExpiry(root *os.Root) *time.Time {
+	if _, err := root.Stat(rel(controlPlaneCAKey)); err != nil {
+		return nil
+	}
+	return earliestExpiry(root, p.opts.PKIDirs)
+}
+
+// controlPlaneCAKey is on control-plane hosts only: workers get the
+// cluster CA's certificate, never its key.
+const controlPlaneCAKey = "/etc/kubernetes/pki/ca.key"
 
 // runCommands runs one section's commands (bootcmd, runcmd) in order,
 // each its own step.

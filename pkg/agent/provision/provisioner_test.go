@@ -16,6 +16,7 @@ import (
 	"github.com/edgefleet/fleet/pkg/agent/cloudconfig"
 	"github.com/edgefleet/fleet/pkg/agent/units"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
+	"github.com/edgefleet/fleet/pkg/pki"
 )
 
 // fakeRunner records commands; one can be made to fail.
@@ -473,5 +474,48 @@ func TestStepErrorDropsTerminalEscapes(t *testing.T) {
 		Output: "\x1b[0;37mKERNEL_VERSION\x1b[0m: \x1b[0;32m6.18\x1b[0m\n[ERROR CRI]: not running"}
 	if got := e.Error(); strings.Contains(got, "\x1b") || !strings.Contains(got, "KERNEL_VERSION: 6.18\n[ERROR CRI]: not running") {
 		t.Errorf("StepError = %q", got)
+	}
+}
+
+// Only a control plane's certificates are reported, and read anew each
+// time: a worker holds the cluster CA's certificate but not its key, and
+// its kubelet rotates its own.
+func TestCertificatesExpiryIsTheControlPlanes(t *testing.T) {
+	root := sandbox(t)
+	p := New(Options{Root: root, StateDir: t.TempDir(), Runner: &fakeRunner{}})
+	write := func(rel string, data []byte) {
+		t.Helper()
+		path := filepath.Join(root, rel)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cert := func(validity time.Duration) *pki.CA {
+		t.Helper()
+		ca, err := pki.NewCA("test", validity)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ca
+	}
+	ca := cert(10 * 365 * 24 * time.Hour)
+	write("etc/kubernetes/pki/ca.crt", ca.CertPEM)
+	write("var/lib/kubelet/pki/kubelet.crt", cert(24*time.Hour).CertPEM)
+	if got := p.CertificatesExpiry(); got != nil {
+		t.Errorf("a worker reports certificates expiring %s", got)
+	}
+	write("etc/kubernetes/pki/ca.key", ca.KeyPEM)
+	apiserver := cert(365 * 24 * time.Hour)
+	write("etc/kubernetes/pki/apiserver.crt", apiserver.CertPEM)
+	if got := p.CertificatesExpiry(); got == nil || !got.Equal(apiserver.Cert.NotAfter) {
+		t.Errorf("control plane: expiry %v, want the API server certificate's %s", got, apiserver.Cert.NotAfter)
+	}
+	renewed := cert(2 * 365 * 24 * time.Hour)
+	write("etc/kubernetes/pki/apiserver.crt", renewed.CertPEM)
+	if got := p.CertificatesExpiry(); got == nil || !got.Equal(renewed.Cert.NotAfter) {
+		t.Errorf("after a renewal: expiry %v, want the renewed certificate's %s", got, renewed.Cert.NotAfter)
 	}
 }
