@@ -117,6 +117,25 @@ func realClusterSpec(t *testing.T, ns string) clustertemplate.Spec {
 		Endpoint:             infrav1.APIEndpoint{Host: clusterName + "." + ns + "." + infrav1.EndpointDomain, Port: 6443}}
 }
 
+// startTwoRealHosts makes a namespace, a hub with edge reach and a site
+// on lan (its router at .1) holding a control-plane host (role=cp) and a
+// worker host (role=worker), both enrolled and Available; the hosts are
+// named <prefix><pid>-cp and -w.
+func startTwoRealHosts(t *testing.T, prefix, lan string) (ns string, cp, worker *testhost.Host) {
+	t.Helper()
+	bin := realKit(t)
+	ns = newNamespace(t)
+	gw, _ := startFleetHubWithReach(t, ns, lan+".1")
+	site, hubURL := startRealSite(t, prefix+"s", lan, gw)
+	cpToken, wToken := roleTokens(t, ns)
+	name := fmt.Sprintf("%s%d", prefix, os.Getpid()%100000)
+	pin := gw.CA().Pin()
+	cp = startRealHost(t, site, bin, name+"-cp", hubURL, pin, cpToken)
+	worker = startRealHost(t, site, bin, name+"-w", hubURL, pin, wToken)
+	realEventually(t, "2 real hosts enrolled and Available", func() error { return testenv.HostsAvailable(context.Background(), hub.Client, ns, 2) })
+	return ns, cp, worker
+}
+
 // uidPattern is an object's uid, as kubectl prints it.
 var uidPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 
@@ -134,21 +153,10 @@ func realEventually(t *testing.T, what string, cond func() error) {
 // to 0 and back re-provisions the same host; deleting the cluster leaves
 // every host clean and Available.
 func TestRealNodesClusterLifecycle(t *testing.T) {
-	bin := realKit(t)
 	ctx := context.Background()
-	ns := newNamespace(t)
 	c := hub.Client
-	const lan = "10.97.0"
-	gw, _ := startFleetHubWithReach(t, ns, lan+".1")
-	site, hubURL := startRealSite(t, "fts", lan, gw)
-
-	cpToken, wToken := roleTokens(t, ns)
-	prefix := fmt.Sprintf("rn%d", os.Getpid()%100000)
-	cpName, wName := prefix+"-cp", prefix+"-w"
-	pin := gw.CA().Pin()
-	cpHost := startRealHost(t, site, bin, cpName, hubURL, pin, cpToken)
-	wHost := startRealHost(t, site, bin, wName, hubURL, pin, wToken)
-	realEventually(t, "2 real hosts enrolled and Available", func() error { return testenv.HostsAvailable(ctx, c, ns, 2) })
+	ns, cpHost, wHost := startTwoRealHosts(t, "rn", "10.97.0")
+	cpName, wName := cpHost.Name, wHost.Name
 
 	// The settings this machine's hosts need come from the documented
 	// template.

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,7 +13,6 @@ import (
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/edgefleet/fleet/internal/testkit/testenv"
 	"github.com/edgefleet/fleet/internal/testkit/testhost"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/hub/inventory"
@@ -32,21 +30,10 @@ const rolloutLabel = "fleet.test/rollout"
 // only worker host, which the new machine takes. Scaling the pool to 0
 // through the topology resets the host; deleting the cluster resets both.
 func TestRealNodesClusterClass(t *testing.T) {
-	bin := realKit(t)
 	ctx := context.Background()
-	ns := newNamespace(t)
 	c := hub.Client
-	const lan = "10.97.2"
-	gw, _ := startFleetHubWithReach(t, ns, lan+".1")
-	site, hubURL := startRealSite(t, "tpo", lan, gw)
-
-	cpToken, wToken := roleTokens(t, ns)
-	prefix := fmt.Sprintf("tp%d", os.Getpid()%100000)
-	cpName, wName := prefix+"-cp", prefix+"-w"
-	pin := gw.CA().Pin()
-	cpHost := startRealHost(t, site, bin, cpName, hubURL, pin, cpToken)
-	wHost := startRealHost(t, site, bin, wName, hubURL, pin, wToken)
-	realEventually(t, "2 real hosts enrolled and Available", func() error { return testenv.HostsAvailable(ctx, c, ns, 2) })
+	ns, cpHost, wHost := startTwoRealHosts(t, "tp", "10.97.2")
+	cpName, wName := cpHost.Name, wHost.Name
 
 	fleet := newFleetCLI(t)
 	out := fleet.run(t, "create", "cluster", clusterName, "-n", ns, "--class", "edge", "--kubernetes-version", "v1.36.3",
