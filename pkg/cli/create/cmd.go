@@ -48,9 +48,9 @@ func newClusterCmd(flags *kube.ConfigFlags, streams genericiooptions.IOStreams) 
 			"Cluster, with the version, the replicas (workers in a pool md-0) and the class's variables; the class builds\n" +
 			"every other object, health checks included. Cluster API's webhook checks the variables against the class's\n" +
 			"schemas in a server-side dry run before the Cluster is written. --class " + clustertemplate.ClassName + " is fleet's class\n" +
-			"(docs/CLUSTERCLASS.md lists its variables), installed into the namespace when missing. The management\n" +
-			"cluster needs Cluster API's ClusterTopology feature gate (docs/INSTALL.md). scale, describe, delete and the\n" +
-			"host commands work on such clusters as on the others.",
+			"(docs/CLUSTERCLASS.md lists its variables), installed into the namespace when missing; --dry-run=client\n" +
+			"prints the Cluster alone. The management cluster needs Cluster API's ClusterTopology feature gate\n" +
+			"(docs/INSTALL.md). scale, describe, delete and the host commands work on such clusters as on the others.",
 		Example: `  kubectl fleet create cluster store-17 --kubernetes-version v1.36.3 \
     --control-plane-machines 1 --worker-machines 2 --host-selector site=store-17
 
