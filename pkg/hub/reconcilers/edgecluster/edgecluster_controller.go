@@ -3,6 +3,8 @@ package edgecluster
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
@@ -11,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util"
@@ -24,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -65,7 +69,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 			handler.EnqueueRequestsFromMapFunc(util.ClusterToInfrastructureMapFunc(ctx,
 				infrav1.GroupVersion.WithKind("EdgeCluster"), mgr.GetClient(), &infrav1.EdgeCluster{})),
 			builder.WithPredicates(predicates.ClusterPausedTransitions(mgr.GetScheme(), log))).
-		Watches(&infrav1.EdgeHost{}, handler.EnqueueRequestsFromMapFunc(r.hostToEdgeClusters)).
+		Watches(&infrav1.EdgeHost{}, r.hostEvents()).
 		Complete(r)
 }
 
@@ -223,17 +227,60 @@ func (r *Reconciler) letGo(ctx context.Context, ec *infrav1.EdgeCluster) error {
 	return h.Patch(ctx, ec)
 }
 
-// hostToEdgeClusters wakes the EdgeClusters in a host's namespace, whose
-// failure domains may have changed with the host's zone.
-func (r *Reconciler) hostToEdgeClusters(ctx context.Context, o client.Object) []reconcile.Request {
+// hostEvents wakes the EdgeClusters whose failure domains a host's event
+// may change: a host appearing, going or relabelled, for the clusters
+// whose selector it matched before or matches now. A host's status, which
+// its agent refreshes all the time, never changes a failure domain, and
+// every cluster of a namespace woken by every host event is N² work for a
+// namespace of one-host sites.
+func (r *Reconciler) hostEvents() handler.EventHandler {
+	enqueue := func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request], hosts ...client.Object) {
+		for _, req := range r.edgeClustersSelecting(ctx, hosts...) {
+			q.Add(req)
+		}
+	}
+	return handler.Funcs{
+		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(ctx, q, e.Object)
+		},
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if maps.Equal(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels()) {
+				return
+			}
+			enqueue(ctx, q, e.ObjectOld, e.ObjectNew)
+		},
+		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(ctx, q, e.Object)
+		},
+	}
+}
+
+// edgeClustersSelecting are the EdgeClusters of the hosts' namespace whose
+// host selector matches any of them (no selector matches every host; an
+// invalid one none).
+func (r *Reconciler) edgeClustersSelecting(ctx context.Context, hosts ...client.Object) []reconcile.Request {
+	if len(hosts) == 0 {
+		return nil
+	}
 	list := &infrav1.EdgeClusterList{}
-	if err := r.Client.List(ctx, list, client.InNamespace(o.GetNamespace())); err != nil {
+	if err := r.Client.List(ctx, list, client.InNamespace(hosts[0].GetNamespace())); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Listing EdgeClusters for EdgeHost")
 		return nil
 	}
-	out := make([]reconcile.Request, 0, len(list.Items))
+	var out []reconcile.Request
 	for i := range list.Items {
-		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+		ec := &list.Items[i]
+		selector := labels.Everything()
+		if ec.Spec.HostSelector != nil {
+			sel, err := metav1.LabelSelectorAsSelector(ec.Spec.HostSelector)
+			if err != nil {
+				continue
+			}
+			selector = sel
+		}
+		if slices.ContainsFunc(hosts, func(h client.Object) bool { return selector.Matches(labels.Set(h.GetLabels())) }) {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(ec)})
+		}
 	}
 	return out
 }
