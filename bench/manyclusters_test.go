@@ -502,7 +502,7 @@ func (m *manyClusters) atRest(ctx context.Context) {
 
 	open := s1.hub["fleet_reach_tunnels_open"]
 	m.rep.Add(results.Figure{Key: "tunnels-open", Name: "edge-reach tunnels open at rest (`fleet_reach_tunnels_open`)", Value: open, Unit: "tunnels"})
-	m.rep.Add(results.Figure{Key: "tunnels-per-cluster", Name: "of which per cluster (one per Cluster API ClusterCache that holds a connection to it)", Value: open / float64(m.n)})
+	m.rep.Add(results.Figure{Key: "tunnels-per-cluster", Name: "of which per cluster (Cluster API's connections to it: the ClusterCaches of core, CABPK and KCP)", Value: open / float64(m.n)})
 	m.rep.Add(results.Figure{Key: "tunnels-opened-at-rest", Name: fmt.Sprintf("tunnels opened during the %s at rest (`fleet_reach_tunnels_total`)", *clustersIdle),
 		Value: s1.hub["fleet_reach_tunnels_total"] - s0.hub["fleet_reach_tunnels_total"], Unit: "tunnels"})
 
