@@ -231,9 +231,11 @@ test-race: k8s ## Run every test with the race detector.
 BENCH_AGENTS ?= 1000
 BENCH_IDLE ?= 10m
 BENCH_MACHINES ?= 500
+BENCH_CLUSTERS ?= 500
+BENCH_CLUSTERS_IDLE ?= 10m
 
 .PHONY: bench
-bench: k8s ## Run every benchmark against a real API server and write docs/PERFORMANCE.md's tables and plots (defaults BENCH_AGENTS=1000 BENCH_IDLE=10m BENCH_MACHINES=500; the documented runs: BENCH_AGENTS=1000,2000,5000,10000).
+bench: k8s ## Run every benchmark against a real API server and write docs/PERFORMANCE.md's tables and plots (defaults BENCH_AGENTS=1000 BENCH_IDLE=10m BENCH_MACHINES=500 BENCH_CLUSTERS=500 BENCH_CLUSTERS_IDLE=10m; the documented runs: BENCH_AGENTS=1000,2000,5000,10000).
 	$(GO) test ./bench -run '^$$' -bench 'DescribeCluster' -benchtime 10x -count 1
 	$(GO) test ./bench -run '^$$' -bench 'EdgeReach' -benchtime 2s -count 1
 	$(GO) test ./bench -run '^$$' -bench 'AgentFootprint' -benchtime 1x -count 1 -timeout 20m
@@ -241,6 +243,12 @@ bench: k8s ## Run every benchmark against a real API server and write docs/PERFO
 	$(GO) test ./bench -run '^$$' -bench 'Provisioning' -benchtime 1x -count 1 -timeout 60m -args -machines=$(BENCH_MACHINES)
 	$(GO) test ./bench -run '^$$' -bench 'RealNodes' -benchtime 1x -count 1 -timeout 30m
 	$(GO) test ./bench -run '^$$' -bench 'HubReplicas' -benchtime 1x -count 1 -timeout 60m -args -replica-agents=1000
+	$(GO) test ./bench -run '^$$' -bench 'ManyClusters' -benchtime 1x -count 1 -timeout 120m -args -clusters=$(BENCH_CLUSTERS) -clusters-idle=$(BENCH_CLUSTERS_IDLE)
+	$(GO) run ./bench/report
+
+.PHONY: bench-clusters
+bench-clusters: k8s ## Run only BenchmarkManyClusters: BENCH_CLUSTERS one-host ClusterClass clusters to Available, then at rest for BENCH_CLUSTERS_IDLE; updates docs/PERFORMANCE.md.
+	$(GO) test ./bench -run '^$$' -bench 'ManyClusters' -benchtime 1x -count 1 -timeout 120m -args -clusters=$(BENCH_CLUSTERS) -clusters-idle=$(BENCH_CLUSTERS_IDLE)
 	$(GO) run ./bench/report
 
 FUZZTIME ?= 10m

@@ -5,8 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -231,8 +231,11 @@ func (h *Hub) Stop() {
 func (h *Hub) PID() int { return h.cmd.Process.Pid }
 
 // RSS is the hub's resident memory in bytes.
-func (h *Hub) RSS() (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", h.PID()))
+func (h *Hub) RSS() (int64, error) { return ProcessRSS(h.PID()) }
+
+// ProcessRSS is process pid's resident memory in bytes.
+func ProcessRSS(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
@@ -250,17 +253,13 @@ func (h *Hub) CPU() (time.Duration, error) { return ProcessCPU(h.PID()) }
 
 // Metrics scrapes the hub's Prometheus metrics: name{labels} -> value.
 func (h *Hub) Metrics(ctx context.Context) (map[string]float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.MetricsURL, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
+	return Scrape(ctx, h.MetricsURL)
+}
+
+// parseText reads Prometheus text: name{labels} → value.
+func parseText(r io.Reader) (map[string]float64, error) {
 	out := map[string]float64{}
-	s := bufio.NewScanner(resp.Body)
+	s := bufio.NewScanner(r)
 	s.Buffer(make([]byte, 1<<20), 1<<20)
 	for s.Scan() {
 		line := s.Text()

@@ -201,6 +201,12 @@ spec:
     - {name: imagePullPolicy, value: Never}
     - {name: ignorePreflightErrors, value: [SystemVerification]}
     - {name: kubeadmPatchesDirectory, value: /etc/kubernetes/patches}
+    - name: etcdExternal
+      value:
+        endpoints: [https://etcd.store-2:2379]
+        caFile: /etc/kubernetes/pki/etcd/ca.crt
+        certFile: /etc/kubernetes/pki/apiserver-etcd-client.crt
+        keyFile: /etc/kubernetes/pki/apiserver-etcd-client.key
 `)
 	ec, kcp, emt := topologyObjects(t, ns, "store-2")
 	wantCP := map[string]string{"role": "control-plane", "site": "store-2", "topology.kubernetes.io/zone": "front"}
@@ -221,6 +227,12 @@ spec:
 	}
 	if got := cfg.ClusterConfiguration.APIServer.ExtraArgs; len(got) != 1 || got[0].Name != "audit-log-maxage" || *got[0].Value != "7" {
 		t.Errorf("kube-apiserver extra args %+v", got)
+	}
+	// Both variables reach clusterConfiguration: neither patch replaces the other's part.
+	if ext := cfg.ClusterConfiguration.Etcd.External; !slices.Equal(ext.Endpoints, []string{"https://etcd.store-2:2379"}) ||
+		ext.CAFile != "/etc/kubernetes/pki/etcd/ca.crt" || ext.CertFile != "/etc/kubernetes/pki/apiserver-etcd-client.crt" ||
+		ext.KeyFile != "/etc/kubernetes/pki/apiserver-etcd-client.key" {
+		t.Errorf("external etcd %+v", ext)
 	}
 	if len(cfg.Files) != 1 || cfg.Files[0].Path != "/etc/site" || !slices.Equal(cfg.PreKubeadmCommands, []string{"echo pre"}) ||
 		!slices.Equal(cfg.PostKubeadmCommands, []string{"echo post"}) {
