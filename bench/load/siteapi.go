@@ -3,18 +3,13 @@ package load
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -23,6 +18,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/edgefleet/fleet/pkg/pki"
 
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -161,34 +158,17 @@ func (s *SiteAPI) site(ctx context.Context, serverName string) (*siteTLS, error)
 	if err != nil {
 		return nil, err
 	}
-	ca, err := tls.X509KeyPair(certPEM, keyPEM)
+	ca, err := pki.ParseCA(certPEM, keyPEM)
 	if err != nil {
 		return nil, fmt.Errorf("the CA of %s: %w", serverName, err)
 	}
-	caCert, err := x509.ParseCertificate(ca.Certificate[0])
+	cert, err := ca.ServingCertificate([]string{serverName}, nil, 365*24*time.Hour)
 	if err != nil {
-		return nil, err
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
-	if err != nil {
-		return nil, err
-	}
-	now := time.Now()
-	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
-		SerialNumber: serial, Subject: pkix.Name{CommonName: "kube-apiserver"}, DNSNames: []string{serverName},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(365 * 24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}, caCert, &key.PublicKey, ca.PrivateKey)
-	if err != nil {
-		return nil, fmt.Errorf("signing the serving certificate of %s: %w", serverName, err)
+		return nil, fmt.Errorf("the serving certificate of %s: %w", serverName, err)
 	}
 	pool := x509.NewCertPool()
-	pool.AddCert(caCert)
-	t = &siteTLS{cert: &tls.Certificate{Certificate: [][]byte{der, caCert.Raw}, PrivateKey: key}, ca: pool}
+	pool.AddCert(ca.Cert)
+	t = &siteTLS{cert: &cert, ca: pool}
 	s.mu.Lock()
 	s.sites[serverName] = t
 	s.mu.Unlock()
