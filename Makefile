@@ -13,6 +13,13 @@ K8S_VERSION   := v1.36.3
 # The upstream commands built from hack/tools/k8s into bin/k8s.
 K8S_CMDS      := etcd kube-apiserver kubectl kubelet kubeadm kube-controller-manager kube-scheduler kube-proxy coredns
 K8S_CMD_BINS  := $(addprefix $(K8S_BIN)/,$(K8S_CMDS))
+# The previous minor, built from hack/tools/k8s-1.35 into bin/k8s-v1.35.4:
+# what the in-place upgrade tests start real hosts on. etcd and pause are
+# bin/k8s's (kubeadm only tags them differently).
+K8S_PREV_VERSION  := v1.35.4
+K8S_PREV_BIN      := $(BIN)/k8s-$(K8S_PREV_VERSION)
+K8S_PREV_CMDS     := kube-apiserver kubectl kubelet kubeadm kube-controller-manager kube-scheduler kube-proxy
+K8S_PREV_CMD_BINS := $(addprefix $(K8S_PREV_BIN)/,$(K8S_PREV_CMDS) coredns)
 NODEIMAGE     := $(BIN)/nodeimage
 HUBIMAGE      := $(BIN)/hubimage
 # clusterctl is built from Cluster API's module at the version fleet
@@ -35,6 +42,10 @@ export KUBEBUILDER_ASSETS := $(K8S_BIN)
 K8S_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION) \
 	-X k8s.io/component-base/version.gitMajor=1 \
 	-X k8s.io/component-base/version.gitMinor=36 \
+	-X k8s.io/component-base/version.gitTreeState=clean
+K8S_PREV_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(K8S_PREV_VERSION) \
+	-X k8s.io/component-base/version.gitMajor=1 \
+	-X k8s.io/component-base/version.gitMinor=35 \
 	-X k8s.io/component-base/version.gitTreeState=clean
 
 ##@ General
@@ -66,6 +77,7 @@ verify: $(CONTROLLER_GEN) $(GOLANGCI_LINT) ## Fail if generated files are stale,
 	@out=$$(gofmt -s -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "not gofmt'ed (run 'make fmt'):"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	cd hack/tools/k8s && $(GO) vet ./...
+	cd hack/tools/k8s-1.35 && $(GO) vet ./...
 	$(GOLANGCI_LINT) run ./...
 	@$(MAKE) --no-print-directory verify-tidy
 
@@ -86,7 +98,7 @@ build: ## Build fleet-hub, fleet-agent and kubectl-fleet into bin/.
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/fleet-hub ./cmd/fleet-agent ./cmd/kubectl-fleet
 
 .PHONY: k8s
-k8s: $(K8S_CMD_BINS) node-images ## Build kube-apiserver, etcd, kubectl, kubelet, kubeadm, controller manager, scheduler, kube-proxy and CoreDNS into bin/k8s, and their images (minutes the first time).
+k8s: $(K8S_CMD_BINS) node-images k8s-prev ## Build kube-apiserver, etcd, kubectl, kubelet, kubeadm, controller manager, scheduler, kube-proxy and CoreDNS into bin/k8s, and their images; the same for the previous minor into bin/k8s-v1.35.4 (minutes the first time).
 
 $(K8S_CMD_BINS): hack/tools/k8s/go.mod hack/tools/k8s/go.sum
 	@mkdir -p $(K8S_BIN)
@@ -101,6 +113,24 @@ $(K8S_CMD_BINS): hack/tools/k8s/go.mod hack/tools/k8s/go.sum
 node-images: $(K8S_CMD_BINS) $(K8S_BIN)/pause $(NODEIMAGE) ## Build every image kubeadm lists (apiserver, controller manager, scheduler, kube-proxy, CoreDNS, etcd, pause) into bin/k8s/images, for `ctr images import`.
 	@echo ">> building the images kubeadm $(K8S_VERSION) lists into $(K8S_BIN)/images"
 	@$(NODEIMAGE) kubeadm --kubeadm $(K8S_BIN)/kubeadm --bin-dir $(K8S_BIN) --out-dir $(K8S_BIN)/images
+
+.PHONY: k8s-prev
+k8s-prev: $(K8S_PREV_CMD_BINS) $(K8S_PREV_BIN)/etcd $(K8S_PREV_BIN)/pause $(NODEIMAGE) ## Build Kubernetes $(K8S_PREV_VERSION) (kubelet, kubeadm, control plane, CoreDNS) and its images into bin/k8s-v1.35.4, for the in-place upgrade tests.
+	@echo ">> building the images kubeadm $(K8S_PREV_VERSION) lists into $(K8S_PREV_BIN)/images"
+	@$(NODEIMAGE) kubeadm --kubeadm $(K8S_PREV_BIN)/kubeadm --bin-dir $(K8S_PREV_BIN) --out-dir $(K8S_PREV_BIN)/images
+
+$(K8S_PREV_CMD_BINS): hack/tools/k8s-1.35/go.mod hack/tools/k8s-1.35/go.sum hack/tools/k8s-1.35/cmd/coredns/main.go
+	@mkdir -p $(K8S_PREV_BIN)
+	@echo ">> building Kubernetes $(K8S_PREV_VERSION) (kubelet, kubeadm, control plane) and CoreDNS from Go modules into $(K8S_PREV_BIN) (about 10 minutes on 2 cores the first time)"
+	@cd hack/tools/k8s-1.35 && $(GO) build -v -ldflags "$(K8S_PREV_LDFLAGS)" -o $(K8S_PREV_BIN)/ $(addprefix k8s.io/kubernetes/cmd/,$(K8S_PREV_CMDS)) ./cmd/coredns 2>&1 | \
+	  awk '/^go: downloading/ { if (d++ % 25 == 0) print "   downloading modules (" d ")…"; fflush(); next } \
+	       / / { print; fflush(); next } { if (++n % 200 == 0) print "   " n " packages compiled…"; fflush() }'
+	@touch $(K8S_PREV_CMD_BINS)
+
+# The same etcd and pause binaries serve both versions' images.
+$(K8S_PREV_BIN)/etcd $(K8S_PREV_BIN)/pause: $(K8S_PREV_BIN)/%: $(K8S_BIN)/%
+	@mkdir -p $(K8S_PREV_BIN)
+	cp -p $< $@
 
 # pause is static so that its image needs no libc.
 $(K8S_BIN)/pause: hack/tools/k8s/cmd/pause/main.go

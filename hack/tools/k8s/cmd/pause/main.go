@@ -5,12 +5,19 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 )
 
 func main() {
+	// Upstream's pause prints its version for -v and exits: kubeadm upgrade's
+	// CreateJob health check runs it so, and waits for the Job to complete.
+	if len(os.Args) == 2 && os.Args[1] == "-v" {
+		fmt.Println("pause (fleet test hosts)")
+		return
+	}
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGCHLD)
 	for sig := range signals {

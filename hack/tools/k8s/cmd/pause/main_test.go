@@ -64,3 +64,18 @@ func TestReapZombies(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// pause -v prints a version and exits 0, as kubeadm's upgrade health check
+// expects of the pause image.
+func TestPauseVersion(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "pause")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building pause: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "-v").CombinedOutput()
+	if err != nil || len(out) == 0 {
+		t.Fatalf("pause -v: %v, %q", err, out)
+	}
+}
