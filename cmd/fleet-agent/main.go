@@ -19,6 +19,7 @@ import (
 	"github.com/edgefleet/fleet/internal/version"
 	"github.com/edgefleet/fleet/pkg/agent"
 	"github.com/edgefleet/fleet/pkg/agent/cloudconfig"
+	"github.com/edgefleet/fleet/pkg/agent/kubeupgrade"
 	"github.com/edgefleet/fleet/pkg/agent/linkprobe"
 	"github.com/edgefleet/fleet/pkg/agent/provision"
 	"github.com/edgefleet/fleet/pkg/agent/sdnotify"
@@ -157,6 +158,11 @@ func runAgent(ctx context.Context, cfg agent.Config, log logr.Logger) error {
 		opts.ResetCommands = append(opts.ResetCommands, cloudconfig.Command{Shell: c})
 	}
 	a := agent.New(cfg, provision.New(opts), log)
+	if opts.Units != nil {
+		// Only an agent that can restart the host's kubelet upgrades it.
+		a.UseUpgrader(kubeupgrade.New(kubeupgrade.Options{Root: cfg.RootDir, StateDir: cfg.StateDir,
+			Runner: opts.Runner, Units: opts.Units, Log: opts.Log}))
+	}
 	if cfg.LinkInterval > 0 {
 		probe, err := linkprobe.Start(linkprobe.Options{HubPort: hubPort(cfg.Hub)})
 		if err != nil {

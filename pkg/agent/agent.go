@@ -27,6 +27,8 @@ type Agent struct {
 	store state.Store
 	prov  Provisioner
 	log   logr.Logger
+	// upgrader moves the host's Kubernetes in place; nil when it cannot.
+	upgrader Upgrader
 
 	// Sources: the hub session, and link health when enabled.
 	session *session.Source

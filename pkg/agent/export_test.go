@@ -37,3 +37,6 @@ func (a *Agent) Updates() chan<- session.Update { return a.updates }
 func (a *Agent) SetLiveness(housekeeping, workerStall time.Duration) {
 	a.housekeeping, a.stallLimits.worker = housekeeping, workerStall
 }
+
+// FinishInterruptedUpgrade is what the worker does first.
+func (a *Agent) FinishInterruptedUpgrade(ctx context.Context) { a.finishInterruptedUpgrade(ctx) }

@@ -19,6 +19,7 @@ import (
 // worker applies desired states one at a time, in generation order. It
 // tells the watchdog when it is busy and each time it makes progress.
 func (a *Agent) worker(ctx context.Context) {
+	a.finishInterruptedUpgrade(ctx)
 	for {
 		select {
 		case <-ctx.Done():
@@ -84,9 +85,13 @@ func (a *Agent) act(ctx context.Context, d *wire.DesiredState, w *infrav1.HostPr
 		if w != nil {
 			return a.reset(ctx, w.ClaimUID)
 		}
+	case d.Assignment != nil && w != nil && w.ClaimUID == d.Assignment.ClaimUID && w.State == infrav1.ProvisioningSucceeded:
+		// Provisioned for this Machine: a bootstrap never runs twice, but
+		// the Machine may want another Kubernetes version.
+		a.upgradeIfOrdered(ctx, d.Assignment)
 	case d.Assignment != nil && w != nil && w.ClaimUID == d.Assignment.ClaimUID && w.State != infrav1.ProvisioningRunning:
-		// Already done (or failed) for this Machine: a bootstrap never
-		// runs twice. Just record that this generation is seen.
+		// Failed for this Machine: a bootstrap never runs twice. Just
+		// record that this generation is seen.
 	case d.Assignment != nil && w != nil && w.ClaimUID != d.Assignment.ClaimUID:
 		// The hub hands out only hosts it has seen reset; one that does not
 		// know this workload is out of step (restored from an older backup),
@@ -152,6 +157,10 @@ func (a *Agent) provision(ctx context.Context, as *wire.Assignment) {
 			}
 		})
 	})
+	version := ""
+	if err == nil {
+		version = a.runningVersion(ctx)
+	}
 	_ = a.update(func(ap *state.Applied) {
 		if err != nil {
 			ap.Workload.State = infrav1.ProvisioningFailed
@@ -165,6 +174,7 @@ func (a *Agent) provision(ctx context.Context, as *wire.Assignment) {
 		ap.Workload.Message = ""
 		ap.ProviderID, ap.NodeName = res.ProviderID, res.NodeName
 		ap.CertificatesExpiryDate = certExpiry(res.CertificatesExpiry)
+		ap.KubernetesVersion = version
 	})
 	if err != nil {
 		a.log.Error(err, "Provisioning failed", "machine", as.MachineName)
@@ -198,6 +208,7 @@ func (a *Agent) reset(ctx context.Context, claim types.UID) bool {
 	a.log.Info("Host reset", "claim", claim, "took", time.Since(start).Round(time.Millisecond).String())
 	return a.update(func(ap *state.Applied) {
 		ap.Workload, ap.ProviderID, ap.NodeName, ap.CertificatesExpiryDate = nil, "", "", nil
+		ap.KubernetesVersion, ap.Upgrade = "", nil
 	}) == nil
 }
 
@@ -238,6 +249,9 @@ func (a *Agent) refreshStatus() {
 	defer a.refreshMu.Unlock()
 	cur := a.Applied()
 	hostFacts := facts.Read(a.cfg.RootDir)
+	if a.upgrader != nil {
+		hostFacts.KubernetesVersions = a.upgrader.Staged()
+	}
 	st := &wire.Status{
 		ObservedGeneration:     cur.Generation,
 		Facts:                  hostFacts,
@@ -247,6 +261,8 @@ func (a *Agent) refreshStatus() {
 		NodeName:               cur.NodeName,
 		CertificatesExpiryDate: cur.CertificatesExpiryDate,
 		Link:                   a.link.Load(),
+		KubernetesVersion:      cur.KubernetesVersion,
+		Upgrade:                cur.Upgrade,
 	}
 	a.status.Set(st)
 }

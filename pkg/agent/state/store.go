@@ -44,6 +44,10 @@ type Applied struct {
 	NodeName   string `json:"nodeName,omitempty"`
 	// CertificatesExpiryDate of the node's certificates.
 	CertificatesExpiryDate *metav1.Time `json:"certificatesExpiryDate,omitempty"`
+	// KubernetesVersion is the kubelet's version on a provisioned host.
+	KubernetesVersion string `json:"kubernetesVersion,omitempty"`
+	// Upgrade is the last in-place upgrade.
+	Upgrade *infrav1.HostUpgradeStatus `json:"upgrade,omitempty"`
 }
 
 // DeepCopy returns a copy that shares nothing with a.
@@ -54,6 +58,7 @@ func (a Applied) DeepCopy() Applied {
 		out.Workload = &w
 	}
 	out.CertificatesExpiryDate = a.CertificatesExpiryDate.DeepCopy()
+	out.Upgrade = a.Upgrade.DeepCopy()
 	return out
 }
 

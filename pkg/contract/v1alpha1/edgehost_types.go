@@ -73,6 +73,16 @@ type HostClaimReference struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	BootstrapDataSecretName string `json:"bootstrapDataSecretName,omitempty"`
+
+	// kubernetesVersion is the version the claiming Machine runs (its
+	// spec.version). Once the host is provisioned, a version other than
+	// the one it runs is an order to upgrade the host in place; empty
+	// orders nothing. The hub sets it only to a version the host reports
+	// it can run.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)([-+].*)?$`
+	KubernetesVersion string `json:"kubernetesVersion,omitempty"`
 }
 
 // HostFacts are what the agent reports about its machine.
@@ -103,6 +113,13 @@ type HostFacts struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	AgentVersion string `json:"agentVersion,omitempty"`
+	// kubernetesVersions are the Kubernetes versions staged on the machine
+	// for an in-place upgrade (binaries and images under
+	// /opt/fleet/kubernetes/<version>), oldest first.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=64
+	KubernetesVersions []string `json:"kubernetesVersions,omitempty"`
 }
 
 // HostProvisioningStatus is the agent's account of the workload on its host.
@@ -188,12 +205,61 @@ type EdgeHostStatus struct {
 	// +optional
 	CertificatesExpiryDate *metav1.Time `json:"certificatesExpiryDate,omitempty"`
 
+	// kubernetesVersion is the version of the kubelet the host runs, once
+	// provisioned. Agents too old to upgrade in place leave it empty.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	KubernetesVersion string `json:"kubernetesVersion,omitempty"`
+
+	// upgrade is the last in-place Kubernetes upgrade the agent ran.
+	// +optional
+	Upgrade *HostUpgradeStatus `json:"upgrade,omitempty"`
+
 	// link is the health of the site's network as the agent measured it
 	// over its last window. The hub stores it coarsely (when the
 	// LinkDegraded verdict changes, otherwise with lastSeenTime), so it
 	// costs no write per sample.
 	// +optional
 	Link *LinkHealth `json:"link,omitempty"`
+}
+
+// UpgradeState is where an in-place Kubernetes upgrade is.
+// +kubebuilder:validation:Enum=Upgrading;Succeeded;Failed;RolledBack
+type UpgradeState string
+
+// Upgrade states.
+const (
+	// UpgradeRunning: the agent is carrying the upgrade out.
+	UpgradeRunning UpgradeState = "Upgrading"
+	// UpgradeSucceeded: the host runs the new version and its Node is Ready.
+	UpgradeSucceeded UpgradeState = "Succeeded"
+	// UpgradeFailed: the upgrade could not start or failed before the host
+	// was changed; it runs the old version.
+	UpgradeFailed UpgradeState = "Failed"
+	// UpgradeRolledBack: the upgrade failed after the host was changed and
+	// the agent put the old version back.
+	UpgradeRolledBack UpgradeState = "RolledBack"
+)
+
+// HostUpgradeStatus is an in-place Kubernetes upgrade, as the agent reports it.
+type HostUpgradeStatus struct {
+	// from is the version the host ran before.
+	// +kubebuilder:validation:MaxLength=64
+	From string `json:"from"`
+	// to is the version ordered.
+	// +kubebuilder:validation:MaxLength=64
+	To string `json:"to"`
+	// state is where the upgrade is.
+	State UpgradeState `json:"state"`
+	// step is the step running, or the one that failed.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Step string `json:"step,omitempty"`
+	// message says what failed (the command and the end of its output) and
+	// what the agent did about it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Message string `json:"message,omitempty"`
 }
 
 // LinkProbeState says whether the agent's eBPF link probe runs.
@@ -258,6 +324,8 @@ type LinkHealth struct {
 // +kubebuilder:printcolumn:name="OS",type="string",JSONPath=".status.facts.os",priority=1
 // +kubebuilder:printcolumn:name="Arch",type="string",JSONPath=".status.facts.arch",priority=1
 // +kubebuilder:printcolumn:name="Internal-IP",type="string",JSONPath=".status.addresses[?(@.type=='InternalIP')].address",priority=1
+// +kubebuilder:printcolumn:name="Kubernetes",type="string",JSONPath=".status.kubernetesVersion",priority=1
+// +kubebuilder:printcolumn:name="Upgrade",type="string",JSONPath=".status.upgrade.state",priority=1
 
 // EdgeHost is one enrolled edge machine: the inventory Cluster API draws from.
 type EdgeHost struct {

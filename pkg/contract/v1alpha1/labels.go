@@ -151,6 +151,26 @@ const (
 	// that held the session stopped, or nothing was recorded yet).
 	AgentConnectivityUnknownReason = "AgentConnectivityUnknown"
 
+	// KubernetesVersionCondition on an EdgeMachine is True while its host
+	// runs the Machine's spec.version, False while an in-place upgrade is
+	// ordered, running or failed, or cannot be ordered. It is not part of
+	// Ready: a host whose upgrade failed and was rolled back still serves.
+	KubernetesVersionCondition = "KubernetesVersion"
+	// KubernetesVersionUpToDateReason: the host runs the Machine's version.
+	KubernetesVersionUpToDateReason = "UpToDate"
+	// UpgradingReason: the host's agent was ordered to upgrade, or is at it.
+	UpgradingReason = "Upgrading"
+	// UpgradeFailedReason: the upgrade failed; the message says at which
+	// step and whether the host was rolled back. A new order retries it.
+	UpgradeFailedReason = "UpgradeFailed"
+	// VersionNotStagedReason: the host cannot get the Machine's version;
+	// nothing was ordered.
+	VersionNotStagedReason = "VersionNotStaged"
+	// AgentCannotUpgradeReason: the host's agent reports no Kubernetes
+	// version (too old, or not run by a service manager); nothing was
+	// ordered.
+	AgentCannotUpgradeReason = "AgentCannotUpgrade"
+
 	// LinkDegradedCondition on an EdgeHost is True while the link health
 	// its agent reports is over the hub's thresholds (retransmissions to
 	// the hub per minute, round-trip time), Unknown before any report.

@@ -135,6 +135,10 @@ type Assignment struct {
 	BootstrapFormat string `json:"bootstrapFormat"`
 	// BootstrapData is the bootstrap provider's output, verbatim.
 	BootstrapData []byte `json:"bootstrapData"`
+	// KubernetesVersion is the version the Machine runs. Once provisioned,
+	// another version than the host's is an order to upgrade in place;
+	// empty orders nothing (hubs that predate it send none).
+	KubernetesVersion string `json:"kubernetesVersion,omitempty"`
 }
 
 // Status is the agent's full report. Each one replaces the last.
@@ -155,6 +159,11 @@ type Status struct {
 	CertificatesExpiryDate *metav1.Time `json:"certificatesExpiryDate,omitempty"`
 	// Link is the link health of the last window; nil until the first.
 	Link *infrav1.LinkHealth `json:"link,omitempty"`
+	// KubernetesVersion is the kubelet's version once provisioned; agents
+	// that cannot upgrade in place leave it empty.
+	KubernetesVersion string `json:"kubernetesVersion,omitempty"`
+	// Upgrade is the last in-place upgrade.
+	Upgrade *infrav1.HostUpgradeStatus `json:"upgrade,omitempty"`
 }
 
 // CertificateRequest asks for a new client certificate for the session's

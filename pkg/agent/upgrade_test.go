@@ -1,0 +1,121 @@
+package agent_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/edgefleet/fleet/pkg/agent/agenttest"
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/contract/wire"
+)
+
+// fakeUpgrader runs the version it is told to, or fails as told.
+type fakeUpgrader struct {
+	mu       sync.Mutex
+	running  string
+	orders   []string
+	fail     error
+	pending  [2]string // an interrupted upgrade: from, to
+	rollback error
+}
+
+type rolledBack struct{ error }
+
+func (rolledBack) HostRolledBack() bool { return true }
+func (rolledBack) FailedStep() string   { return "restarting the kubelet" }
+
+func (f *fakeUpgrader) Running(context.Context) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.running, nil
+}
+
+func (f *fakeUpgrader) Staged() []string { return []string{"v1.36.3"} }
+
+func (f *fakeUpgrader) Upgrade(_ context.Context, to, _ string, _ []byte, progress func(string)) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.orders = append(f.orders, to)
+	progress("kubeadm upgrade apply " + to)
+	if f.fail != nil {
+		return f.fail
+	}
+	f.running = to
+	return nil
+}
+
+func (f *fakeUpgrader) Interrupted(context.Context, func(string)) (string, string, error) {
+	return f.pending[0], f.pending[1], f.rollback
+}
+
+func (f *fakeUpgrader) ordered() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.orders...)
+}
+
+func withVersion(a *wire.Assignment, v string) *wire.Assignment {
+	a.KubernetesVersion = v
+	return a
+}
+
+// A provisioned host whose assignment names another version upgrades once
+// per order, reports its version, staged versions and the upgrade, and
+// retries a failed one only on a new generation.
+func TestAssignedVersionUpgradesTheHost(t *testing.T) {
+	ctx := context.Background()
+	up := &fakeUpgrader{running: "v1.35.4"}
+	a := newTestAgent(t, t.TempDir(), &agenttest.Recorder{})
+	a.UseUpgrader(up)
+
+	a.Apply(ctx, &wire.DesiredState{Generation: 1, Assignment: withVersion(assignment("u1"), "v1.35.4")})
+	st := a.CurrentStatus()
+	if st.KubernetesVersion != "v1.35.4" || len(st.Facts.KubernetesVersions) != 1 || len(up.ordered()) != 0 {
+		t.Fatalf("after provisioning: version %q, staged %v, orders %v", st.KubernetesVersion, st.Facts.KubernetesVersions, up.ordered())
+	}
+
+	up.fail = rolledBack{errors.New("restarting the kubelet: it did not start")}
+	a.Apply(ctx, &wire.DesiredState{Generation: 2, Assignment: withVersion(assignment("u1"), "v1.36.3")})
+	st = a.CurrentStatus()
+	if u := st.Upgrade; u == nil || u.State != infrav1.UpgradeRolledBack || u.Step != "restarting the kubelet" ||
+		u.Message != "restarting the kubelet: it did not start" || st.KubernetesVersion != "v1.35.4" {
+		t.Fatalf("after a rolled-back upgrade: %+v, version %q", st.Upgrade, st.KubernetesVersion)
+	}
+	// The same order again (a new session) is not retried.
+	a.Apply(ctx, &wire.DesiredState{Generation: 2, Assignment: withVersion(assignment("u1"), "v1.36.3")})
+	if n := len(up.ordered()); n != 1 {
+		t.Fatalf("upgraded %d times for one order", n)
+	}
+	up.fail = nil
+	a.Apply(ctx, &wire.DesiredState{Generation: 3, Assignment: withVersion(assignment("u1"), "v1.36.3")})
+	st = a.CurrentStatus()
+	if u := st.Upgrade; u == nil || u.State != infrav1.UpgradeSucceeded || st.KubernetesVersion != "v1.36.3" || len(up.ordered()) != 2 {
+		t.Fatalf("after the retry: %+v, version %q, orders %v", st.Upgrade, st.KubernetesVersion, up.ordered())
+	}
+	// Without a version the hub orders nothing; a reset forgets it.
+	a.Apply(ctx, &wire.DesiredState{Generation: 4, Assignment: assignment("u1")})
+	a.Apply(ctx, &wire.DesiredState{Generation: 5, Deprovision: true})
+	if st = a.CurrentStatus(); st.KubernetesVersion != "" || st.Upgrade != nil || len(up.ordered()) != 2 {
+		t.Fatalf("after a reset: version %q, upgrade %+v, orders %v", st.KubernetesVersion, st.Upgrade, up.ordered())
+	}
+}
+
+// An agent restarted mid-upgrade reports how the upgrade it found ended.
+func TestInterruptedUpgradeIsReported(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	a := newTestAgent(t, dir, &agenttest.Recorder{})
+	a.UseUpgrader(&fakeUpgrader{running: "v1.35.4"})
+	a.Apply(ctx, &wire.DesiredState{Generation: 1, Assignment: withVersion(assignment("u1"), "v1.35.4")})
+
+	b := newTestAgent(t, dir, &agenttest.Recorder{})
+	b.UseUpgrader(&fakeUpgrader{running: "v1.35.4", pending: [2]string{"v1.35.4", "v1.36.3"},
+		rollback: rolledBack{errors.New("fleet-agent restarted during the upgrade, at step \"restarting the kubelet\"")}})
+	b.FinishInterruptedUpgrade(ctx)
+	st := b.CurrentStatus()
+	if u := st.Upgrade; u == nil || u.State != infrav1.UpgradeRolledBack || u.From != "v1.35.4" || u.To != "v1.36.3" || st.KubernetesVersion != "v1.35.4" {
+		t.Fatalf("after the restart: %+v, version %q", st.Upgrade, st.KubernetesVersion)
+	}
+}
