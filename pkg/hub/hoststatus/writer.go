@@ -144,6 +144,8 @@ func (w *Writer) reported(host *infrav1.EdgeHost, st *wire.Status) *infrav1.Edge
 	want.Status.ProviderID = st.ProviderID
 	want.Status.NodeName = st.NodeName
 	want.Status.CertificatesExpiryDate = st.CertificatesExpiryDate
+	want.Status.KubernetesVersion = st.KubernetesVersion
+	want.Status.Upgrade = st.Upgrade
 	if st.Link != nil {
 		want.Status.Link = st.Link
 		w.setLinkDegraded(want, connectedNow(host))

@@ -142,6 +142,8 @@ func (r *Registry) desiredFor(ctx context.Context, h *infrav1.EdgeHost) (*wire.D
 		ProviderID:      inventory.ProviderID(h),
 		BootstrapFormat: format,
 		BootstrapData:   secret.Data["value"],
+		// Only hubs that know the field set it (older ones never order).
+		KubernetesVersion: claim.KubernetesVersion,
 	}
 	if len(d.Assignment.BootstrapData) == 0 {
 		return nil, fmt.Errorf("bootstrap data Secret %s/%s has no value", h.Namespace, claim.BootstrapDataSecretName)

@@ -162,6 +162,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		r.reconcileHostAgent,
 		r.reconcileHostStatus,
 		r.reconcileCertificateExpiry,
+		r.reconcileKubernetesVersion,
 	}
 	for _, phase := range phases {
 		stop, err := phase(ctx, s)
@@ -227,6 +228,7 @@ func (r *Reconciler) patch(ctx context.Context, s *scope, h *patch.Helper) error
 			infrav1.HostClaimedCondition,
 			infrav1.HostProvisionedCondition,
 			infrav1.HostAgentConnectedCondition,
+			infrav1.KubernetesVersionCondition,
 		}},
 		patch.WithStatusObservedGeneration{},
 	)

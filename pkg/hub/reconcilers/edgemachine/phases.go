@@ -46,7 +46,8 @@ func (r *Reconciler) setStep(em *infrav1.EdgeMachine, related client.Object, c m
 	eventType := corev1.EventTypeNormal
 	if c.Reason == infrav1.BootstrapDataInvalidReason || c.Reason == infrav1.InvalidHostSelectorReason ||
 		c.Reason == infrav1.ProvisioningFailedReason || c.Reason == infrav1.HostLostReason ||
-		c.Reason == infrav1.AgentDisconnectedReason {
+		c.Reason == infrav1.AgentDisconnectedReason || c.Reason == infrav1.UpgradeFailedReason ||
+		c.Reason == infrav1.VersionNotStagedReason {
 		eventType = corev1.EventTypeWarning
 	}
 	note := c.Message
