@@ -17,6 +17,7 @@ import (
 	"github.com/edgefleet/fleet/pkg/cli/kubeconfig"
 	"github.com/edgefleet/fleet/pkg/cli/scale"
 	"github.com/edgefleet/fleet/pkg/cli/token"
+	"github.com/edgefleet/fleet/pkg/cli/upgrade"
 	"github.com/edgefleet/fleet/pkg/cli/validate"
 	"github.com/edgefleet/fleet/pkg/cli/version"
 )
@@ -38,6 +39,7 @@ func NewRootCmd(streams genericiooptions.IOStreams) *cobra.Command {
 	for _, c := range []*cobra.Command{
 		create.NewCmd(flags, streams),
 		scale.NewCmd(flags, streams),
+		upgrade.NewCmd(flags, streams),
 		fleetdelete.NewCmd(flags, streams),
 		describe.NewCmd(flags, streams),
 		get.NewCmd(flags, streams),

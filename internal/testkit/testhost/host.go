@@ -42,6 +42,11 @@ type HostOptions struct {
 	// WithoutImages are archives of Bin.Images the host does not import
 	// (e.g. "etcd.tar").
 	WithoutImages []string
+	// Staged are Kubernetes versions the host's image carries for an
+	// in-place upgrade, each a directory like bin/k8s (kubeadm, kubelet,
+	// images/) by its version ("v1.36.3"): they appear under
+	// /opt/fleet/kubernetes/<version>, where fleet-agent looks.
+	Staged map[string]string
 }
 
 // Host is a running edge host.
@@ -69,7 +74,7 @@ type Host struct {
 var bound = []string{
 	"etc/kubernetes", "etc/cni/net.d", "etc/containerd", "etc/systemd/system", "etc/fleet-agent",
 	"var/lib/kubelet", "var/lib/etcd", "var/lib/containerd", "var/lib/cni", "var/lib/fleet-agent",
-	"var/log", "run", "usr/local/bin",
+	"var/log", "run", "usr/local/bin", "opt/fleet",
 }
 
 // ownFiles are files of the host's own, bind-mounted over the machine's.

@@ -152,7 +152,17 @@ func (h *Host) writeImage(o HostOptions) error {
 	if !without("kubelet") {
 		links["kubelet"] = filepath.Join(o.Bin.K8s, "kubelet")
 	}
+	// Paths under the host's root, for links outside /usr/local/bin.
+	rooted := map[string]string{}
 	for name, target := range links {
+		rooted[filepath.Join("usr/local/bin", name)] = target
+	}
+	for version, dir := range o.Staged {
+		for _, name := range []string{"kubeadm", "kubelet", "images"} {
+			rooted[filepath.Join("opt/fleet/kubernetes", version, name)] = filepath.Join(dir, name)
+		}
+	}
+	for name, target := range rooted {
 		abs, err := filepath.Abs(target)
 		if err == nil {
 			_, err = os.Stat(abs)
@@ -160,7 +170,11 @@ func (h *Host) writeImage(o HostOptions) error {
 		if err != nil {
 			return fmt.Errorf("the host image needs %s: %w", name, err)
 		}
-		if err := os.Symlink(abs, filepath.Join(root, "usr/local/bin", name)); err != nil {
+		link := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+			return err
+		}
+		if err := os.Symlink(abs, link); err != nil {
 			return err
 		}
 	}

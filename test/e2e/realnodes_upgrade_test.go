@@ -1,0 +1,213 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/edgefleet/fleet/internal/testkit/testenv"
+	"github.com/edgefleet/fleet/internal/testkit/testhost"
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/hub/inventory"
+)
+
+// The versions the upgrade tests move between: bin/k8s-v1.35.4 (make
+// k8s-prev) and bin/k8s.
+const (
+	previousVersion = "v1.35.4"
+	currentVersion  = "v1.36.3"
+)
+
+// prevKit is realKit with the hosts' kubelet, kubeadm and images of the
+// previous version, and the current one staged for an in-place upgrade.
+func prevKit(t *testing.T) (testhost.Binaries, map[string]string) {
+	t.Helper()
+	bin := realKit(t)
+	prev, err := filepath.Abs(filepath.Join("..", "..", "bin", "k8s-"+previousVersion))
+	must(t, err)
+	testhost.Require(t, prev, "in-place upgrade tests")
+	staged := map[string]string{currentVersion: bin.K8s}
+	bin.K8s, bin.Images = prev, filepath.Join(prev, "images")
+	return bin, staged
+}
+
+// A one-host site, made by `kubectl fleet create --control-plane=machines`
+// on Kubernetes v1.35.4 with v1.36.3 staged on the host, moves to v1.36.3
+// with `kubectl fleet upgrade cluster --wait`, in place: the same Machine,
+// host and Node, the Node on the new version and Ready, a workload pod
+// still running (never restarted), the cluster's data in etcd kept, the
+// static pods on the new images. Versions the host cannot get, skips and
+// downgrades are refused before anything changes.
+func TestRealNodesInPlaceUpgradeOneHost(t *testing.T) {
+	ctx := context.Background()
+	c := hub.Client
+	bin, staged := prevKit(t)
+	ns := newNamespace(t)
+	const lan = "10.97.3"
+	gw, _ := startFleetHubWithReach(t, ns, lan+".1")
+	site, hubURL := startRealSite(t, "up", lan, gw)
+	cpToken, _ := roleTokens(t, ns)
+	name := fmt.Sprintf("up%d", os.Getpid()%100000)
+	h := startRealHostWith(t, site, bin, testhost.HostOptions{Staged: staged}, name, hubURL, gw.CA().Pin(), cpToken)
+	// The hosts' containerd runs pods in the current version's pause.
+	must(t, h.ImportImages(ctx, filepath.Join(staged[currentVersion], "images", "pause.tar")))
+	realEventually(t, "the host enrolled and Available", func() error { return testenv.HostsAvailable(ctx, c, ns, 1) })
+
+	fleet := newFleetCLI(t)
+	out := fleet.run(t, "create", "cluster", clusterName, "-n", ns, "--control-plane=machines", "--kubernetes-version", previousVersion,
+		"--control-plane-host-selector", "role=cp", "--kubeadm-config", filepath.Join("..", "..", "docs", "templates", "kubeadm-cgroupv1-test-hosts.yaml"))
+	if !strings.Contains(out, "machine/"+clusterName+"-control-plane-0 applied") {
+		t.Fatalf("create:\n%s", out)
+	}
+	realEventually(t, "the control-plane Machine with a Node", func() error {
+		m, err := liveMachineOnHost(ctx, c, ns, name)
+		if err != nil {
+			return err
+		}
+		if m == nil || !m.Status.NodeRef.IsDefined() {
+			return fmt.Errorf("no Machine with a Node on %s yet", name)
+		}
+		return nil
+	})
+	kc := fleetKubeconfig(t, ns)
+	realEventually(t, "Node "+name+" Ready on "+previousVersion, func() error {
+		if err := nodeReady(t, kc, name, inventory.ProviderIDOf(ns, name)); err != nil {
+			return err
+		}
+		if v := kubectl(t, kc, "get", "node", name, "-o", "jsonpath={.status.nodeInfo.kubeletVersion}"); v != previousVersion {
+			return fmt.Errorf("node %s kubelet %s", name, v)
+		}
+		return nil
+	})
+	machine := machineOnHost(ctx, t, c, ns, name)
+	realEventually(t, "the host reporting its version and the staged one", func() error {
+		host := &infrav1.EdgeHost{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, host); err != nil {
+			return err
+		}
+		if host.Status.KubernetesVersion != previousVersion || strings.Join(host.Status.Facts.KubernetesVersions, ",") != currentVersion {
+			return fmt.Errorf("EdgeHost %s runs %q, staged %v", name, host.Status.KubernetesVersion, host.Status.Facts.KubernetesVersions)
+		}
+		return nil
+	})
+
+	// What must survive: a pod (tolerating the control plane's taint, as a
+	// one-host site's workloads do), an object in etcd, the Node object.
+	echo := echoImage(t)
+	must(t, h.ImportImages(ctx, echo))
+	manifest := filepath.Join(t.TempDir(), "keep.yaml")
+	must(t, os.WriteFile(manifest, []byte(fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: keep
+  namespace: default
+spec:
+  tolerations:
+  - key: node-role.kubernetes.io/control-plane
+    effect: NoSchedule
+  automountServiceAccountToken: false
+  containers:
+  - name: echo
+    image: %s
+    imagePullPolicy: Never
+    args: ["--listen", ":8080"]
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: keep
+  namespace: default
+data:
+  written: %q
+`, echoImageName, time.Now().Format(time.RFC3339Nano))), 0o600))
+	realEventually(t, "the pod and the ConfigMap created", func() error {
+		if out := kubectl(t, kc, "apply", "-f", manifest); !strings.Contains(out, "pod/keep") || strings.Contains(out, "rror") {
+			return fmt.Errorf("%s", out)
+		}
+		return nil
+	})
+	var podBefore, cmBefore, nodeBefore string
+	realEventually(t, "the pod Running", func() error {
+		podBefore = kubectl(t, kc, "get", "pod", "keep", "-o", `jsonpath={.metadata.uid} {.status.phase} {.status.containerStatuses[0].restartCount}`)
+		if f := strings.Fields(podBefore); len(f) != 3 || f[1] != "Running" {
+			return fmt.Errorf("pod keep: %q", podBefore)
+		}
+		cmBefore = kubectl(t, kc, "get", "configmap", "keep", "-o", `jsonpath={.metadata.uid} {.data.written}`)
+		nodeBefore = kubectl(t, kc, "get", "node", name, "-o", "jsonpath={.metadata.uid}")
+		return nil
+	})
+
+	// Refused before anything changes.
+	for version, want := range map[string]string{
+		"v1.36.9": "cannot get v1.36.9: stage it under /opt/fleet/kubernetes/v1.36.9",
+		"v1.37.0": "skips a minor version",
+		"v1.34.0": "would be a downgrade",
+	} {
+		out := fleet.run(t, "upgrade", "cluster", clusterName, "-n", ns, "--kubernetes-version", version)
+		if !strings.Contains(out, want) || !strings.Contains(out, "nothing was changed") {
+			t.Errorf("upgrade to %s: want %q and \"nothing was changed\":\n%s", version, want, out)
+		}
+	}
+	m := &clusterv1.Machine{}
+	must(t, c.Get(ctx, client.ObjectKeyFromObject(machine), m))
+	if m.Spec.Version != previousVersion {
+		t.Fatalf("a refused upgrade changed Machine %s to %s", m.Name, m.Spec.Version)
+	}
+
+	start := time.Now()
+	out = fleet.run(t, "upgrade", "cluster", clusterName, "-n", ns, "--kubernetes-version", currentVersion, "--wait", "--timeout", "15m")
+	t.Logf("kubectl fleet upgrade cluster --wait took %s:\n%s", time.Since(start).Round(time.Second), out)
+	if !strings.Contains(out, fmt.Sprintf("cluster %s: 1 machine(s) on %s, Ready", clusterName, currentVersion)) {
+		host := &infrav1.EdgeHost{}
+		_ = c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, host)
+		t.Fatalf("upgrade:\n%s\nEdgeHost status.upgrade: %+v\n%s", out, host.Status.Upgrade, h.UnitLog("fleet-agent.service"))
+	}
+
+	// In place: the same Machine, host, Node and workload.
+	must(t, c.Get(ctx, client.ObjectKeyFromObject(machine), m))
+	if m.UID != machine.UID || m.Spec.Version != currentVersion || m.Spec.ProviderID != machine.Spec.ProviderID {
+		t.Errorf("Machine %s after the upgrade: uid %s (was %s), version %s, providerID %s", m.Name, m.UID, machine.UID, m.Spec.Version, m.Spec.ProviderID)
+	}
+	host := &infrav1.EdgeHost{}
+	must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, host))
+	if p := host.Status.Provisioning; p == nil || p.State != infrav1.ProvisioningSucceeded || host.Status.KubernetesVersion != currentVersion ||
+		host.Status.Upgrade == nil || host.Status.Upgrade.State != infrav1.UpgradeSucceeded {
+		t.Errorf("EdgeHost %s after the upgrade: provisioning %+v, version %q, upgrade %+v", name, p, host.Status.KubernetesVersion, host.Status.Upgrade)
+	}
+	em := &infrav1.EdgeMachine{}
+	must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: m.Spec.InfrastructureRef.Name}, em))
+	if !conditions.IsTrue(em, infrav1.KubernetesVersionCondition) {
+		t.Errorf("EdgeMachine %s KubernetesVersion: %+v", em.Name, conditions.Get(em, infrav1.KubernetesVersionCondition))
+	}
+	realEventually(t, "the Node, pod and ConfigMap as before, the Node on "+currentVersion, func() error {
+		if err := nodeReady(t, kc, name, inventory.ProviderIDOf(ns, name)); err != nil {
+			return err
+		}
+		if got := kubectl(t, kc, "get", "node", name, "-o", "jsonpath={.metadata.uid} {.status.nodeInfo.kubeletVersion}"); got != nodeBefore+" "+currentVersion {
+			return fmt.Errorf("node %s: %q, want %q", name, got, nodeBefore+" "+currentVersion)
+		}
+		if got := kubectl(t, kc, "get", "pod", "keep", "-o", `jsonpath={.metadata.uid} {.status.phase} {.status.containerStatuses[0].restartCount}`); got != podBefore {
+			return fmt.Errorf("pod keep: %q, before the upgrade %q", got, podBefore)
+		}
+		if got := kubectl(t, kc, "get", "configmap", "keep", "-o", `jsonpath={.metadata.uid} {.data.written}`); got != cmBefore {
+			return fmt.Errorf("configmap keep: %q, before the upgrade %q", got, cmBefore)
+		}
+		if img := kubectl(t, kc, "get", "pod", "-n", "kube-system", "kube-apiserver-"+name, "-o", "jsonpath={.spec.containers[0].image}"); !strings.HasSuffix(img, ":"+currentVersion) {
+			return fmt.Errorf("kube-apiserver runs %q", img)
+		}
+		return nil
+	})
+	for _, f := range []string{"var/lib/fleet-agent/upgrade.json", "usr/local/bin/.fleet-previous-kubelet"} {
+		if _, err := os.Stat(h.Root(f)); err == nil {
+			t.Errorf("/%s is still on the host after the upgrade", f)
+		}
+	}
+}
