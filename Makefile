@@ -272,11 +272,16 @@ bench: k8s ## Run every benchmark against a real API server and write docs/PERFO
 	$(GO) test ./bench -run '^$$' -bench 'HubScale' -benchtime 1x -count 1 -timeout 300m -args -agents=$(BENCH_AGENTS) -idle=$(BENCH_IDLE)
 	$(GO) test ./bench -run '^$$' -bench 'Provisioning' -benchtime 1x -count 1 -timeout 60m -args -machines=$(BENCH_MACHINES)
 	$(GO) test ./bench -run '^$$' -bench 'RealNodes' -benchtime 1x -count 1 -timeout 30m
+	$(GO) test ./bench -run '^$$' -bench 'InPlaceUpgrade' -benchtime 1x -count 1 -timeout 30m
 	$(GO) test ./bench -run '^$$' -bench 'HubReplicas' -benchtime 1x -count 1 -timeout 60m -args -replica-agents=1000
 	$(GO) test ./bench -run '^$$' -bench 'ManyClusters' -benchtime 1x -count 1 -timeout 120m -args -clusters=$(BENCH_CLUSTERS) -clusters-idle=$(BENCH_CLUSTERS_IDLE)
 	$(GO) run ./bench/report
 
-.PHONY: bench-clusters
+.PHONY: bench-clusters bench-upgrade
+bench-upgrade: k8s ## Run only BenchmarkInPlaceUpgrade: a one-host site from v1.35.4 to v1.36.3 in place, its steps and the API server's unavailability; updates docs/PERFORMANCE.md.
+	$(GO) test ./bench -run '^$$' -bench 'InPlaceUpgrade' -benchtime 1x -count 1 -timeout 30m
+	$(GO) run ./bench/report
+
 bench-clusters: k8s ## Run only BenchmarkManyClusters: BENCH_CLUSTERS one-host ClusterClass clusters to Available, then at rest for BENCH_CLUSTERS_IDLE; updates docs/PERFORMANCE.md.
 	$(GO) test ./bench -run '^$$' -bench 'ManyClusters' -benchtime 1x -count 1 -timeout 120m -args -clusters=$(BENCH_CLUSTERS) -clusters-idle=$(BENCH_CLUSTERS_IDLE)
 	$(GO) run ./bench/report

@@ -214,6 +214,13 @@ func (f *fleetView) machineNode(m *clusterv1.Machine) *Node {
 				msg = emMsg
 			}
 		}
+		// An in-place upgrade ordered, running or failed is not part of
+		// Ready (a rolled-back host serves): say it beside, its first line
+		// (the command's output follows on the condition).
+		if up := meta.FindStatusCondition(em.Status.Conditions, infrav1.KubernetesVersionCondition); up != nil && up.Status == metav1.ConditionFalse {
+			first, _, _ := strings.Cut(up.Message, "\n")
+			msg = strings.TrimPrefix(msg+"; "+first, "; ")
+		}
 	}
 	if info.Health = health(m); info.Health != "" {
 		msg = strings.TrimSuffix(info.Health+"; "+msg, "; ")

@@ -1,0 +1,305 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/kubeconfig"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/edgefleet/fleet/bench/results"
+	"github.com/edgefleet/fleet/internal/testkit/testhost"
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/enrolltoken"
+	"github.com/edgefleet/fleet/pkg/hub/enrollment"
+	"github.com/edgefleet/fleet/pkg/hub/inventory"
+)
+
+const (
+	upgradeFrom = "v1.35.4"
+	upgradeTo   = "v1.36.3"
+	// Targets of issue #35 for a one-host site.
+	upgradeTarget  = 300.0
+	apiDownTarget  = 60.0
+	readyzInterval = 100 * time.Millisecond
+)
+
+// BenchmarkInPlaceUpgrade times `kubectl fleet upgrade cluster --wait` on a
+// one-host site (a control plane of one plain Machine, real kubeadm,
+// kubelet and containerd) from v1.35.4 to v1.36.3 staged on the host, splits
+// it into the agent's steps from its journal, and measures how long the
+// site's API server is unavailable: GET /readyz through the hub's edge
+// reach every 100 ms during the upgrade. It needs root, bin/k8s and
+// bin/k8s-v1.35.4.
+//
+//	go test ./bench -run '^$' -bench InPlaceUpgrade -benchtime 1x -timeout 30m
+func BenchmarkInPlaceUpgrade(b *testing.B) {
+	kit := realNodesKit(b)
+	prev, err := filepath.Abs(filepath.Join("..", "bin", "k8s-"+upgradeFrom))
+	must(b, err)
+	testhost.Require(b, prev, "BenchmarkInPlaceUpgrade's host")
+	staged := map[string]string{upgradeTo: kit.host.K8s}
+	kit.host.K8s, kit.host.Images = prev, filepath.Join(prev, "images")
+	ctrl.SetLogger(logr.Discard())
+	startClusterAPI(b)
+	for range b.N {
+		inPlaceUpgrade(b, kit, staged)
+	}
+}
+
+func inPlaceUpgrade(b *testing.B, kit realNodesBinaries, staged map[string]string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := env.Client
+	ns, err := env.CreateNamespace(ctx, "upgrade")
+	must(b, err)
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "[%s] in-place upgrade: %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+	}
+	const lan = "10.95.1"
+	gw := startRealNodesHub(ctx, b, ns, lan+".1")
+	site, err := testhost.NewSite(fmt.Sprintf("fub-%d", os.Getpid()%100000), lan)
+	must(b, err)
+	b.Cleanup(func() {
+		if err := site.Close(); err != nil {
+			b.Error(err)
+		}
+	})
+	fwd, err := site.Forward(lan+".1:8443", gw.Addr())
+	must(b, err)
+	token, _, err := enrollment.CreateToken(ctx, c, ns, enrolltoken.Options{TTL: time.Hour, HostNamespace: ns}, time.Now())
+	must(b, err)
+	name := fmt.Sprintf("ub%d", os.Getpid()%100000)
+	h, err := site.NewHost(ctx, testhost.HostOptions{Name: name, Dir: b.TempDir(), Bin: kit.host, Staged: staged})
+	must(b, err)
+	b.Cleanup(func() {
+		if b.Failed() {
+			b.Log(h.Logs())
+		}
+		if err := h.Close(); err != nil {
+			b.Error(err)
+		}
+	})
+	// The hosts' containerd runs pods in the current version's pause.
+	must(b, h.ImportImages(ctx, filepath.Join(staged[upgradeTo], "images", "pause.tar")))
+	must(b, os.WriteFile(h.Root("etc/systemd/system/fleet-agent.service.d/20-bench-timestamps.conf"), []byte(
+		"[Service]\nExecStart=\nExecStart=/usr/local/bin/fleet-agent --config /etc/fleet-agent/config.yaml --zap-time-encoding=rfc3339nano\n"), 0o644))
+	if out, err := h.Command(ctx, "systemctl", "daemon-reload").CombinedOutput(); err != nil {
+		b.Fatalf("systemctl daemon-reload on %s: %v: %s", h.Name, err, out)
+	}
+	must(b, h.StartAgent(ctx, testhost.AgentConfig{Hub: "https://" + fwd, Token: token, CACertHash: gw.CA().Pin(), ResyncInterval: "2s"}))
+
+	hubKC := filepath.Join(b.TempDir(), "hub.kubeconfig")
+	must(b, os.WriteFile(hubKC, kubeconfig.FromEnvTestConfig(env.Config, &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "hub"}}), 0o600))
+	fleet := func(args ...string) (string, time.Duration) {
+		cmd := exec.CommandContext(ctx, kit.kubectlFleet, append(args, "--kubeconfig", hubKC, "-n", ns)...)
+		cmd.Dir = ".."
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		start := time.Now()
+		if err := cmd.Run(); err != nil {
+			b.Fatalf("kubectl fleet %s: %v\n%s", strings.Join(args, " "), err, out.String())
+		}
+		return out.String(), time.Since(start)
+	}
+	_, created := fleet("create", "cluster", realNodesCluster, "--control-plane=machines", "--kubernetes-version", upgradeFrom,
+		"--kubeadm-config", "docs/templates/kubeadm-cgroupv1-test-hosts.yaml", "--wait", "--timeout", "15m")
+	logf("one-host site on %s Running after %s", upgradeFrom, created.Round(time.Second))
+	waitUntil(b, "the host reporting "+upgradeFrom+" and "+upgradeTo+" staged", func() error {
+		host := &infrav1.EdgeHost{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, host); err != nil {
+			return err
+		}
+		if host.Status.KubernetesVersion != upgradeFrom || len(host.Status.Facts.KubernetesVersions) == 0 {
+			return fmt.Errorf("EdgeHost %s runs %q, staged %v", name, host.Status.KubernetesVersion, host.Status.Facts.KubernetesVersions)
+		}
+		return nil
+	})
+	var api readyz
+	waitUntil(b, "/readyz answering through the hub", func() error {
+		wc, err := workloadClient(ctx, ns)
+		if err != nil {
+			return err
+		}
+		api = readyz{wc.Discovery().RESTClient()}
+		return api.check(ctx)
+	})
+
+	// Poll /readyz through the hub while the upgrade runs.
+	var polls []poll
+	var mu sync.Mutex
+	pollCtx, stopPolling := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(readyzInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-pollCtx.Done():
+				return
+			case at := <-t.C:
+				err := api.check(pollCtx)
+				mu.Lock()
+				polls = append(polls, poll{at: at, ok: err == nil})
+				mu.Unlock()
+			}
+		}
+	})
+	start := time.Now()
+	out, took := fleet("upgrade", "cluster", realNodesCluster, "--kubernetes-version", upgradeTo, "--wait", "--timeout", "15m")
+	stopPolling()
+	wg.Wait()
+	logf("kubectl fleet upgrade cluster --wait returned after %s", took.Round(time.Millisecond))
+
+	steps, err := upgradeSteps(h.UnitLog("fleet-agent.service"), start)
+	must(b, err)
+	longest, total, failed := downtime(polls)
+	logf("API server unavailable through the hub: longest %s, %s in all (%d of %d polls failed)", longest, total, failed, len(polls))
+	m := machineOf(ctx, b, ns, name)
+	if m.Spec.Version != upgradeTo || m.Status.NodeInfo == nil || m.Status.NodeInfo.KubeletVersion != upgradeTo {
+		b.Fatalf("Machine %s after the upgrade: version %s, node %+v", m.Name, m.Spec.Version, m.Status.NodeInfo)
+	}
+
+	rep := results.New("inplaceupgrade", "inplaceupgrade", "An in-place upgrade of a one-host site",
+		"go test ./bench -run '^$' -bench InPlaceUpgrade -benchtime 1x -timeout 30m` (as root), which times `kubectl fleet upgrade cluster "+
+			realNodesCluster+" --kubernetes-version "+upgradeTo+" --wait` on a site made by `kubectl fleet create cluster --control-plane=machines --kubernetes-version "+upgradeFrom)
+	rep.Add(results.Figure{Key: "upgrade-wait-s", Name: "`kubectl fleet upgrade cluster --wait`, " + upgradeFrom + " → " + upgradeTo + " on one real host: returns when the Node runs the new version, healthy",
+		Value: took.Seconds(), Unit: "s", Target: fmt.Sprintf("≤ %g s", upgradeTarget), Limit: results.Limit(upgradeTarget), Below: true})
+	rep.Add(results.Figure{Key: "api-down-longest-s", Name: "the site's API server unavailable through the hub, longest stretch (GET /readyz every 100 ms)",
+		Value: longest.Seconds(), Unit: "s", Target: fmt.Sprintf("≤ %g s", apiDownTarget), Limit: results.Limit(apiDownTarget), Below: true})
+	rep.Add(results.Figure{Key: "api-down-total-s", Name: "… all stretches together", Value: total.Seconds(), Unit: "s"})
+	for i, s := range steps {
+		rep.Add(results.Figure{Key: fmt.Sprintf("step-%d-s", i+1), Name: "agent step: " + s.name, Value: s.took.Seconds(), Unit: "s"})
+	}
+	b.ReportMetric(took.Seconds(), "s-upgrade")
+	b.ReportMetric(longest.Seconds(), "s-api-down")
+	rep.Notes = append(rep.Notes,
+		fmt.Sprintf("The upgrade ran on this machine's 2 cores beside the hub's API server and etcd and Cluster API's and fleet's reconcilers; the "+
+			"host's control plane (etcd, API server, controller manager, scheduler) restarts one component at a time under `kubeadm upgrade apply`. "+
+			"%d /readyz polls, %d failed; a poll times out after 1 s. The steps are the agent's journal lines (`Upgrade step`), to the next step "+
+			"or to `Upgraded Kubernetes in place`.", len(polls), failed),
+		"`kubectl fleet upgrade cluster --wait` output:\n\n```\n"+tailString(out, 4000)+"\n```")
+	if _, err := rep.Write(*resultsDir); err != nil {
+		b.Fatal(err)
+	}
+	must(b, c.Delete(ctx, &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: realNodesCluster}}))
+	waitUntil(b, "the cluster deleted and the host Available", func() error {
+		host := &infrav1.EdgeHost{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, host); err != nil {
+			return err
+		}
+		if host.Status.Phase != infrav1.HostAvailable {
+			return fmt.Errorf("host %s is %q", name, host.Status.Phase)
+		}
+		return nil
+	})
+}
+
+// readyz asks the API server whether it is ready, within a second.
+type readyz struct{ rc rest.Interface }
+
+func (r readyz) check(ctx context.Context) error {
+	return r.rc.Get().AbsPath("/readyz").Timeout(time.Second).Do(ctx).Error()
+}
+
+type poll struct {
+	at time.Time
+	ok bool
+}
+
+// downtime is the longest run of failed polls and all of them together,
+// each run counted from its first failed poll to the next good one.
+func downtime(polls []poll) (longest, total time.Duration, failed int) {
+	var since time.Time
+	for _, p := range polls {
+		switch {
+		case !p.ok:
+			failed++
+			if since.IsZero() {
+				since = p.at
+			}
+		case !since.IsZero():
+			d := p.at.Sub(since)
+			total += d
+			longest = max(longest, d)
+			since = time.Time{}
+		}
+	}
+	if !since.IsZero() && len(polls) > 0 {
+		d := polls[len(polls)-1].at.Sub(since)
+		total += d
+		longest = max(longest, d)
+	}
+	return longest, total, failed
+}
+
+type step struct {
+	name string
+	took time.Duration
+}
+
+// upgradeSteps reads the agent's `Upgrade step` lines after since, each
+// timed to the next or to the end of the upgrade.
+func upgradeSteps(journal string, since time.Time) ([]step, error) {
+	var names []string
+	var at []time.Time
+	end := time.Time{}
+	sc := bufio.NewScanner(strings.NewReader(journal))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var l journalLine
+		if !bytes.HasPrefix(sc.Bytes(), []byte("{")) || json.Unmarshal(sc.Bytes(), &l) != nil {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339Nano, l.TS)
+		if err != nil || t.Before(since) {
+			continue
+		}
+		switch l.Msg {
+		case "Upgrade step":
+			names, at = append(names, l.Step), append(at, t)
+		case "Upgraded Kubernetes in place":
+			end = t
+		}
+	}
+	if len(names) == 0 || end.IsZero() {
+		return nil, fmt.Errorf("the agent's journal has no complete upgrade after %s", since.Format(time.RFC3339Nano))
+	}
+	steps := make([]step, len(names))
+	for i := range names {
+		next := end
+		if i+1 < len(at) {
+			next = at[i+1]
+		}
+		steps[i] = step{name: names[i], took: next.Sub(at[i])}
+	}
+	return steps, nil
+}
+
+func machineOf(ctx context.Context, b *testing.B, ns, host string) *clusterv1.Machine {
+	b.Helper()
+	list := &clusterv1.MachineList{}
+	must(b, env.Client.List(ctx, list, client.InNamespace(ns)))
+	for i := range list.Items {
+		if list.Items[i].Spec.ProviderID == inventory.ProviderIDOf(ns, host) {
+			return &list.Items[i]
+		}
+	}
+	b.Fatalf("no Machine on host %s", host)
+	return nil
+}

@@ -1,0 +1,86 @@
+package cli_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+)
+
+// upgrade cluster refuses, naming the machine and changing nothing, what
+// it cannot do; then orders the control-plane Machine, and describe shows
+// the upgrade's progress.
+func TestUpgradeClusterChecksThenOrders(t *testing.T) {
+	ctx := context.Background()
+	ns := "upgrade-cluster"
+	fleetOf(t, ns, 0)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := &clusterv1.Machine{}
+	must(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "store-cp-0"}, m))
+	m.Spec.Version = "v1.35.4"
+	must(env.Client.Update(ctx, m))
+	version := func() string {
+		t.Helper()
+		got := &clusterv1.Machine{}
+		must(env.Client.Get(ctx, client.ObjectKeyFromObject(m), got))
+		return got.Spec.Version
+	}
+	refused := func(version, want string) {
+		t.Helper()
+		out, stderr, err := fleet(t, "upgrade", "cluster", "store", "-n", ns, "--kubernetes-version", version)
+		if err == nil || !strings.Contains(err.Error()+stderr, want) || !strings.Contains(err.Error()+stderr, "nothing was changed") {
+			t.Errorf("upgrade to %s: %v\n%s%s\nwant %q and \"nothing was changed\"", version, err, out, stderr, want)
+		}
+	}
+
+	refused("v1.36.3", "machine store-cp-0: the agent of EdgeHost host-01 reports no Kubernetes version")
+	host := &infrav1.EdgeHost{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "host-01"}}
+	must(setStatus(host, func() {
+		host.Status.KubernetesVersion, host.Status.Facts.KubernetesVersions = "v1.35.4", []string{"v1.36.3"}
+	}))
+	refused("v1.36.4", "machine store-cp-0: EdgeHost host-01 cannot get v1.36.4: stage it under /opt/fleet/kubernetes/v1.36.4 on the host (staged: v1.36.3)")
+	refused("v1.37.0", "machine store-cp-0 runs v1.35.4: v1.37.0 skips a minor version")
+	refused("v1.34.9", "machine store-cp-0 runs v1.35.4: v1.34.9 would be a downgrade")
+	if _, _, err := fleet(t, "upgrade", "cluster", "store", "-n", ns, "--kubernetes-version", "1.36"); err == nil || !strings.Contains(err.Error(), "want vMAJOR.MINOR.PATCH") {
+		t.Errorf("a bad version: %v", err)
+	}
+	if v := version(); v != "v1.35.4" {
+		t.Fatalf("a refused upgrade set the Machine's version to %s", v)
+	}
+
+	out, stderr, err := fleet(t, "upgrade", "cluster", "store", "-n", ns, "--kubernetes-version", "v1.36.3")
+	if err != nil || !strings.Contains(out, "machine/store-cp-0: v1.35.4 → v1.36.3 ordered on EdgeHost host-01") {
+		t.Fatalf("upgrade: %v\n%s%s", err, out, stderr)
+	}
+	if v := version(); v != "v1.36.3" {
+		t.Errorf("the Machine's version is %s after the upgrade was ordered", v)
+	}
+	em := &infrav1.EdgeMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "store-cp-0"}}
+	must(setStatus(em, func() {
+		em.Status.Conditions = append(em.Status.Conditions, metav1.Condition{Type: infrav1.KubernetesVersionCondition, Status: metav1.ConditionFalse,
+			Reason: infrav1.UpgradingReason, Message: "EdgeHost host-01 is upgrading from v1.35.4 to v1.36.3: restarting the kubelet",
+			LastTransitionTime: metav1.NewTime(fixedNow)})
+	}))
+	if out, _, err := fleet(t, "describe", "cluster", "store", "-n", ns); err != nil || !strings.Contains(out, "EdgeHost host-01 is upgrading from v1.35.4 to v1.36.3: restarting the kubelet") {
+		t.Errorf("describe during the upgrade: %v\n%s", err, out)
+	}
+
+	// A KubeadmControlPlane replaces its Machines: refused for now.
+	cl := &clusterv1.Cluster{}
+	must(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "store"}, cl))
+	cl.Spec.ControlPlaneRef = clusterv1.ContractVersionedObjectReference{APIGroup: controlplanev1.GroupVersion.Group,
+		Kind: "KubeadmControlPlane", Name: "store-control-plane"}
+	must(env.Client.Update(ctx, cl))
+	refused("v1.36.3", "cluster store has a KubeadmControlPlane: fleet upgrades in place only clusters made with --control-plane=machines")
+}
