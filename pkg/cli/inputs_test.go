@@ -106,7 +106,7 @@ func TestRefusalsAreOneLine(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"gte", "hosts"}, `unknown command "gte" for "kubectl fleet": want completion, create, delete, describe, get, host, kubeconfig, scale, token, version (did you mean "get"?)`},
+		{[]string{"gte", "hosts"}, `unknown command "gte" for "kubectl fleet": want completion, create, delete, describe, get, host, kubeconfig, scale, token, upgrade, version (did you mean "get"?)`},
 		{[]string{"create", "clusters", "x"}, `unknown command "clusters" for "kubectl fleet create": want cluster (did you mean "cluster"?)`},
 		{[]string{"host", "frob", "present"}, `unknown command "frob" for "kubectl fleet host": want approve, cordon, remove, retry, uncordon`},
 		{[]string{"completion", "tcsh"}, `unknown command "tcsh" for "kubectl fleet completion": want bash, fish, powershell, zsh`},
