@@ -76,6 +76,17 @@ func TestUpgradeClusterChecksThenOrders(t *testing.T) {
 		t.Errorf("describe during the upgrade: %v\n%s", err, out)
 	}
 
+	// A failed upgrade is not ordered again by repeating it; ordering the
+	// version the host still runs cancels it.
+	must(setStatus(host, func() {
+		host.Status.Upgrade = &infrav1.HostUpgradeStatus{From: "v1.35.4", To: "v1.36.3", State: infrav1.UpgradeRolledBack, Step: "restarting the kubelet"}
+	}))
+	refused("v1.36.3", `machine store-cp-0: the upgrade of EdgeHost host-01 to v1.36.3 failed at step "restarting the kubelet" and is not retried by itself: once the host is fixed, order v1.35.4 (cancels it), then v1.36.3 again`)
+	if out, stderr, err := fleet(t, "upgrade", "cluster", "store", "-n", ns, "--kubernetes-version", "v1.35.4"); err != nil ||
+		!strings.Contains(out, "machine/store-cp-0: v1.36.3 → v1.35.4 ordered on EdgeHost host-01") || version() != "v1.35.4" {
+		t.Errorf("cancelling a failed upgrade: %v\n%s%s", err, out, stderr)
+	}
+
 	// A KubeadmControlPlane replaces its Machines: refused for now.
 	cl := &clusterv1.Cluster{}
 	must(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "store"}, cl))

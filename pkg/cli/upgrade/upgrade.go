@@ -11,6 +11,8 @@ import (
 
 	"github.com/blang/semver/v4"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -154,22 +156,34 @@ func (o *Options) check(machines []machine) error {
 	var problems []string
 	for _, mc := range machines {
 		name := "machine " + mc.m.Name
-		cur, err := parseVersion(mc.m.Spec.Version)
+		h := mc.host
+		// What the host runs decides: after a rolled-back upgrade the
+		// Machine names a version its host does not run.
+		running := mc.m.Spec.Version
+		if h != nil && h.Status.KubernetesVersion != "" {
+			running = h.Status.KubernetesVersion
+		}
+		cur, err := parseVersion(running)
 		if err != nil {
-			problems = append(problems, fmt.Sprintf("%s: its version %q cannot be read", name, mc.m.Spec.Version))
+			problems = append(problems, fmt.Sprintf("%s: its version %q cannot be read", name, running))
 			continue
 		}
 		switch {
 		case o.target.LT(cur):
-			problems = append(problems, fmt.Sprintf("%s runs %s: %s would be a downgrade, which kubeadm cannot do", name, mc.m.Spec.Version, o.Version))
+			problems = append(problems, fmt.Sprintf("%s runs %s: %s would be a downgrade, which kubeadm cannot do", name, running, o.Version))
 			continue
 		case o.target.Major != cur.Major || o.target.Minor > cur.Minor+1:
-			problems = append(problems, fmt.Sprintf("%s runs %s: %s skips a minor version; upgrade one minor version at a time", name, mc.m.Spec.Version, o.Version))
+			problems = append(problems, fmt.Sprintf("%s runs %s: %s skips a minor version; upgrade one minor version at a time", name, running, o.Version))
 			continue
 		case o.target.EQ(cur):
 			continue
 		}
-		h := mc.host
+		if u := statusUpgrade(h); mc.m.Spec.Version == o.Version && u != nil && u.To == o.Version &&
+			(u.State == infrav1.UpgradeFailed || u.State == infrav1.UpgradeRolledBack) {
+			problems = append(problems, fmt.Sprintf("%s: the upgrade of EdgeHost %s to %s failed at step %q and is not retried by itself: "+
+				"once the host is fixed, order %s (cancels it), then %s again", name, h.Name, o.Version, u.Step, running, o.Version))
+			continue
+		}
 		switch {
 		case h == nil || mc.m.Spec.ProviderID == "":
 			problems = append(problems, fmt.Sprintf("%s is not provisioned on a host yet", name))
@@ -205,8 +219,9 @@ func (o *Options) order(ctx context.Context, mc machine) error {
 	return nil
 }
 
-// upgraded checks one machine: its EdgeMachine's KubernetesVersion
-// condition, and its Node's kubelet as Cluster API reads it.
+// upgraded checks one machine: its host's report of this order, its
+// EdgeMachine's KubernetesVersion condition, and its Node's kubelet as
+// Cluster API reads it.
 func (o *Options) upgraded(name string) progress.Check {
 	c, ns := o.conn.Client, o.conn.Namespace
 	return func(ctx context.Context) (string, bool, error) {
@@ -218,26 +233,38 @@ func (o *Options) upgraded(name string) progress.Check {
 		if err := c.Get(ctx, kube.ObjectKey{Namespace: ns, Name: m.Spec.InfrastructureRef.Name}, em); err != nil {
 			return "", false, o.conn.Explain(err)
 		}
+		host := &infrav1.EdgeHost{}
+		if err := c.Get(ctx, kube.ObjectKey{Namespace: ns, Name: em.Status.HostRef}, host); err != nil {
+			return "", false, o.conn.Explain(err)
+		}
 		kubelet := "?"
 		if m.Status.NodeInfo != nil {
 			kubelet = m.Status.NodeInfo.KubeletVersion
 		}
 		line := fmt.Sprintf("machine %s: node kubelet %s", name, kubelet)
-		for _, cond := range em.Status.Conditions {
-			if cond.Type != infrav1.KubernetesVersionCondition {
-				continue
-			}
-			if cond.Reason == infrav1.UpgradeFailedReason || cond.Reason == infrav1.VersionNotStagedReason || cond.Reason == infrav1.AgentCannotUpgradeReason {
-				return "", false, errors.New(cond.Message)
-			}
-			if cond.Message != "" {
-				line += ": " + cond.Message
-			}
-			ready := nodeHealthy(m)
-			return line, cond.Status == "True" && kubelet == o.Version && ready, nil
+		cond := meta.FindStatusCondition(em.Status.Conditions, infrav1.KubernetesVersionCondition)
+		if cond == nil {
+			return line + ": waiting for the hub", false, nil
 		}
-		return line + ": waiting for the hub", false, nil
+		// A failure counts once the agent has seen this order: until then
+		// the host may still report an earlier attempt.
+		u := host.Status.Upgrade
+		if claim := host.Spec.ClaimRef; claim != nil && claim.KubernetesVersion == o.Version && host.Status.AgentObservedGeneration >= host.Generation &&
+			u != nil && u.To == o.Version && (u.State == infrav1.UpgradeFailed || u.State == infrav1.UpgradeRolledBack) && cond.Reason == infrav1.UpgradeFailedReason {
+			return "", false, errors.New(cond.Message)
+		}
+		if cond.Message != "" {
+			line += ": " + cond.Message
+		}
+		return line, cond.Status == metav1.ConditionTrue && host.Status.KubernetesVersion == o.Version && kubelet == o.Version && nodeHealthy(m), nil
 	}
+}
+
+func statusUpgrade(h *infrav1.EdgeHost) *infrav1.HostUpgradeStatus {
+	if h == nil {
+		return nil
+	}
+	return h.Status.Upgrade
 }
 
 func nodeHealthy(m *clusterv1.Machine) bool {
