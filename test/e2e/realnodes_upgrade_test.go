@@ -45,11 +45,18 @@ func prevKit(t *testing.T) (testhost.Binaries, map[string]string) {
 // host and Node, the Node on the new version and Ready, a workload pod
 // still running (never restarted), the cluster's data in etcd kept, the
 // static pods on the new images. Versions the host cannot get, skips and
-// downgrades are refused before anything changes.
+// downgrades are refused before anything changes; a version whose kubeadm
+// fails is rolled back, and the site serves on its old version.
 func TestRealNodesInPlaceUpgradeOneHost(t *testing.T) {
 	ctx := context.Background()
 	c := hub.Client
 	bin, staged := prevKit(t)
+	// v1.36.2 is staged with a kubeadm that fails: the rollback's case.
+	broken := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(broken, "kubeadm"), []byte("#!/bin/sh\necho 'kubeadm: the control plane did not come up' >&2\nexit 1\n"), 0o755))
+	must(t, os.Symlink(filepath.Join(staged[currentVersion], "kubelet"), filepath.Join(broken, "kubelet")))
+	must(t, os.Mkdir(filepath.Join(broken, "images"), 0o755))
+	staged["v1.36.2"] = broken
 	ns := newNamespace(t)
 	const lan = "10.97.3"
 	gw, _ := startFleetHubWithReach(t, ns, lan+".1")
@@ -93,7 +100,7 @@ func TestRealNodesInPlaceUpgradeOneHost(t *testing.T) {
 		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, host); err != nil {
 			return err
 		}
-		if host.Status.KubernetesVersion != previousVersion || strings.Join(host.Status.Facts.KubernetesVersions, ",") != currentVersion {
+		if host.Status.KubernetesVersion != previousVersion || strings.Join(host.Status.Facts.KubernetesVersions, ",") != "v1.36.2,"+currentVersion {
 			return fmt.Errorf("EdgeHost %s runs %q, staged %v", name, host.Status.KubernetesVersion, host.Status.Facts.KubernetesVersions)
 		}
 		return nil
@@ -161,6 +168,30 @@ data:
 	if m.Spec.Version != previousVersion {
 		t.Fatalf("a refused upgrade changed Machine %s to %s", m.Name, m.Spec.Version)
 	}
+
+	// A failing upgrade is rolled back: the host serves its old version,
+	// and the operator is told at which step and why.
+	out = fleet.run(t, "upgrade", "cluster", clusterName, "-n", ns, "--kubernetes-version", "v1.36.2", "--wait", "--timeout", "10m")
+	if !strings.Contains(out, `to v1.36.2 failed and was rolled back to v1.35.4 at step "kubeadm upgrade apply v1.36.2`) ||
+		!strings.Contains(out, "kubeadm: the control plane did not come up") {
+		t.Fatalf("a failing upgrade:\n%s", out)
+	}
+	realEventually(t, "the site serving on "+previousVersion+" after the rollback", func() error {
+		if err := nodeReady(t, kc, name, inventory.ProviderIDOf(ns, name)); err != nil {
+			return err
+		}
+		if v := kubectl(t, kc, "get", "node", name, "-o", "jsonpath={.status.nodeInfo.kubeletVersion}"); v != previousVersion {
+			return fmt.Errorf("node %s kubelet %s", name, v)
+		}
+		host := &infrav1.EdgeHost{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, host); err != nil {
+			return err
+		}
+		if u := host.Status.Upgrade; u == nil || u.State != infrav1.UpgradeRolledBack || host.Status.KubernetesVersion != previousVersion {
+			return fmt.Errorf("EdgeHost %s: version %q, upgrade %+v", name, host.Status.KubernetesVersion, u)
+		}
+		return nil
+	})
 
 	start := time.Now()
 	out = fleet.run(t, "upgrade", "cluster", clusterName, "-n", ns, "--kubernetes-version", currentVersion, "--wait", "--timeout", "15m")
