@@ -160,6 +160,7 @@ func inPlaceUpgrade(b *testing.B, kit realNodesBinaries, staged map[string]strin
 			}
 		}
 	})
+	load0 := loadAverage()
 	start := time.Now()
 	out, took := fleet("upgrade", "cluster", realNodesCluster, "--kubernetes-version", upgradeTo, "--wait", "--timeout", "15m")
 	stopPolling()
@@ -189,6 +190,7 @@ func inPlaceUpgrade(b *testing.B, kit realNodesBinaries, staged map[string]strin
 	b.ReportMetric(took.Seconds(), "s-upgrade")
 	b.ReportMetric(longest.Seconds(), "s-api-down")
 	rep.Notes = append(rep.Notes,
+		fmt.Sprintf("Load average (1 min) of the machine when the upgrade started: %s; when it ended: %s.", load0, loadAverage()),
 		fmt.Sprintf("The upgrade ran on this machine's 2 cores beside the hub's API server and etcd and Cluster API's and fleet's reconcilers; the "+
 			"host's control plane (etcd, API server, controller manager, scheduler) restarts one component at a time under `kubeadm upgrade apply`. "+
 			"%d /readyz polls, %d failed; a poll times out after 1 s. The steps are the agent's journal lines (`Upgrade step`), to the next step "+
