@@ -302,7 +302,7 @@ func (u *Upgrader) rollBack(ctx context.Context, j *journal, cause error, progre
 	failed := &Error{Step: j.Step, Err: cause, RolledBack: true}
 	progress("rolling back to " + j.From)
 	u.log(fmt.Sprintf("Upgrade to %s failed at %q; rolling back to %s: %v", j.To, j.Step, j.From, cause))
-	if err := u.restore(j); err != nil {
+	if err := u.restore(); err != nil {
 		failed.RolledBack, failed.Rollback = false, err
 		return failed
 	}
@@ -361,7 +361,7 @@ func (u *Upgrader) backUp() error {
 
 // restore puts the backup back: the manifests (the kubelet restarts the
 // old static pods), the kubelet's files and the old binaries.
-func (u *Upgrader) restore(j *journal) error {
+func (u *Upgrader) restore() error {
 	dir := filepath.Join(u.opts.StateDir, backupDir)
 	manifests, err := os.ReadDir(filepath.Join(dir, "manifests"))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
