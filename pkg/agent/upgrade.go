@@ -33,6 +33,10 @@ type RollbackReporter interface {
 	FailedStep() string
 }
 
+// maxStepLength is what EdgeHost status.upgrade.step holds: a longer one
+// would have the hub's whole status write refused.
+const maxStepLength = 256
+
 // UseUpgrader lets the agent upgrade its host's Kubernetes when the hub
 // orders another version. Call before Run.
 func (a *Agent) UseUpgrader(u Upgrader) { a.upgrader = u }
@@ -102,7 +106,7 @@ func (a *Agent) upgradeProgress(step string) {
 	a.announce("upgrading Kubernetes: " + step)
 	_ = a.update(func(ap *state.Applied) {
 		if ap.Upgrade != nil {
-			ap.Upgrade.Step = step
+			ap.Upgrade.Step = truncate(step, maxStepLength)
 		}
 	})
 }
@@ -128,7 +132,7 @@ func (a *Agent) recordUpgradeEnd(from, to string, err error) {
 		// The step that failed, not that of the rollback after it.
 		var r RollbackReporter
 		if err != nil && errors.As(err, &r) && r.FailedStep() != "" {
-			u.Step = r.FailedStep()
+			u.Step = truncate(r.FailedStep(), maxStepLength)
 		}
 	})
 }

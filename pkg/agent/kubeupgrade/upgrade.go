@@ -141,18 +141,23 @@ func (u *Upgrader) Staged() []string {
 	var versions []semver.Version
 	for _, e := range entries {
 		v, err := parseVersion(e.Name())
-		if err != nil || !e.IsDir() || u.stagedBinaries(e.Name()) != nil {
+		if err != nil || len(e.Name()) > 64 || !e.IsDir() || u.stagedBinaries(e.Name()) != nil {
 			continue
 		}
 		versions = append(versions, v)
 	}
 	semver.Sort(versions)
+	// The newest MaxStaged: what EdgeHost status.facts.kubernetesVersions holds.
+	versions = versions[max(0, len(versions)-MaxStaged):]
 	out := make([]string, 0, len(versions))
 	for _, v := range versions {
 		out = append(out, "v"+v.String())
 	}
 	return out
 }
+
+// MaxStaged bounds the staged versions reported.
+const MaxStaged = 16
 
 // Running is the version of the kubelet the host runs.
 func (u *Upgrader) Running(ctx context.Context) (string, error) {

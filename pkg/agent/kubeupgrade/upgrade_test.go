@@ -278,3 +278,17 @@ func assertOld(t *testing.T, h *fakeHost) {
 		}
 	}
 }
+
+// At most MaxStaged versions are reported, the newest: the EdgeHost holds
+// no more, and a longer list would have the whole status refused.
+func TestStagedIsBounded(t *testing.T) {
+	var versions []string
+	for i := range 20 {
+		versions = append(versions, fmt.Sprintf("v1.36.%d", i))
+	}
+	h := newFakeHost(t, "v1.35.4", versions...)
+	got := h.upgrader("").Staged()
+	if len(got) != kubeupgrade.MaxStaged || got[0] != "v1.36.4" || got[len(got)-1] != "v1.36.19" {
+		t.Errorf("Staged() = %v, want the newest %d", got, kubeupgrade.MaxStaged)
+	}
+}
