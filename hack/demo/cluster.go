@@ -14,6 +14,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -86,6 +88,30 @@ func (d *demo) waitAvailable(ctx context.Context) error {
 		}
 		if !conditions.IsTrue(c, clusterv1.ClusterAvailableCondition) {
 			return "waiting for Cluster API to report the cluster Available", errors.New("not Available")
+		}
+		// Available allows a worker short (maxUnavailable 1), and the
+		// replica counts trail the Machines: wait for all of them, so
+		// describe shows every count ready.
+		mds := &clusterv1.MachineDeploymentList{}
+		if err := d.client.List(ctx, mds, client.InNamespace("default"), client.MatchingLabels{clusterv1.ClusterNameLabel: clusterName}); err != nil {
+			return "", err
+		}
+		if ref := c.Spec.ControlPlaneRef; ref.Kind == "KubeadmControlPlane" {
+			kcp := &controlplanev1.KubeadmControlPlane{}
+			if err := d.client.Get(ctx, client.ObjectKey{Namespace: "default", Name: ref.Name}, kcp); err != nil {
+				return "", err
+			}
+			if want, ready := ptr.Deref(kcp.Spec.Replicas, 1), ptr.Deref(kcp.Status.ReadyReplicas, 0); ready != want {
+				msg := fmt.Sprintf("waiting for KubeadmControlPlane %s: %d/%d ready", kcp.Name, ready, want)
+				return msg, errors.New(msg)
+			}
+		}
+		for _, md := range mds.Items {
+			want, ready := ptr.Deref(md.Spec.Replicas, 1), ptr.Deref(md.Status.ReadyReplicas, 0)
+			if ready != want {
+				msg := fmt.Sprintf("waiting for MachineDeployment %s: %d/%d ready", md.Name, ready, want)
+				return msg, errors.New(msg)
+			}
 		}
 		return "", nil
 	})
