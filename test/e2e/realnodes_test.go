@@ -255,17 +255,25 @@ func nodeReady(t *testing.T, kc, name, providerID string) error {
 	return nil
 }
 
+// machineOnHost waits for the Machine whose providerID is host's: Cluster
+// API copies it from the EdgeMachine a moment after the Node has it.
 func machineOnHost(ctx context.Context, t *testing.T, c client.Client, ns, host string) *clusterv1.Machine {
 	t.Helper()
-	machines := &clusterv1.MachineList{}
-	must(t, c.List(ctx, machines, client.InNamespace(ns)))
-	for i := range machines.Items {
-		if machines.Items[i].Spec.ProviderID == inventory.ProviderIDOf(ns, host) {
-			return &machines.Items[i]
+	var found *clusterv1.Machine
+	realEventually(t, "a Machine on host "+host, func() error {
+		machines := &clusterv1.MachineList{}
+		if err := c.List(ctx, machines, client.InNamespace(ns)); err != nil {
+			return err
 		}
-	}
-	t.Fatalf("no Machine on host %s", host)
-	return nil
+		for i := range machines.Items {
+			if machines.Items[i].Spec.ProviderID == inventory.ProviderIDOf(ns, host) {
+				found = &machines.Items[i]
+				return nil
+			}
+		}
+		return fmt.Errorf("no Machine on host %s", host)
+	})
+	return found
 }
 
 func hostPhase(ctx context.Context, c client.Client, ns, name string, want infrav1.EdgeHostPhase) error {
