@@ -252,6 +252,7 @@ demo: k8s ## Run fleet locally: the embedded hub, 3 real edge hosts (or simulate
 .PHONY: test
 test: k8s $(CLUSTERCTL) ## Run every test against a real kube-apiserver, etcd and the real Cluster API reconcilers (and the real clusterctl).
 	@# test/e2e is the long pole (real nodes): it goes first, the other packages share the second core beside it.
+	@pkgs=$$($(GO) list ./... | grep -v '/test/e2e$$') && [ -n "$$pkgs" ] || { echo "go list ./... found no packages"; exit 1; }
 	$(GO) test -timeout 45m $(TEST_FLAGS) ./test/e2e/ $$($(GO) list ./... | grep -v '/test/e2e$$')
 	cd hack/tools/k8s && $(GO) test -timeout 10m ./cmd/nodeimage/... ./cmd/pause/... ./cmd/hubimage/... ./ocilayout/...
 
