@@ -98,7 +98,7 @@ build: ## Build fleet-hub, fleet-agent and kubectl-fleet into bin/.
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/fleet-hub ./cmd/fleet-agent ./cmd/kubectl-fleet
 
 .PHONY: k8s
-k8s: $(K8S_CMD_BINS) node-images k8s-prev ## Build kube-apiserver, etcd, kubectl, kubelet, kubeadm, controller manager, scheduler, kube-proxy and CoreDNS into bin/k8s, and their images; the same for the previous minor into bin/k8s-v1.35.4 (minutes the first time).
+k8s: $(K8S_CMD_BINS) node-images ## Build kube-apiserver, etcd, kubectl, kubelet, kubeadm, controller manager, scheduler, kube-proxy and CoreDNS into bin/k8s, and their images (minutes the first time).
 
 $(K8S_CMD_BINS): hack/tools/k8s/go.mod hack/tools/k8s/go.sum
 	@mkdir -p $(K8S_BIN)
@@ -250,14 +250,14 @@ demo: k8s ## Run fleet locally: the embedded hub, 3 real edge hosts (or simulate
 ##@ Test
 
 .PHONY: test
-test: k8s $(CLUSTERCTL) ## Run every test against a real kube-apiserver, etcd and the real Cluster API reconcilers (and the real clusterctl).
+test: k8s k8s-prev $(CLUSTERCTL) ## Run every test against a real kube-apiserver, etcd and the real Cluster API reconcilers (and the real clusterctl).
 	@# test/e2e is the long pole (real nodes): it goes first, the other packages share the second core beside it.
 	@pkgs=$$($(GO) list ./... | grep -v '/test/e2e$$') && [ -n "$$pkgs" ] || { echo "go list ./... found no packages"; exit 1; }
 	$(GO) test -timeout 45m $(TEST_FLAGS) ./test/e2e/ $$($(GO) list ./... | grep -v '/test/e2e$$')
 	cd hack/tools/k8s && $(GO) test -timeout 10m ./cmd/nodeimage/... ./cmd/pause/... ./cmd/hubimage/... ./ocilayout/...
 
 .PHONY: test-race
-test-race: k8s ## Run every test with the race detector.
+test-race: k8s k8s-prev ## Run every test with the race detector.
 	$(GO) test -race -timeout 30m $(TEST_FLAGS) ./...
 
 BENCH_AGENTS ?= 1000
@@ -267,7 +267,7 @@ BENCH_CLUSTERS ?= 500
 BENCH_CLUSTERS_IDLE ?= 10m
 
 .PHONY: bench
-bench: k8s ## Run every benchmark against a real API server and write docs/PERFORMANCE.md's tables and plots (defaults BENCH_AGENTS=1000 BENCH_IDLE=10m BENCH_MACHINES=500 BENCH_CLUSTERS=500 BENCH_CLUSTERS_IDLE=10m; the documented runs: BENCH_AGENTS=1000,2000,5000,10000).
+bench: k8s k8s-prev ## Run every benchmark against a real API server and write docs/PERFORMANCE.md's tables and plots (defaults BENCH_AGENTS=1000 BENCH_IDLE=10m BENCH_MACHINES=500 BENCH_CLUSTERS=500 BENCH_CLUSTERS_IDLE=10m; the documented runs: BENCH_AGENTS=1000,2000,5000,10000).
 	$(GO) test ./bench -run '^$$' -bench 'DescribeCluster' -benchtime 10x -count 1
 	$(GO) test ./bench -run '^$$' -bench 'EdgeReach' -benchtime 2s -count 1
 	$(GO) test ./bench -run '^$$' -bench 'AgentFootprint' -benchtime 1x -count 1 -timeout 20m
@@ -280,7 +280,7 @@ bench: k8s ## Run every benchmark against a real API server and write docs/PERFO
 	$(GO) run ./bench/report
 
 .PHONY: bench-clusters bench-upgrade
-bench-upgrade: k8s ## Run only BenchmarkInPlaceUpgrade: a one-host site from v1.35.4 to v1.36.3 in place, its steps and the API server's unavailability; updates docs/PERFORMANCE.md.
+bench-upgrade: k8s k8s-prev ## Run only BenchmarkInPlaceUpgrade: a one-host site from v1.35.4 to v1.36.3 in place, its steps and the API server's unavailability; updates docs/PERFORMANCE.md.
 	$(GO) test ./bench -run '^$$' -bench 'InPlaceUpgrade' -benchtime 1x -count 1 -timeout 30m
 	$(GO) run ./bench/report
 
