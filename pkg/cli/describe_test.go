@@ -207,6 +207,18 @@ func setStatus(obj client.Object, mutate func()) error {
 	})
 }
 
+// setSpec changes obj's spec, retrying on conflict: Cluster API's
+// reconcilers write the same objects while the test runs.
+func setSpec(obj client.Object, mutate func()) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		mutate()
+		return env.Client.Update(context.Background(), obj)
+	})
+}
+
 func TestDescribeShowConditionsAndYAML(t *testing.T) {
 	ns := "describe-conditions"
 	fleetOf(t, ns, 1)
@@ -241,11 +253,11 @@ func TestDescribeSaysWhyNotRemediated(t *testing.T) {
 		Spec: controlplanev1.KubeadmControlPlaneSpec{Replicas: ptr.To(int32(1)), Version: "v1.36.3",
 			MachineTemplate: controlplanev1.KubeadmControlPlaneMachineTemplate{Spec: controlplanev1.KubeadmControlPlaneMachineTemplateSpec{
 				InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "EdgeMachineTemplate", Name: "t"}}}}}))
-	cl := &clusterv1.Cluster{}
-	must(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "store"}, cl))
-	cl.Spec.ControlPlaneRef = clusterv1.ContractVersionedObjectReference{APIGroup: controlplanev1.GroupVersion.Group,
-		Kind: "KubeadmControlPlane", Name: "store-control-plane"}
-	must(env.Client.Update(ctx, cl))
+	cl := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "store"}}
+	must(setSpec(cl, func() {
+		cl.Spec.ControlPlaneRef = clusterv1.ContractVersionedObjectReference{APIGroup: controlplanev1.GroupVersion.Group,
+			Kind: "KubeadmControlPlane", Name: "store-control-plane"}
+	}))
 	m := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "store-cp-0"}}
 	must(setStatus(m, func() {
 		now := metav1.NewTime(fixedNow)

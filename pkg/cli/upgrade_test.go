@@ -26,10 +26,8 @@ func TestUpgradeClusterChecksThenOrders(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	m := &clusterv1.Machine{}
-	must(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "store-cp-0"}, m))
-	m.Spec.Version = "v1.35.4"
-	must(env.Client.Update(ctx, m))
+	m := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "store-cp-0"}}
+	must(setSpec(m, func() { m.Spec.Version = "v1.35.4" }))
 	version := func() string {
 		t.Helper()
 		got := &clusterv1.Machine{}
@@ -88,10 +86,10 @@ func TestUpgradeClusterChecksThenOrders(t *testing.T) {
 	}
 
 	// A KubeadmControlPlane replaces its Machines: refused for now.
-	cl := &clusterv1.Cluster{}
-	must(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "store"}, cl))
-	cl.Spec.ControlPlaneRef = clusterv1.ContractVersionedObjectReference{APIGroup: controlplanev1.GroupVersion.Group,
-		Kind: "KubeadmControlPlane", Name: "store-control-plane"}
-	must(env.Client.Update(ctx, cl))
+	cl := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "store"}}
+	must(setSpec(cl, func() {
+		cl.Spec.ControlPlaneRef = clusterv1.ContractVersionedObjectReference{APIGroup: controlplanev1.GroupVersion.Group,
+			Kind: "KubeadmControlPlane", Name: "store-control-plane"}
+	}))
 	refused("v1.36.3", "cluster store has a KubeadmControlPlane: fleet upgrades in place only clusters made with --control-plane=machines")
 }
