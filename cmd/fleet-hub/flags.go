@@ -30,6 +30,7 @@ type options struct {
 	// disableGateway runs the reconcilers alone (no gateway, no edge reach).
 	disableGateway bool
 	reach          reachOptions
+	hooks          hooksOptions
 	zap            zap.Options
 	showVersion    bool
 }
@@ -64,6 +65,13 @@ type reachOptions struct {
 	peerAddress string
 }
 
+// hooksOptions configure the server of Cluster API's in-place update hooks.
+type hooksOptions struct {
+	addr     string
+	dnsNames []string
+	service  string
+}
+
 // addFlags binds every flag of the default command to o.
 func (o *options) addFlags(fs *pflag.FlagSet) {
 	addManagerFlags(fs, &o.manager)
@@ -71,6 +79,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	addGatewayFlags(fs, &o.gateway)
 	fs.BoolVar(&o.disableGateway, "disable-gateway", false, "Run only the reconcilers, without the agent gateway and edge reach.")
 	addReachFlags(fs, &o.reach)
+	addHooksFlags(fs, &o.hooks)
 	addZapFlags(fs, &o.zap)
 	// controller-runtime registers --kubeconfig on the standard flag set.
 	fs.AddGoFlagSet(flag.CommandLine)
@@ -137,6 +146,12 @@ func addReachFlags(fs *pflag.FlagSet, o *reachOptions) {
 	fs.StringVar(&o.AdvertiseURL, "proxy-advertise-url", "", "URL (http://host:port) at which Cluster API reaches the edge-reach proxy, written as proxy-url into kubeconfig Secrets; required unless --proxy-bind-address names a host.")
 	fs.StringVar(&o.peerAddress, "proxy-peer-address", "", "Address (host:port) at which the other hub replicas reach this replica's edge-reach proxy, recorded in the status of the hosts whose agents it serves, so that a CONNECT landing on another replica is forwarded here; in a Deployment, the pod IP from the downward API ($(POD_IP):7444). Empty: CONNECTs are not forwarded between replicas (run one).")
 	fs.IntVar(&o.MaxTunnels, "proxy-max-tunnels", 4096, "Edge-reach tunnels this replica carries at once.")
+}
+
+func addHooksFlags(fs *pflag.FlagSet, o *hooksOptions) {
+	fs.StringVar(&o.addr, "runtime-extension-bind-address", ":9444", "Address of the Runtime SDK extension serving Cluster API's in-place update hooks (TLS from the CA in Secret fleet-runtime-extension-ca, which Cluster API injects into the ExtensionConfig); \"0\" turns it off, and Cluster API then replaces Machines on every change.")
+	fs.StringVar(&o.service, "runtime-extension-service", "fleet-hub-runtime-extension", "Service (port 443, in the hub's namespace) through which Cluster API reaches the extension; the hub keeps the ExtensionConfig \"fleet\" pointing at it. Empty: the hub registers nothing (register it yourself).")
+	fs.StringSliceVar(&o.dnsNames, "runtime-extension-dns-names", nil, "DNS names Cluster API dials the extension by, put in its serving certificate (default: <--runtime-extension-service>.<hub namespace>.svc).")
 }
 
 // addZapFlags adds the --zap-* flags of controller-runtime's logger.

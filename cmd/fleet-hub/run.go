@@ -21,6 +21,7 @@ import (
 	"github.com/edgefleet/fleet/internal/version"
 	"github.com/edgefleet/fleet/pkg/fleetscheme"
 	"github.com/edgefleet/fleet/pkg/hub"
+	"github.com/edgefleet/fleet/pkg/hub/inplace"
 )
 
 // run serves until ctx ends.
@@ -98,6 +99,14 @@ func (o options) hubOptions() hub.Options {
 	// Twice the refresh interval (what the gateway itself takes for fresh),
 	// plus slack for a write that waited its turn.
 	hOpts.Reconcilers.ContactTimeout = 2*o.gateway.LastSeenInterval + time.Minute
+	if o.hooks.addr != "0" {
+		names := trimList(o.hooks.dnsNames)
+		if len(names) == 0 && o.hooks.service != "" {
+			names = []string{o.hooks.service + "." + o.gateway.HubNamespace + ".svc"}
+		}
+		hOpts.InPlace = &inplace.Options{Addr: o.hooks.addr, Namespace: o.gateway.HubNamespace, DNSNames: names,
+			Register: o.hooks.service != "", Service: o.hooks.service}
+	}
 	if o.disableGateway {
 		return hOpts
 	}

@@ -93,3 +93,70 @@ func TestUpgradeClusterChecksThenOrders(t *testing.T) {
 	}))
 	refused("v1.36.3", "cluster store has a KubeadmControlPlane: fleet upgrades in place only clusters made with --control-plane=machines")
 }
+
+// Workers follow the control plane: their hosts are checked with the
+// rest before anything changes, and their MachineDeployment is ordered
+// only once the control-plane hosts run the version.
+func TestUpgradeClusterOrdersWorkersAfterTheControlPlane(t *testing.T) {
+	ctx := context.Background()
+	ns := "upgrade-workers"
+	fleetOf(t, ns, 1)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"store-cp-0", "store-md-0-w00"} {
+		m := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+		must(setSpec(m, func() { m.Spec.Version = "v1.35.4" }))
+	}
+	md := &clusterv1.MachineDeployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "store-md-0"}}
+	must(setSpec(md, func() { md.Spec.Template.Spec.Version = "v1.35.4" }))
+	report := func(host, running string, staged ...string) {
+		h := &infrav1.EdgeHost{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: host}}
+		must(setStatus(h, func() { h.Status.KubernetesVersion, h.Status.Facts.KubernetesVersions = running, staged }))
+	}
+	versions := func() (cp, worker string) {
+		t.Helper()
+		m := &clusterv1.Machine{}
+		must(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "store-cp-0"}, m))
+		must(env.Client.Get(ctx, client.ObjectKeyFromObject(md), md))
+		return m.Spec.Version, md.Spec.Template.Spec.Version
+	}
+	upgrade := func() (string, error) {
+		out, stderr, err := fleet(t, "upgrade", "cluster", "store", "-n", ns, "--kubernetes-version", "v1.36.3")
+		return out + stderr, err
+	}
+
+	report("host-01", "v1.35.4", "v1.36.3")
+	report("host-02", "v1.35.4")
+	if out, err := upgrade(); err == nil || !strings.Contains(err.Error(),
+		"machine store-md-0-w00: EdgeHost host-02 cannot get v1.36.3: stage it under /opt/fleet/kubernetes/v1.36.3 on the host (staged: none)") {
+		t.Fatalf("a worker host without the version: %v\n%s", err, out)
+	}
+	if cp, w := versions(); cp != "v1.35.4" || w != "v1.35.4" {
+		t.Fatalf("a refused upgrade changed the versions to %s and %s", cp, w)
+	}
+
+	report("host-02", "v1.35.4", "v1.36.3")
+	out, err := upgrade()
+	if err != nil || !strings.Contains(out, "machine/store-cp-0: v1.35.4 → v1.36.3 ordered on EdgeHost host-01") ||
+		!strings.Contains(out, "workers: machinedeployment(s) store-md-0 follow once the control plane runs v1.36.3") {
+		t.Fatalf("upgrade: %v\n%s", err, out)
+	}
+	if cp, w := versions(); cp != "v1.36.3" || w != "v1.35.4" {
+		t.Fatalf("after the first run: control plane %s, workers %s; want v1.36.3 and v1.35.4", cp, w)
+	}
+
+	report("host-01", "v1.36.3")
+	out, err = upgrade()
+	if err != nil || strings.Contains(out, "machine/store-cp-0") ||
+		!strings.Contains(out, "machinedeployment/store-md-0: v1.35.4 → v1.36.3 ordered; its Machines are updated in place") ||
+		!strings.Contains(out, "note: machinedeployment/store-md-0 rolls out with maxSurge 1") {
+		t.Fatalf("upgrade once the control plane runs v1.36.3: %v\n%s", err, out)
+	}
+	if cp, w := versions(); cp != "v1.36.3" || w != "v1.36.3" {
+		t.Fatalf("after the second run: control plane %s, workers %s", cp, w)
+	}
+}

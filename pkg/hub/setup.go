@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
+	"github.com/edgefleet/fleet/pkg/hub/inplace"
 	"github.com/edgefleet/fleet/pkg/hub/reach"
 	"github.com/edgefleet/fleet/pkg/hub/reconcilers"
 )
@@ -25,6 +26,9 @@ type Options struct {
 	// the gateway's sessions; nil or an Addr of "0" runs only the
 	// reconciler that takes an earlier run's proxy-url out of kubeconfigs.
 	Reach *reach.SetupOptions
+	// InPlace serves Cluster API's in-place update hooks; nil serves
+	// none, and Cluster API replaces Machines for every change.
+	InPlace *inplace.Options
 }
 
 // Hub is what Setup added to the manager, for callers that talk to it.
@@ -35,12 +39,17 @@ type Hub struct {
 	Proxy *reach.Proxy
 }
 
-// Setup adds the hub to mgr: the reconcilers, the gateway with its
-// readiness check, and edge reach. It is the one place a hub is put
+// Setup adds the hub to mgr: the reconcilers, the in-place hooks, the
+// gateway with its readiness check, and edge reach. It is the one place a hub is put
 // together; cmd/fleet-hub, the embedded hub and the tests all call it.
 func Setup(ctx context.Context, mgr ctrl.Manager, o Options) (*Hub, error) {
 	if err := reconcilers.Setup(ctx, mgr, o.Reconcilers); err != nil {
 		return nil, err
+	}
+	if o.InPlace != nil {
+		if err := inplace.Setup(ctx, mgr, *o.InPlace); err != nil {
+			return nil, err
+		}
 	}
 	h := &Hub{}
 	if o.Gateway == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -27,8 +29,12 @@ import (
 	fleetcrd "github.com/edgefleet/fleet/manifests/crd"
 	"github.com/edgefleet/fleet/pkg/hub"
 	"github.com/edgefleet/fleet/pkg/hub/embedded/clusterapi"
+	"github.com/edgefleet/fleet/pkg/hub/inplace"
 	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
 )
+
+// HubNamespace keeps the hub's Secrets (the in-place hooks' CA).
+const HubNamespace = "fleet-test-hub"
 
 // ErrNoAssets means the kube-apiserver and etcd binaries are missing.
 var ErrNoAssets = errors.New("kube-apiserver/etcd binaries not found: run `make test`, which builds them into bin/k8s, or set KUBEBUILDER_ASSETS")
@@ -67,6 +73,9 @@ type Options struct {
 	// KubeadmBootstrap also installs the kubeadm bootstrap CRDs and runs
 	// the real kubeadm bootstrap reconciler (CABPK) in its own manager.
 	KubeadmBootstrap bool
+	// KubeadmCRDs installs the kubeadm bootstrap and control plane CRDs
+	// without their reconcilers, for tests that play CABPK themselves.
+	KubeadmCRDs bool
 	// KubeadmControlPlane also runs the real KubeadmControlPlane reconciler
 	// in its own manager (needs KubeadmBootstrap).
 	KubeadmControlPlane bool
@@ -128,7 +137,7 @@ func startAPIServer(opts Options) (*Env, error) {
 	}
 	scheme := clusterapi.NewScheme()
 	groups := []string{clusterapi.CoreGroup}
-	if opts.KubeadmBootstrap {
+	if opts.KubeadmBootstrap || opts.KubeadmCRDs {
 		groups = append(groups, clusterapi.BootstrapGroup, clusterapi.ControlPlaneGroup)
 	}
 	crds, err := clusterapi.CRDs(groups...)
@@ -225,12 +234,16 @@ func newManagers(ctx context.Context, e *Env, opts Options) ([]ctrl.Manager, err
 	if err != nil {
 		return nil, fmt.Errorf("creating fleet hub manager: %w", err)
 	}
-	// The reconcilers only: a test adds a gateway where it needs agents.
+	if err := e.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: HubNamespace}}); err != nil {
+		return nil, fmt.Errorf("creating namespace %s: %w", HubNamespace, err)
+	}
+	// The reconcilers and the in-place hooks: a test adds a gateway where
+	// it needs agents.
 	if _, err := hub.Setup(ctx, hubMgr, hub.Options{Reconcilers: hubreconcilers.Options{
 		Concurrency:        max(opts.HubConcurrency, 4),
 		SkipNameValidation: true,
 		ContactTimeout:     opts.ContactTimeout,
-	}}); err != nil {
+	}, InPlace: &inplace.Options{Addr: "127.0.0.1:0", Namespace: HubNamespace, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Register: true}}); err != nil {
 		return nil, err
 	}
 	return append(managers, hubMgr), nil

@@ -17,11 +17,14 @@ func NewCmd(flags *kube.ConfigFlags, streams genericiooptions.IOStreams) *cobra.
 	cluster := &cobra.Command{
 		Use:   "cluster NAME --kubernetes-version vX.Y.Z [--wait]",
 		Short: "Upgrade a cluster's Kubernetes in place",
-		Long: "Moves the control-plane Machines of a cluster made with --control-plane=machines to another Kubernetes\n" +
-			"version, one at a time: each host's agent runs kubeadm upgrade, swaps the kubelet and waits for its Node,\n" +
-			"and puts the old version back if that fails. No Machine is replaced and no host is reset, so a one-host\n" +
-			"site needs no spare. Before changing anything it refuses a downgrade, a skip of a minor version, and a\n" +
-			"version a host cannot get (staged under /opt/fleet/kubernetes/<version> on the host).",
+		Long: "Moves a cluster made with --control-plane=machines to another Kubernetes version in place. The\n" +
+			"control-plane Machines go first, one at a time: each host's agent runs kubeadm upgrade, swaps the kubelet,\n" +
+			"waits for its Node, and puts the old version back if that fails. The MachineDeployments follow once the\n" +
+			"control plane runs the version (run the command again, or use --wait): Cluster API asks fleet's hub\n" +
+			"whether their Machines can be updated in place, and the hosts' agents do the same. No Machine is\n" +
+			"replaced and no host is reset, so a site needs no spare host. Before changing anything it refuses a\n" +
+			"downgrade, a skip of a minor version, and a version a host cannot get (staged under\n" +
+			"/opt/fleet/kubernetes/<version> on the host).",
 		Example:           "  kubectl fleet upgrade cluster store-0042 --kubernetes-version v1.36.3 --wait",
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: completion.Clusters(flags),

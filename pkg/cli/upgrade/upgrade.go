@@ -5,21 +5,22 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
-	"github.com/blang/semver/v4"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	"github.com/edgefleet/fleet/pkg/cli/kube"
 	"github.com/edgefleet/fleet/pkg/cli/progress"
 	"github.com/edgefleet/fleet/pkg/cli/validate"
+	"github.com/edgefleet/fleet/pkg/contract/hostupgrade"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 )
 
@@ -32,8 +33,7 @@ type Options struct {
 	Wait    bool
 	Timeout time.Duration
 
-	conn   *kube.Connection
-	target semver.Version
+	conn *kube.Connection
 }
 
 // Complete takes the cluster name and builds the client.
@@ -49,11 +49,9 @@ func (o *Options) Validate() error {
 	if err := validate.ClusterName(o.Name); err != nil {
 		return err
 	}
-	v, err := parseVersion(o.Version)
-	if err != nil {
+	if _, err := hostupgrade.Parse(o.Version); err != nil {
 		return fmt.Errorf("--kubernetes-version %q: want vMAJOR.MINOR.PATCH, e.g. v1.36.3", o.Version)
 	}
-	o.target = v
 	if o.Timeout <= 0 {
 		return fmt.Errorf("--timeout %s: want a positive duration", o.Timeout)
 	}
@@ -68,7 +66,9 @@ type machine struct {
 }
 
 // Run checks every machine and host, then orders the control-plane
-// Machines one at a time.
+// Machines one at a time and, once they run the version, the
+// MachineDeployments, whose Machines Cluster API updates in place through
+// the hub's hooks.
 func (o *Options) Run(ctx context.Context) error {
 	c, ns := o.conn.Client, o.conn.Namespace
 	cluster := &clusterv1.Cluster{}
@@ -83,71 +83,105 @@ func (o *Options) Run(ctx context.Context) error {
 			"--control-plane=machines so far (a KubeadmControlPlane of Cluster API v1.14 replaces its Machines, "+
 			"which needs a spare host per machine); nothing was changed", o.Name)
 	}
-	machines, workers, err := o.machines(ctx)
+	cps, workers, err := o.machines(ctx)
 	if err != nil {
 		return err
 	}
-	if workers > 0 {
-		return fmt.Errorf("cluster %s has %d worker machine(s): fleet upgrades in place only control-plane Machines so far "+
-			"(workers of a MachineDeployment are replaced on a version change); nothing was changed", o.Name, workers)
-	}
-	if len(machines) == 0 {
+	if len(cps) == 0 {
 		return fmt.Errorf("cluster %s has no control-plane Machine to upgrade", o.Name)
 	}
-	if err := o.check(machines); err != nil {
+	mds := &clusterv1.MachineDeploymentList{}
+	if err := c.List(ctx, mds, kube.InNamespace(ns), kube.MatchingLabels{clusterv1.ClusterNameLabel: o.Name}); err != nil {
+		return o.conn.Explain(err)
+	}
+	if err := o.check(append(slices.Clone(cps), workers...)); err != nil {
 		return err
 	}
-	for i, mc := range machines {
+	for i, mc := range cps {
 		if mc.m.Spec.Version != o.Version {
 			if err := o.order(ctx, mc); err != nil {
 				return err
 			}
 		}
 		// Control planes go one at a time: the next waits for the last.
-		if !o.Wait && i == len(machines)-1 {
-			return nil
+		if !o.Wait && i == len(cps)-1 {
+			break
 		}
 		if err := progress.Until(ctx, o.Out, o.Timeout, "machine "+mc.m.Name+" on "+o.Version, o.upgraded(mc.m.Name)); err != nil {
 			return err
 		}
 	}
-	fmt.Fprintf(o.Out, "cluster %s: %d machine(s) on %s, Ready\n", o.Name, len(machines), o.Version)
+	// Kubelets must not be newer than their API server: workers follow a
+	// control plane that runs the version.
+	var pending []string
+	for i := range mds.Items {
+		if mds.Items[i].Spec.Template.Spec.Version != o.Version {
+			pending = append(pending, mds.Items[i].Name)
+		}
+	}
+	if !o.Wait {
+		for _, mc := range cps {
+			if mc.host == nil || mc.host.Status.KubernetesVersion != o.Version {
+				if len(pending) > 0 {
+					fmt.Fprintf(o.Out, "workers: machinedeployment(s) %s follow once the control plane runs %s: "+
+						"run this command again then, or use --wait\n", strings.Join(pending, ", "), o.Version)
+				}
+				return nil
+			}
+		}
+	}
+	for i := range mds.Items {
+		md := &mds.Items[i]
+		if md.Spec.Template.Spec.Version != o.Version {
+			if err := o.orderDeployment(ctx, md); err != nil {
+				return err
+			}
+		}
+		if o.Wait {
+			if err := progress.Until(ctx, o.Out, o.Timeout, "machinedeployment "+md.Name+" on "+o.Version, o.deploymentUpgraded(md.Name)); err != nil {
+				return err
+			}
+		}
+	}
+	if o.Wait {
+		fmt.Fprintf(o.Out, "cluster %s: %d control-plane and %d worker machine(s) on %s, Ready\n", o.Name, len(cps), len(workers), o.Version)
+	}
 	return nil
 }
 
-// machines returns the cluster's control-plane Machines with their hosts,
-// by name, and counts its worker Machines.
-func (o *Options) machines(ctx context.Context) ([]machine, int, error) {
+// machines returns the cluster's control-plane and worker Machines with
+// their hosts, each by name.
+func (o *Options) machines(ctx context.Context) (cps, workers []machine, err error) {
 	c, ns := o.conn.Client, o.conn.Namespace
 	list := &clusterv1.MachineList{}
 	if err := c.List(ctx, list, kube.InNamespace(ns), kube.MatchingLabels{clusterv1.ClusterNameLabel: o.Name}); err != nil {
-		return nil, 0, o.conn.Explain(err)
+		return nil, nil, o.conn.Explain(err)
 	}
-	var out []machine
-	workers := 0
 	for i := range list.Items {
 		m := &list.Items[i]
 		if !m.DeletionTimestamp.IsZero() {
 			continue
 		}
-		if _, cp := m.Labels[clusterv1.MachineControlPlaneLabel]; !cp {
-			workers++
-			continue
-		}
 		mc := machine{m: m, em: &infrav1.EdgeMachine{}}
 		if err := c.Get(ctx, kube.ObjectKey{Namespace: ns, Name: m.Spec.InfrastructureRef.Name}, mc.em); err != nil {
-			return nil, 0, fmt.Errorf("EdgeMachine of Machine %s: %w", m.Name, o.conn.Explain(err))
+			return nil, nil, fmt.Errorf("EdgeMachine of Machine %s: %w", m.Name, o.conn.Explain(err))
 		}
 		if h := mc.em.Status.HostRef; h != "" {
 			mc.host = &infrav1.EdgeHost{}
 			if err := c.Get(ctx, kube.ObjectKey{Namespace: ns, Name: h}, mc.host); err != nil {
-				return nil, 0, fmt.Errorf("EdgeHost %s of Machine %s: %w", h, m.Name, o.conn.Explain(err))
+				return nil, nil, fmt.Errorf("EdgeHost %s of Machine %s: %w", h, m.Name, o.conn.Explain(err))
 			}
 		}
-		out = append(out, mc)
+		if _, cp := m.Labels[clusterv1.MachineControlPlaneLabel]; cp {
+			cps = append(cps, mc)
+		} else {
+			workers = append(workers, mc)
+		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].m.Name < out[j].m.Name })
-	return out, workers, nil
+	byName := func(a, b machine) int { return strings.Compare(a.m.Name, b.m.Name) }
+	slices.SortFunc(cps, byName)
+	slices.SortFunc(workers, byName)
+	return cps, workers, nil
 }
 
 // check refuses, before anything changes, a downgrade, a skipped minor
@@ -163,38 +197,22 @@ func (o *Options) check(machines []machine) error {
 		if h != nil && h.Status.KubernetesVersion != "" {
 			running = h.Status.KubernetesVersion
 		}
-		cur, err := parseVersion(running)
-		if err != nil {
-			problems = append(problems, fmt.Sprintf("%s: its version %q cannot be read", name, running))
+		if err := hostupgrade.Step(running, o.Version); err != nil {
+			problems = append(problems, fmt.Sprintf("%s runs %s: %v", name, running, err))
 			continue
 		}
-		switch {
-		case o.target.LT(cur):
-			problems = append(problems, fmt.Sprintf("%s runs %s: %s would be a downgrade, which kubeadm cannot do", name, running, o.Version))
-			continue
-		case o.target.Major != cur.Major || o.target.Minor > cur.Minor+1:
-			problems = append(problems, fmt.Sprintf("%s runs %s: %s skips a minor version; upgrade one minor version at a time", name, running, o.Version))
-			continue
-		case o.target.EQ(cur):
+		if running == o.Version {
 			continue
 		}
-		if u := statusUpgrade(h); mc.m.Spec.Version == o.Version && u != nil && u.To == o.Version &&
-			(u.State == infrav1.UpgradeFailed || u.State == infrav1.UpgradeRolledBack) {
+		if f := hostupgrade.Failed(h, o.Version); mc.m.Spec.Version == o.Version && f != nil {
 			problems = append(problems, fmt.Sprintf("%s: the upgrade of EdgeHost %s to %s failed at step %q and is not retried by itself: "+
-				"once the host is fixed, order %s (cancels it), then %s again", name, h.Name, o.Version, u.Step, running, o.Version))
+				"once the host is fixed, order %s (cancels it), then %s again", name, h.Name, o.Version, f.Step, running, o.Version))
 			continue
 		}
-		switch {
-		case h == nil || mc.m.Spec.ProviderID == "":
+		if h == nil || mc.m.Spec.ProviderID == "" {
 			problems = append(problems, fmt.Sprintf("%s is not provisioned on a host yet", name))
-		case h.Status.KubernetesVersion == "":
-			problems = append(problems, fmt.Sprintf("%s: the agent of EdgeHost %s reports no Kubernetes version (a fleet-agent too old, or not run by systemd) and cannot upgrade in place", name, h.Name))
-		case h.Status.KubernetesVersion != o.Version && !slices.Contains(h.Status.Facts.KubernetesVersions, o.Version):
-			staged := "none"
-			if v := h.Status.Facts.KubernetesVersions; len(v) > 0 {
-				staged = strings.Join(v, ", ")
-			}
-			problems = append(problems, fmt.Sprintf("%s: EdgeHost %s cannot get %s: stage it under /opt/fleet/kubernetes/%s on the host (staged: %s)", name, h.Name, o.Version, o.Version, staged))
+		} else if err := hostupgrade.Check(h, o.Version); err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %v", name, err))
 		}
 	}
 	if len(problems) > 0 {
@@ -217,6 +235,84 @@ func (o *Options) order(ctx context.Context, mc machine) error {
 	}
 	fmt.Fprintf(o.Out, "machine/%s: %s → %s ordered on EdgeHost %s\n", mc.m.Name, from, o.Version, mc.host.Name)
 	return nil
+}
+
+// orderDeployment sets a MachineDeployment's version, guarded by the
+// resourceVersion it was read with.
+// Cluster API then asks the hub's hooks whether its Machines can take it in
+// place, and replaces those they cannot.
+func (o *Options) orderDeployment(ctx context.Context, md *clusterv1.MachineDeployment) error {
+	from := md.Spec.Template.Spec.Version
+	patch := kube.MergeFromWithOptimisticLock(md.DeepCopy())
+	md.Spec.Template.Spec.Version = o.Version
+	if err := o.conn.Client.Patch(ctx, md, patch); err != nil {
+		if apierrors.IsInvalid(err) || apierrors.IsConflict(err) {
+			return fmt.Errorf("machinedeployment %s changed while being upgraded (run the command again): %w", md.Name, err)
+		}
+		return o.conn.Explain(err)
+	}
+	fmt.Fprintf(o.Out, "machinedeployment/%s: %s → %s ordered; its Machines are updated in place\n", md.Name, from, o.Version)
+	if surge(md) > 0 {
+		fmt.Fprintf(o.Out, "note: machinedeployment/%s rolls out with maxSurge %v: Cluster API adds a Machine first, which waits for a spare host; "+
+			"set maxSurge 0 and maxUnavailable 1 on a site without one\n", md.Name, surge(md))
+	}
+	return nil
+}
+
+// surge is how many Machines a rolling update of md adds before it
+// updates one.
+func surge(md *clusterv1.MachineDeployment) int {
+	ru := md.Spec.Rollout.Strategy.RollingUpdate
+	if md.Spec.Rollout.Strategy.Type != clusterv1.RollingUpdateMachineDeploymentStrategyType || ru.MaxSurge == nil {
+		return 0
+	}
+	n, err := intstr.GetScaledValueFromIntOrPercent(ru.MaxSurge, int(ptr.Deref(md.Spec.Replicas, 0)), true)
+	if err != nil {
+		return 1
+	}
+	return n
+}
+
+// deploymentUpgraded checks a MachineDeployment: every one of its Machines
+// on the version with its Node Ready, and the first that is not, with its
+// EdgeMachine's step.
+func (o *Options) deploymentUpgraded(name string) progress.Check {
+	c, ns := o.conn.Client, o.conn.Namespace
+	return func(ctx context.Context) (string, bool, error) {
+		md := &clusterv1.MachineDeployment{}
+		if err := c.Get(ctx, kube.ObjectKey{Namespace: ns, Name: name}, md); err != nil {
+			return "", false, o.conn.Explain(err)
+		}
+		list := &clusterv1.MachineList{}
+		if err := c.List(ctx, list, kube.InNamespace(ns), kube.MatchingLabels{clusterv1.MachineDeploymentNameLabel: name}); err != nil {
+			return "", false, o.conn.Explain(err)
+		}
+		slices.SortFunc(list.Items, func(a, b clusterv1.Machine) int { return strings.Compare(a.Name, b.Name) })
+		done, waiting := 0, ""
+		for i := range list.Items {
+			m := &list.Items[i]
+			if m.Status.NodeInfo != nil && m.Status.NodeInfo.KubeletVersion == o.Version && m.Spec.Version == o.Version && nodeHealthy(m) && m.DeletionTimestamp.IsZero() {
+				done++
+				continue
+			}
+			if waiting != "" {
+				continue
+			}
+			waiting = "machine " + m.Name
+			em := &infrav1.EdgeMachine{}
+			if err := c.Get(ctx, kube.ObjectKey{Namespace: ns, Name: m.Spec.InfrastructureRef.Name}, em); err == nil {
+				if cond := meta.FindStatusCondition(em.Status.Conditions, infrav1.KubernetesVersionCondition); cond != nil && cond.Message != "" {
+					waiting += ": " + cond.Message
+				}
+			}
+		}
+		want := int(ptr.Deref(md.Spec.Replicas, 0))
+		line := fmt.Sprintf("machinedeployment %s: %d/%d machine(s) on %s, Ready", name, done, want, o.Version)
+		if waiting != "" {
+			line += "; " + waiting
+		}
+		return line, done == want && len(list.Items) == want, nil
+	}
 }
 
 // upgraded checks one machine: its host's report of this order, its
@@ -260,13 +356,6 @@ func (o *Options) upgraded(name string) progress.Check {
 	}
 }
 
-func statusUpgrade(h *infrav1.EdgeHost) *infrav1.HostUpgradeStatus {
-	if h == nil {
-		return nil
-	}
-	return h.Status.Upgrade
-}
-
 func nodeHealthy(m *clusterv1.Machine) bool {
 	for _, c := range m.Status.Conditions {
 		if c.Type == clusterv1.MachineNodeHealthyCondition {
@@ -274,12 +363,4 @@ func nodeHealthy(m *clusterv1.Machine) bool {
 		}
 	}
 	return false
-}
-
-// parseVersion parses "v1.36.3".
-func parseVersion(s string) (semver.Version, error) {
-	if !strings.HasPrefix(s, "v") {
-		return semver.Version{}, fmt.Errorf("%q has no leading v", s)
-	}
-	return semver.Parse(s[1:])
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/edgefleet/fleet/pkg/hub/embedded/clusterapi"
 	"github.com/edgefleet/fleet/pkg/hub/embedded/localkube"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
+	"github.com/edgefleet/fleet/pkg/hub/inplace"
 	"github.com/edgefleet/fleet/pkg/hub/linkhealth"
 	"github.com/edgefleet/fleet/pkg/hub/reach"
 	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
@@ -255,6 +256,9 @@ func newManagers(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, 
 			LinkThresholds: linkhealth.DefaultThresholds(),
 		},
 		Reach: &reach.SetupOptions{Options: reach.Options{Addr: o.ProxyAddr}, AdvertiseURL: o.ProxyAdvertiseURL},
+		// The in-place hooks on loopback, registered with the Cluster API
+		// reconcilers of this process.
+		InPlace: &inplace.Options{Addr: "127.0.0.1:0", Namespace: o.HubNamespace, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Register: true},
 	})
 	if err != nil {
 		return nil, nil, err

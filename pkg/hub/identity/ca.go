@@ -31,7 +31,8 @@ func EnsureCA(ctx context.Context, c client.Client, reader client.Reader, namesp
 			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name,
 				Labels: map[string]string{"app.kubernetes.io/name": "fleet-hub"}},
 			Type: corev1.SecretTypeTLS,
-			Data: map[string][]byte{corev1.TLSCertKey: ca.CertPEM, corev1.TLSPrivateKeyKey: ca.KeyPEM},
+			// ca.crt too: Cluster API injects a CA bundle from that key.
+			Data: map[string][]byte{corev1.TLSCertKey: ca.CertPEM, corev1.TLSPrivateKeyKey: ca.KeyPEM, "ca.crt": ca.CertPEM},
 		}
 		createErr := c.Create(ctx, s)
 		if createErr == nil {

@@ -20,7 +20,7 @@ func TestMain(m *testing.M) {
 	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.Level(zapLevel())))
 	ctx := context.Background()
 	var err error
-	env, err = testenv.Start(ctx, testenv.Options{HubConcurrency: 8, ContactTimeout: contactTimeout})
+	env, err = testenv.Start(ctx, testenv.Options{HubConcurrency: 8, ContactTimeout: contactTimeout, KubeadmCRDs: true})
 	if err != nil {
 		// Outside CI a developer without bin/k8s gets a clear skip; in CI
 		// (CI=true) a suite that cannot start its API server fails.

@@ -6,8 +6,11 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
+	"k8s.io/component-base/featuregate"
 	"sigs.k8s.io/cluster-api/bootstrap/kubeadm/reconcilers/kubeadmconfig"
 	kubeadmsetup "sigs.k8s.io/cluster-api/bootstrap/kubeadm/setup"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
@@ -15,6 +18,7 @@ import (
 	kcpsetup "sigs.k8s.io/cluster-api/controlplane/kubeadm/setup"
 	capicluster "sigs.k8s.io/cluster-api/core/reconcilers/cluster"
 	capiclusterclass "sigs.k8s.io/cluster-api/core/reconcilers/clusterclass"
+	capiextensionconfig "sigs.k8s.io/cluster-api/core/reconcilers/extensionconfig"
 	capimachine "sigs.k8s.io/cluster-api/core/reconcilers/machine"
 	capimd "sigs.k8s.io/cluster-api/core/reconcilers/machinedeployment"
 	capimhc "sigs.k8s.io/cluster-api/core/reconcilers/machinehealthcheck"
@@ -23,9 +27,11 @@ import (
 	topologymachinedeployment "sigs.k8s.io/cluster-api/core/reconcilers/topology/machinedeployment"
 	topologymachineset "sigs.k8s.io/cluster-api/core/reconcilers/topology/machineset"
 	capisetup "sigs.k8s.io/cluster-api/core/setup"
+	runtimeclient "sigs.k8s.io/cluster-api/exp/runtime/client"
 	"sigs.k8s.io/cluster-api/feature"
 	"sigs.k8s.io/cluster-api/util/index"
 	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -55,11 +61,15 @@ type Options struct {
 
 // EnableFeatureGates turns on, for this process, the Cluster API feature
 // gates fleet relies on: ClusterTopology (ClusterClass and managed
-// topologies), as a real management cluster needs with
-// CLUSTER_TOPOLOGY=true (docs/INSTALL.md). Call it before making managers.
+// topologies), RuntimeSDK and InPlaceUpdates (hosts upgraded where they
+// stand), as a real management cluster needs with CLUSTER_TOPOLOGY=true,
+// EXP_RUNTIME_SDK=true and EXP_IN_PLACE_UPDATES=true (docs/INSTALL.md).
+// Call it before making managers.
 func EnableFeatureGates() error {
-	if err := feature.MutableGates.Set(string(feature.ClusterTopology) + "=true"); err != nil {
-		return fmt.Errorf("enabling Cluster API's ClusterTopology feature gate: %w", err)
+	for _, g := range []featuregate.Feature{feature.ClusterTopology, feature.RuntimeSDK, feature.InPlaceUpdates} {
+		if err := feature.MutableGates.Set(string(g) + "=true"); err != nil {
+			return fmt.Errorf("enabling Cluster API's %s feature gate: %w", g, err)
+		}
 	}
 	return nil
 }
@@ -136,26 +146,30 @@ func NewCoreManager(ctx context.Context, cfg *rest.Config, scheme *runtime.Schem
 		}
 	}
 	copts := o.controller(o.concurrency())
+	rc, err := setupRuntimeSDK(ctx, mgr, o)
+	if err != nil {
+		return nil, err
+	}
 	if err := (&capicluster.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc,
 		RemoteConnectionGracePeriod: 50 * time.Second}).SetupWithManager(ctx, mgr, copts); err != nil {
 		return nil, fmt.Errorf("setting up Cluster reconciler: %w", err)
 	}
 	if err := (&capimachine.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc,
-		RemoteConditionsGracePeriod: 5 * time.Minute}).SetupWithManager(ctx, mgr, copts); err != nil {
+		RuntimeClient: rc, RemoteConditionsGracePeriod: 5 * time.Minute}).SetupWithManager(ctx, mgr, copts); err != nil {
 		return nil, fmt.Errorf("setting up Machine reconciler: %w", err)
 	}
 	if err := (&capims.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc}).
 		SetupWithManager(ctx, mgr, copts); err != nil {
 		return nil, fmt.Errorf("setting up MachineSet reconciler: %w", err)
 	}
-	if err := (&capimd.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()}).
+	if err := (&capimd.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), RuntimeClient: rc}).
 		SetupWithManager(ctx, mgr, copts); err != nil {
 		return nil, fmt.Errorf("setting up MachineDeployment reconciler: %w", err)
 	}
 	// ClusterClass and managed topologies, behind their feature gate as in
 	// capi-controller-manager.
 	if feature.Gates.Enabled(feature.ClusterTopology) {
-		if err := setupTopology(ctx, mgr, cc, o); err != nil {
+		if err := setupTopology(ctx, mgr, cc, rc, o); err != nil {
 			return nil, err
 		}
 	}
@@ -168,12 +182,12 @@ func NewCoreManager(ctx context.Context, cfg *rest.Config, scheme *runtime.Schem
 }
 
 // setupTopology adds core's ClusterClass and topology reconcilers.
-func setupTopology(ctx context.Context, mgr ctrl.Manager, cc clustercache.ClusterCache, o Options) error {
+func setupTopology(ctx context.Context, mgr ctrl.Manager, cc clustercache.ClusterCache, rc runtimeclient.Client, o Options) error {
 	copts := o.controller(o.concurrency())
-	if err := (&capiclusterclass.Reconciler{Client: mgr.GetClient()}).SetupWithManager(ctx, mgr, copts); err != nil {
+	if err := (&capiclusterclass.Reconciler{Client: mgr.GetClient(), RuntimeClient: rc}).SetupWithManager(ctx, mgr, copts); err != nil {
 		return fmt.Errorf("setting up ClusterClass reconciler: %w", err)
 	}
-	if err := (&topologycluster.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc}).
+	if err := (&topologycluster.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc, RuntimeClient: rc}).
 		SetupWithManager(ctx, mgr, copts); err != nil {
 		return fmt.Errorf("setting up ClusterTopology reconciler: %w", err)
 	}
@@ -186,6 +200,50 @@ func setupTopology(ctx context.Context, mgr ctrl.Manager, cc clustercache.Cluste
 		return fmt.Errorf("setting up MachineSetTopology reconciler: %w", err)
 	}
 	return nil
+}
+
+// setupRuntimeSDK adds, behind the RuntimeSDK gate, core's ExtensionConfig
+// reconciler (it injects CA bundles, discovers and registers extensions)
+// with a runtime client for the reconcilers; nil without the gate.
+func setupRuntimeSDK(ctx context.Context, mgr ctrl.Manager, o Options) (runtimeclient.Client, error) {
+	if !feature.Gates.Enabled(feature.RuntimeSDK) {
+		return nil, nil
+	}
+	rc, err := NewRuntimeClient(mgr.GetClient())
+	if err != nil {
+		return nil, err
+	}
+	secrets, err := partialSecretCache(mgr)
+	if err != nil {
+		return nil, err
+	}
+	if err := (&capiextensionconfig.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+		RuntimeClient: rc, PartialSecretCache: secrets}).SetupWithManager(ctx, mgr, o.controller(2)); err != nil {
+		return nil, fmt.Errorf("setting up ExtensionConfig reconciler: %w", err)
+	}
+	return rc, nil
+}
+
+// partialSecretCache is the metadata-only Secret cache the ExtensionConfig
+// reconciler watches CA Secrets with, as capi-controller-manager makes it.
+func partialSecretCache(mgr ctrl.Manager) (ctrlcache.Cache, error) {
+	c, err := ctrlcache.New(mgr.GetConfig(), ctrlcache.Options{
+		Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), HTTPClient: mgr.GetHTTPClient(),
+		DefaultTransform: func(in any) (any, error) {
+			obj, ok := in.(*metav1.PartialObjectMetadata)
+			if !ok || obj.GetObjectKind().GroupVersionKind() != corev1.SchemeGroupVersion.WithKind("Secret") {
+				return nil, fmt.Errorf("the partial Secret cache got a %T", in)
+			}
+			return ctrlcache.TransformStripManagedFields()(obj)
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the metadata-only Secret cache: %w", err)
+	}
+	if err := mgr.Add(c); err != nil {
+		return nil, fmt.Errorf("adding the metadata-only Secret cache: %w", err)
+	}
+	return c, nil
 }
 
 // NewKubeadmBootstrapManager runs the real kubeadm bootstrap reconciler
@@ -264,6 +322,20 @@ func NewKubeadmControlPlaneManager(ctx context.Context, cfg *rest.Config, scheme
 		return nil, fmt.Errorf("setting up kubeadm control plane ClusterCache: %w", err)
 	}
 	o.setRetry(cc)
+	// KCP asks CanUpdateMachine through its own runtime client, whose
+	// registry a read-only ExtensionConfig reconciler fills.
+	var rc runtimeclient.Client
+	if feature.Gates.Enabled(feature.InPlaceUpdates) {
+		c, err := NewRuntimeClient(mgr.GetClient())
+		if err != nil {
+			return nil, err
+		}
+		if err := (&capiextensionconfig.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+			RuntimeClient: c, ReadOnly: true}).SetupWithManager(ctx, mgr, o.controller(2)); err != nil {
+			return nil, fmt.Errorf("setting up KCP's ExtensionConfig reconciler: %w", err)
+		}
+		rc = c
+	}
 	if err := (&kubeadmcontrolplane.Reconciler{
 		Client:                      mgr.GetClient(),
 		APIReader:                   mgr.GetAPIReader(),
@@ -272,6 +344,7 @@ func NewKubeadmControlPlaneManager(ctx context.Context, cfg *rest.Config, scheme
 		EtcdDialTimeout:             10 * time.Second,
 		EtcdCallTimeout:             15 * time.Second,
 		RemoteConditionsGracePeriod: 5 * time.Minute,
+		RuntimeClient:               rc,
 	}).SetupWithManager(ctx, mgr, o.controller(o.concurrency())); err != nil {
 		return nil, fmt.Errorf("setting up KubeadmControlPlane reconciler: %w", err)
 	}

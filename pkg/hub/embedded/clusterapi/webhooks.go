@@ -53,7 +53,7 @@ const (
 // more, for kinds fleet does not run, whose configurations are left out).
 var servedKinds = map[Provider][]string{
 	ProviderCore: {"cluster", "clusterclass", "machine", "machineset", "machinedeployment",
-		"machinehealthcheck", "machinedrainrule"},
+		"machinehealthcheck", "machinedrainrule", "extensionconfig"},
 	ProviderKubeadmBootstrap:    {"kubeadmconfig", "kubeadmconfigtemplate"},
 	ProviderKubeadmControlPlane: {"kubeadmcontrolplane", "kubeadmcontrolplanetemplate"},
 }
@@ -128,6 +128,7 @@ func setupCoreWebhooks(mgr ctrl.Manager, cc clustercache.ClusterCache) error {
 		&coreadmission.MachineDeployment{},
 		&coreadmission.MachineHealthCheck{},
 		&coreadmission.MachineDrainRule{},
+		&coreadmission.ExtensionConfig{},
 	)
 }
 
