@@ -2,6 +2,7 @@ package kubeupgrade
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"sigs.k8s.io/yaml"
@@ -9,9 +10,9 @@ import (
 	"github.com/edgefleet/fleet/pkg/agent/cloudconfig"
 )
 
-// kubeadmConfigPath is where CABPK's cloud-config writes kubeadm's
-// configuration.
-const kubeadmConfigPath = "/run/kubeadm/kubeadm.yaml"
+// kubeadmConfigPaths are where CABPK's cloud-config writes kubeadm's
+// configuration: for kubeadm init, and for kubeadm join.
+var kubeadmConfigPaths = []string{"/run/kubeadm/kubeadm.yaml", "/run/kubeadm/kubeadm-join-config.yaml"}
 
 // settings are what the host's bootstrap told kubeadm that an upgrade must
 // tell it again: the preflight errors to ignore, and the patches directory
@@ -44,12 +45,12 @@ func settingsFromBootstrap(data []byte) (settings, error) {
 		return settings{}, fmt.Errorf("reading the bootstrap data for kubeadm's settings: %w", err)
 	}
 	for _, f := range cfg.WriteFiles {
-		if f.Path != kubeadmConfigPath {
+		if !slices.Contains(kubeadmConfigPaths, f.Path) {
 			continue
 		}
 		content, err := f.Decode()
 		if err != nil {
-			return settings{}, fmt.Errorf("reading %s from the bootstrap data: %w", kubeadmConfigPath, err)
+			return settings{}, fmt.Errorf("reading %s from the bootstrap data: %w", f.Path, err)
 		}
 		for _, doc := range strings.Split(string(content), "\n---") {
 			var c struct {
@@ -62,7 +63,7 @@ func settingsFromBootstrap(data []byte) (settings, error) {
 				} `json:"patches"`
 			}
 			if err := yaml.Unmarshal([]byte(doc), &c); err != nil {
-				return settings{}, fmt.Errorf("reading %s from the bootstrap data: %w", kubeadmConfigPath, err)
+				return settings{}, fmt.Errorf("reading %s from the bootstrap data: %w", f.Path, err)
 			}
 			if c.Kind == "InitConfiguration" || c.Kind == "JoinConfiguration" {
 				return settings{ignorePreflightErrors: c.NodeRegistration.IgnorePreflightErrors, patchesDir: c.Patches.Directory}, nil

@@ -292,3 +292,28 @@ func TestStagedIsBounded(t *testing.T) {
 		t.Errorf("Staged() = %v, want the newest %d", got, kubeupgrade.MaxStaged)
 	}
 }
+
+// A worker's bootstrap writes kubeadm's JoinConfiguration to another file;
+// its settings must reach `kubeadm upgrade node` too.
+func TestUpgradeOfAWorkerTellsKubeadmItsJoinSettings(t *testing.T) {
+	h := newFakeHost(t, "v1.35.4", "v1.36.3")
+	if err := os.Remove(filepath.Join(h.root, "etc/kubernetes/manifests/kube-apiserver.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	join := strings.NewReplacer("/run/kubeadm/kubeadm.yaml", "/run/kubeadm/kubeadm-join-config.yaml",
+		"kind: InitConfiguration", "kind: JoinConfiguration", "kubeadm init", "kubeadm join").Replace(bootstrap)
+	u := kubeupgrade.New(kubeupgrade.Options{Root: h.root, StateDir: filepath.Join(h.root, "var/lib/fleet-agent"),
+		Runner: h, Units: h, ReadyTimeout: 3 * time.Second, Probe: func(_ context.Context, _, _ string, cp bool) error {
+			if cp {
+				return errors.New("a worker probed as a control plane")
+			}
+			return nil
+		}})
+	var steps []string
+	if err := u.Upgrade(context.Background(), "v1.36.3", "n1", []byte(join), func(s string) { steps = append(steps, s) }); err != nil {
+		t.Fatal(err)
+	}
+	if want := "kubeadm upgrade node --ignore-preflight-errors=SystemVerification,NumCPU --patches=/etc/kubernetes/patches"; !slices.Contains(steps, want) {
+		t.Errorf("steps %q, want %q among them", steps, want)
+	}
+}

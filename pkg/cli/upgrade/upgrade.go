@@ -301,7 +301,13 @@ func (o *Options) deploymentUpgraded(name string) progress.Check {
 			waiting = "machine " + m.Name
 			em := &infrav1.EdgeMachine{}
 			if err := c.Get(ctx, kube.ObjectKey{Namespace: ns, Name: m.Spec.InfrastructureRef.Name}, em); err == nil {
-				if cond := meta.FindStatusCondition(em.Status.Conditions, infrav1.KubernetesVersionCondition); cond != nil && cond.Message != "" {
+				cond := meta.FindStatusCondition(em.Status.Conditions, infrav1.KubernetesVersionCondition)
+				// Upfront checks refuse repeating a failed order, so a
+				// failure here is this order's.
+				if cond != nil && cond.Reason == infrav1.UpgradeFailedReason && m.Spec.Version == o.Version {
+					return "", false, fmt.Errorf("machine %s: %s", m.Name, cond.Message)
+				}
+				if cond != nil && cond.Message != "" {
 					waiting += ": " + cond.Message
 				}
 			}
