@@ -28,6 +28,7 @@ import (
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	runtimev1 "sigs.k8s.io/cluster-api/api/runtime/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/cluster-api/util/kubeconfig"
 	"sigs.k8s.io/cluster-api/util/secret"
@@ -42,6 +43,7 @@ import (
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	fleethub "github.com/edgefleet/fleet/pkg/hub"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
+	"github.com/edgefleet/fleet/pkg/hub/inplace"
 	"github.com/edgefleet/fleet/pkg/hub/reach"
 	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
 	"github.com/edgefleet/fleet/pkg/pki"
@@ -251,6 +253,19 @@ func TestEdgeReachThroughAgents(t *testing.T) {
 // where hosts reach the gateway).
 func startFleetHubWithReach(t *testing.T, ns string, extraIPs ...string) (*gateway.Server, string) {
 	t.Helper()
+	return startFleetHubFor(t, ns, false, extraIPs...)
+}
+
+// startFleetHubWithHooks is startFleetHubWithReach with the in-place
+// update hooks, registered for ns alone (an ExtensionConfig "fleet-<ns>",
+// removed at the end): other tests' hubs serve no hooks.
+func startFleetHubWithHooks(t *testing.T, ns string, extraIPs ...string) (*gateway.Server, string) {
+	t.Helper()
+	return startFleetHubFor(t, ns, true, extraIPs...)
+}
+
+func startFleetHubFor(t *testing.T, ns string, hooks bool, extraIPs ...string) (*gateway.Server, string) {
+	t.Helper()
 	mgr, err := ctrl.NewManager(hub.Config, ctrl.Options{Scheme: hub.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
 		Logger: ctrl.Log.WithName("hub"),
 		Cache:  cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}}})
@@ -261,9 +276,18 @@ func startFleetHubWithReach(t *testing.T, ns string, extraIPs ...string) (*gatew
 		ips = append(ips, net.ParseIP(ip))
 	}
 	proxyAddr := freeAddr(t)
-	h, err := fleethub.Setup(ctx, mgr, fleethub.Options{Reconcilers: hubreconcilers.Options{Concurrency: 4, SkipNameValidation: true},
+	o := fleethub.Options{Reconcilers: hubreconcilers.Options{Concurrency: 4, SkipNameValidation: true},
 		Gateway: &gateway.Options{Addr: "127.0.0.1:0", HubNamespace: ns, IPs: ips},
-		Reach:   &reach.SetupOptions{Options: reach.Options{Addr: proxyAddr}}})
+		Reach:   &reach.SetupOptions{Options: reach.Options{Addr: proxyAddr}}}
+	if hooks {
+		name := "fleet-" + ns
+		o.InPlace = &inplace.Options{Addr: "127.0.0.1:0", Namespace: ns, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Register: true, Name: name,
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}}}
+		t.Cleanup(func() {
+			_ = hub.Client.Delete(context.Background(), &runtimev1.ExtensionConfig{ObjectMeta: metav1.ObjectMeta{Name: name}})
+		})
+	}
+	h, err := fleethub.Setup(ctx, mgr, o)
 	must(t, err)
 	gw := h.Gateway
 	done := make(chan struct{})

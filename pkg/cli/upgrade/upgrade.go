@@ -291,7 +291,10 @@ func (o *Options) deploymentUpgraded(name string) progress.Check {
 		done, waiting := 0, ""
 		for i := range list.Items {
 			m := &list.Items[i]
-			if m.Status.NodeInfo != nil && m.Status.NodeInfo.KubeletVersion == o.Version && m.Spec.Version == o.Version && nodeHealthy(m) && m.DeletionTimestamp.IsZero() {
+			// Done once Cluster API has finished its in-place update too.
+			_, updating := m.Annotations[clusterv1.UpdateInProgressAnnotation]
+			if m.Status.NodeInfo != nil && m.Status.NodeInfo.KubeletVersion == o.Version && m.Spec.Version == o.Version && nodeHealthy(m) &&
+				m.DeletionTimestamp.IsZero() && !updating && !conditionTrue(m.Status.Conditions, clusterv1.MachineUpdatingCondition) {
 				done++
 				continue
 			}
@@ -362,11 +365,11 @@ func (o *Options) upgraded(name string) progress.Check {
 	}
 }
 
+func conditionTrue(conds []metav1.Condition, t string) bool {
+	c := meta.FindStatusCondition(conds, t)
+	return c != nil && c.Status == metav1.ConditionTrue
+}
+
 func nodeHealthy(m *clusterv1.Machine) bool {
-	for _, c := range m.Status.Conditions {
-		if c.Type == clusterv1.MachineNodeHealthyCondition {
-			return c.Status == "True"
-		}
-	}
-	return false
+	return conditionTrue(m.Status.Conditions, clusterv1.MachineNodeHealthyCondition)
 }
