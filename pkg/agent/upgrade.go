@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/edgefleet/fleet/pkg/agent/state"
@@ -24,6 +26,9 @@ type Upgrader interface {
 	// Interrupted finishes an upgrade a restart cut short, returning its
 	// versions and how it ended; "" when there was none.
 	Interrupted(ctx context.Context, progress func(step string)) (from, to string, err error)
+	// Install puts a staged version in place on a host not yet
+	// provisioned, so that its bootstrap runs that version.
+	Install(ctx context.Context, version string, progress func(step string)) error
 }
 
 // RollbackReporter is a failed upgrade that knows at which step it failed
@@ -72,6 +77,24 @@ func (a *Agent) finishInterruptedUpgrade(ctx context.Context) {
 			_ = a.update(func(ap *state.Applied) { ap.KubernetesVersion = v })
 		}
 	}
+}
+
+// installForBootstrap puts the Machine's Kubernetes version in place before
+// the bootstrap when the host has it staged and runs another; the hub names
+// a version in the assignment only when the host reports it staged.
+func (a *Agent) installForBootstrap(ctx context.Context, as *wire.Assignment, progress func(string)) error {
+	want := as.KubernetesVersion
+	if want == "" || a.upgrader == nil {
+		return nil
+	}
+	if installed := a.runningVersion(ctx); installed == want || !slices.Contains(a.upgrader.Staged(), want) {
+		return nil
+	}
+	a.log.Info("Installing the Machine's Kubernetes version before the bootstrap", "version", want)
+	if err := a.upgrader.Install(ctx, want, progress); err != nil {
+		return fmt.Errorf("installing Kubernetes %s before the bootstrap: %w", want, err)
+	}
+	return nil
 }
 
 // upgradeIfOrdered upgrades a provisioned host whose Machine wants another

@@ -16,9 +16,12 @@ type fakeUpgrader struct {
 	mu       sync.Mutex
 	running  string
 	orders   []string
-	fail     error
-	pending  [2]string // an interrupted upgrade: from, to
-	rollback error
+	installs []string
+	// installFails makes Install fail.
+	installFails error
+	fail         error
+	pending      [2]string // an interrupted upgrade: from, to
+	rollback     error
 }
 
 type rolledBack struct{ error }
@@ -48,6 +51,24 @@ func (f *fakeUpgrader) Upgrade(_ context.Context, to, _ string, _ []byte, progre
 
 func (f *fakeUpgrader) Interrupted(context.Context, func(string)) (string, string, error) {
 	return f.pending[0], f.pending[1], f.rollback
+}
+
+func (f *fakeUpgrader) Install(_ context.Context, version string, progress func(string)) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.installs = append(f.installs, version)
+	progress("installing kubelet and kubeadm " + version)
+	if f.installFails != nil {
+		return f.installFails
+	}
+	f.running = version
+	return nil
+}
+
+func (f *fakeUpgrader) installed() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.installs...)
 }
 
 func (f *fakeUpgrader) ordered() []string {
@@ -117,5 +138,39 @@ func TestInterruptedUpgradeIsReported(t *testing.T) {
 	st := b.CurrentStatus()
 	if u := st.Upgrade; u == nil || u.State != infrav1.UpgradeRolledBack || u.From != "v1.35.4" || u.To != "v1.36.3" || st.KubernetesVersion != "v1.35.4" {
 		t.Fatalf("after the restart: %+v, version %q", st.Upgrade, st.KubernetesVersion)
+	}
+}
+
+// A host assigned a version it has staged but does not run installs it
+// before the bootstrap, which then runs on it; one that runs it, or lacks
+// it, installs nothing; a failed install fails the provisioning.
+func TestAssignedVersionInstalledBeforeTheBootstrap(t *testing.T) {
+	ctx := context.Background()
+	up := &fakeUpgrader{running: "v1.35.4"}
+	rec := &agenttest.Recorder{}
+	a := newTestAgent(t, t.TempDir(), rec)
+	a.UseUpgrader(up)
+	a.Apply(ctx, &wire.DesiredState{Generation: 1, Assignment: withVersion(assignment("u1"), "v1.36.3")})
+	st := a.CurrentStatus()
+	if got := up.installed(); len(got) != 1 || got[0] != "v1.36.3" || st.KubernetesVersion != "v1.36.3" || len(up.ordered()) != 0 ||
+		st.Provisioning == nil || st.Provisioning.State != infrav1.ProvisioningSucceeded {
+		t.Fatalf("installs %v, version %q, upgrades %v, provisioning %+v", got, st.KubernetesVersion, up.ordered(), st.Provisioning)
+	}
+
+	b := newTestAgent(t, t.TempDir(), &agenttest.Recorder{})
+	other := &fakeUpgrader{running: "v1.35.4"}
+	b.UseUpgrader(other)
+	b.Apply(ctx, &wire.DesiredState{Generation: 1, Assignment: withVersion(assignment("u2"), "v1.37.0")})
+	if got := other.installed(); len(got) != 0 || b.CurrentStatus().KubernetesVersion != "v1.35.4" {
+		t.Fatalf("an unstaged version: installs %v, version %q", got, b.CurrentStatus().KubernetesVersion)
+	}
+
+	c := newTestAgent(t, t.TempDir(), &agenttest.Recorder{})
+	broken := &fakeUpgrader{running: "v1.35.4", installFails: errors.New("importing the images of v1.36.3: no space left on device")}
+	c.UseUpgrader(broken)
+	c.Apply(ctx, &wire.DesiredState{Generation: 1, Assignment: withVersion(assignment("u3"), "v1.36.3")})
+	if p := c.CurrentStatus().Provisioning; p == nil || p.State != infrav1.ProvisioningFailed ||
+		p.Message != "installing Kubernetes v1.36.3 before the bootstrap: importing the images of v1.36.3: no space left on device" {
+		t.Fatalf("a failed install: %+v", p)
 	}
 }

@@ -145,7 +145,7 @@ func (a *Agent) provision(ctx context.Context, as *wire.Assignment) {
 		cancel()
 	}()
 	start := time.Now()
-	res, err := a.prov.Provision(pctx, as, func(step string) {
+	step := func(step string) {
 		// One line per step: the journal shows where a bootstrap is and
 		// how long each step took.
 		a.log.Info("Bootstrap step", "machine", as.MachineName, "step", step)
@@ -156,7 +156,12 @@ func (a *Agent) provision(ctx context.Context, as *wire.Assignment) {
 				ap.Workload.Step = step
 			}
 		})
-	})
+	}
+	var res Result
+	err := a.installForBootstrap(pctx, as, step)
+	if err == nil {
+		res, err = a.prov.Provision(pctx, as, step)
+	}
 	version := ""
 	if err == nil {
 		version = a.runningVersion(ctx)

@@ -325,6 +325,26 @@ func (u *Upgrader) rollBack(ctx context.Context, j *journal, cause error, progre
 	return failed
 }
 
+// Install puts a staged version in place on a host that runs no cluster
+// yet, before its bootstrap: the images into containerd, kubelet and
+// kubeadm into the binary directory. Nothing runs that a failure could
+// break, so there is no backup; the bootstrap after it fails on a half
+// install, and the host's reset puts nothing back.
+func (u *Upgrader) Install(ctx context.Context, version string, progress func(step string)) error {
+	if err := u.stagedBinaries(version); err != nil {
+		return err
+	}
+	progress("staging images of " + version)
+	if err := u.importImages(ctx, version); err != nil {
+		return fmt.Errorf("importing the images of %s: %w", version, err)
+	}
+	progress("installing kubelet and kubeadm " + version)
+	if err := u.swapBinaries(version); err != nil {
+		return err
+	}
+	return u.clear()
+}
+
 func (u *Upgrader) importImages(ctx context.Context, to string) error {
 	archives, err := filepath.Glob(filepath.Join(u.host(u.staged(to, "images")), "*.tar"))
 	if err != nil {

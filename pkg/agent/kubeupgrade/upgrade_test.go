@@ -317,3 +317,31 @@ func TestUpgradeOfAWorkerTellsKubeadmItsJoinSettings(t *testing.T) {
 		t.Errorf("steps %q, want %q among them", steps, want)
 	}
 }
+
+// Before a bootstrap, a staged version is put in place: images imported,
+// kubelet and kubeadm installed, nothing of the old ones left; an unstaged
+// version changes nothing.
+func TestInstallBeforeTheBootstrap(t *testing.T) {
+	h := newFakeHost(t, "v1.35.4", "v1.36.3")
+	if err := os.Remove(filepath.Join(h.root, "etc/kubernetes/manifests/kube-apiserver.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	u := h.upgrader("")
+	if err := u.Install(context.Background(), "v1.37.0", func(string) {}); err == nil || h.read("usr/local/bin/kubelet") != "Kubernetes v1.35.4" {
+		t.Fatalf("installing an unstaged version: %v, kubelet %q", err, h.read("usr/local/bin/kubelet"))
+	}
+	var steps []string
+	if err := u.Install(context.Background(), "v1.36.3", func(s string) { steps = append(steps, s) }); err != nil {
+		t.Fatal(err)
+	}
+	if h.read("usr/local/bin/kubelet") != "Kubernetes v1.36.3" || h.read("usr/local/bin/kubeadm") != "kubeadm v1.36.3" ||
+		!slices.Contains(h.ran, "ctr -n k8s.io images import --no-unpack /opt/fleet/kubernetes/v1.36.3/images/kube-apiserver.tar") || h.restarts != 0 {
+		t.Errorf("after the install: kubelet %q, kubeadm %q, ran %q, restarts %d", h.read("usr/local/bin/kubelet"), h.read("usr/local/bin/kubeadm"), h.ran, h.restarts)
+	}
+	if _, err := os.Stat(filepath.Join(h.root, "usr/local/bin/.fleet-previous-kubelet")); err == nil {
+		t.Error("the old kubelet is left beside the new one")
+	}
+	if want := []string{"staging images of v1.36.3", "installing kubelet and kubeadm v1.36.3"}; !slices.Equal(steps, want) {
+		t.Errorf("steps %q, want %q", steps, want)
+	}
+}

@@ -75,8 +75,9 @@ type HostClaimReference struct {
 	BootstrapDataSecretName string `json:"bootstrapDataSecretName,omitempty"`
 
 	// kubernetesVersion is the version the claiming Machine runs (its
-	// spec.version). Once the host is provisioned, a version other than
-	// the one it runs is an order to upgrade the host in place; empty
+	// spec.version). Before the bootstrap, the agent installs it when it is
+	// staged on the host; once the host is provisioned, a version other
+	// than the one it runs is an order to upgrade the host in place; empty
 	// orders nothing. The hub sets it only to a version the host reports
 	// it can run.
 	// +optional

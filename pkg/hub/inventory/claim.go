@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -56,6 +57,10 @@ type Request struct {
 	// whether the machine is in its control plane. Both become labels.
 	Cluster      string
 	ControlPlane bool
+	// KubernetesVersion is the Machine's; it goes into the claim for a host
+	// that reports it staged, whose agent then installs it before the
+	// bootstrap. A host without it provisions with what it has.
+	KubernetesVersion string
 }
 
 // MembershipLabels are the labels a host held for req carries.
@@ -179,6 +184,9 @@ func claimOne(ctx context.Context, c client.Client, live client.Reader, h *infra
 			Name:                    req.Machine.Name,
 			UID:                     ClaimID(req.Machine),
 			BootstrapDataSecretName: req.BootstrapDataSecretName,
+		}
+		if slices.Contains(h.Status.Facts.KubernetesVersions, req.KubernetesVersion) {
+			claimed.Spec.ClaimRef.KubernetesVersion = req.KubernetesVersion
 		}
 		SetMembershipLabels(claimed, req.Machine.Name, req.Cluster, req.ControlPlane)
 		// Update, not Patch: it carries h's resourceVersion, so it fails

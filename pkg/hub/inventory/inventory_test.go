@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -242,4 +243,26 @@ func sameSet(a, b []string) bool {
 		}
 	}
 	return len(a) == len(b)
+}
+
+// The Machine's version goes into the claim only for a host that has it
+// staged: its agent installs it before the bootstrap.
+func TestClaimNamesAStagedVersion(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := infrav1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	staged, bare := host("staged", nil), host("bare", nil)
+	staged.Status.Facts.KubernetesVersions = []string{"v1.36.3"}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(staged.DeepCopy(), bare.DeepCopy()).Build()
+	for _, tc := range []struct {
+		h    *infrav1.EdgeHost
+		want string
+	}{{&staged, "v1.36.3"}, {&bare, ""}} {
+		m := &infrav1.EdgeMachine{ObjectMeta: metav1.ObjectMeta{Name: "m-" + tc.h.Name, Namespace: "ns", UID: types.UID("u-" + tc.h.Name)}}
+		got, err := Claim(context.Background(), c, c, []*infrav1.EdgeHost{tc.h}, Request{Machine: m, KubernetesVersion: "v1.36.3"})
+		if err != nil || got.Spec.ClaimRef.KubernetesVersion != tc.want {
+			t.Errorf("claim of %s: %v, version %q, want %q", tc.h.Name, err, got.Spec.ClaimRef.KubernetesVersion, tc.want)
+		}
+	}
 }

@@ -206,6 +206,20 @@ func (w *world) consistently(what string, d time.Duration, cond func() error) {
 	}
 }
 
+// reportHost writes into EdgeHost name's status what its agent would
+// report, as fn sets it.
+func (w *world) reportHost(name, what string, fn func(*infrav1.EdgeHostStatus)) {
+	w.t.Helper()
+	w.eventually(what, func() error {
+		h := &infrav1.EdgeHost{}
+		if err := w.get(name, h); err != nil {
+			return err
+		}
+		fn(&h.Status)
+		return env.Client.Status().Update(w.ctx, h)
+	})
+}
+
 func (w *world) get(name string, obj client.Object) error {
 	return env.Client.Get(w.ctx, client.ObjectKey{Namespace: w.ns, Name: name}, obj)
 }

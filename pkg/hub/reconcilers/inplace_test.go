@@ -31,16 +31,7 @@ func TestMachineDeploymentUpgradesInPlaceThroughTheHooks(t *testing.T) {
 	w.bootstrapSecret("ip-bootstrap", cloudConfig())
 	agent := w.startAgent()
 	w.host("ip-host", nil)
-	report := func(what string, fn func(*infrav1.EdgeHostStatus)) {
-		w.eventually(what, func() error {
-			h := &infrav1.EdgeHost{}
-			if err := w.get("ip-host", h); err != nil {
-				return err
-			}
-			fn(&h.Status)
-			return env.Client.Status().Update(w.ctx, h)
-		})
-	}
+	report := func(what string, fn func(*infrav1.EdgeHostStatus)) { w.reportHost("ip-host", what, fn) }
 	report("the agent reports v1.36.3, v1.37.1 staged", func(s *infrav1.EdgeHostStatus) {
 		s.KubernetesVersion, s.Facts.KubernetesVersions = "v1.36.3", []string{"v1.37.1"}
 	})

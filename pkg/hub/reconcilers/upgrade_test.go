@@ -46,16 +46,7 @@ func TestMachineVersionOrdersAnInPlaceUpgrade(t *testing.T) {
 		}
 		return h.Spec.ClaimRef.KubernetesVersion
 	}
-	report := func(what string, fn func(*infrav1.EdgeHostStatus)) {
-		w.eventually(what, func() error {
-			h := &infrav1.EdgeHost{}
-			if err := w.get("up-host", h); err != nil {
-				return err
-			}
-			fn(&h.Status)
-			return env.Client.Status().Update(w.ctx, h)
-		})
-	}
+	report := func(what string, fn func(*infrav1.EdgeHostStatus)) { w.reportHost("up-host", what, fn) }
 	setVersion := func(v string) {
 		w.eventually("Machine version "+v, func() error {
 			m := &clusterv1.Machine{}

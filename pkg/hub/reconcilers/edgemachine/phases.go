@@ -283,6 +283,7 @@ func (r *Reconciler) claimRequest(s *scope, secretName string) (inventory.Reques
 		BootstrapDataSecretName: secretName,
 		Cluster:                 s.cluster.Name,
 		ControlPlane:            util.IsControlPlaneMachine(s.machine),
+		KubernetesVersion:       s.machine.Spec.Version,
 	}, true
 }
 
