@@ -140,6 +140,7 @@ func StartHub(ctx context.Context, c client.Client, o HubOptions) (*Hub, error) 
 		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", metrics), "--metrics-secure=false",
 		"--health-probe-bind-address", "0", "--pprof-bind-address", fmt.Sprintf("127.0.0.1:%d", pprof),
 		"--proxy-bind-address", fmt.Sprintf("127.0.0.1:%d", proxy),
+		"--runtime-extension-bind-address", "127.0.0.1:0", "--runtime-extension-service", "",
 		"--zap-log-level", "error"}, append(leader, o.Args...)...)
 	if h.log, err = os.OpenFile(filepath.Join(o.Dir, "hub.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err != nil {
 		return nil, err

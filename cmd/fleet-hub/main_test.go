@@ -57,6 +57,8 @@ func TestHubServesAndReconciles(t *testing.T) {
 		"--proxy-bind-address=" + freeAddr(t),
 		"--hub-namespace=default",
 		"--gateway-ips=127.0.0.1",
+		"--runtime-extension-bind-address=127.0.0.1:0",
+		"--runtime-extension-service=",
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -196,7 +196,7 @@ data:
 	start := time.Now()
 	out = fleet.run(t, "upgrade", "cluster", clusterName, "-n", ns, "--kubernetes-version", currentVersion, "--wait", "--timeout", "15m")
 	t.Logf("kubectl fleet upgrade cluster --wait took %s:\n%s", time.Since(start).Round(time.Second), out)
-	if !strings.Contains(out, fmt.Sprintf("cluster %s: 1 machine(s) on %s, Ready", clusterName, currentVersion)) {
+	if !strings.Contains(out, fmt.Sprintf("cluster %s: 1 control-plane and 0 worker machine(s) on %s, Ready", clusterName, currentVersion)) {
 		host := &infrav1.EdgeHost{}
 		_ = c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, host)
 		t.Fatalf("upgrade:\n%s\nEdgeHost status.upgrade: %+v\n%s", out, host.Status.Upgrade, h.UnitLog("fleet-agent.service"))

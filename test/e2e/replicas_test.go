@@ -183,6 +183,9 @@ func startReplica(t *testing.T, bin, kubeconfigPath, ns, name, gatewayAddr, prox
 		"--metrics-bind-address=0", "--health-probe-bind-address="+r.probe,
 		"--gateway-bind-address="+gatewayAddr, "--gateway-ips=127.0.0.1",
 		"--proxy-bind-address="+proxy, "--proxy-peer-address="+proxy, "--proxy-advertise-url=http://"+proxyURL,
+		// Each replica serves the in-place hooks on a port of its own; no
+		// ExtensionConfig is registered (no Service in this test).
+		"--runtime-extension-bind-address=127.0.0.1:0", "--runtime-extension-service=",
 		"--zap-log-level=info")
 	r.cmd.Env = append(r.cmd.Environ(), "POD_NAME="+name)
 	r.cmd.Stdout, r.cmd.Stderr = r.log, r.log
