@@ -99,11 +99,16 @@ func (a *Agent) installForBootstrap(ctx context.Context, as *wire.Assignment, pr
 
 // upgradeIfOrdered upgrades a provisioned host whose Machine wants another
 // version than it runs. Each desired-state generation is one order: a
-// failed upgrade is tried again only on a new one.
-func (a *Agent) upgradeIfOrdered(ctx context.Context, as *wire.Assignment) {
+// failed upgrade is tried again only on a new one, never because the same
+// generation came again with another reach, after a restart or on a new
+// session.
+func (a *Agent) upgradeIfOrdered(ctx context.Context, generation int64, as *wire.Assignment) {
 	to := as.KubernetesVersion
 	cur := a.Applied()
 	if to == "" || a.upgrader == nil || cur.KubernetesVersion == "" || to == cur.KubernetesVersion {
+		return
+	}
+	if u := cur.Upgrade; u != nil && u.To == to && u.State != infrav1.UpgradeSucceeded && cur.UpgradeGeneration == generation {
 		return
 	}
 	from := cur.KubernetesVersion
@@ -111,6 +116,7 @@ func (a *Agent) upgradeIfOrdered(ctx context.Context, as *wire.Assignment) {
 	start := time.Now()
 	_ = a.update(func(ap *state.Applied) {
 		ap.Upgrade = &infrav1.HostUpgradeStatus{From: from, To: to, State: infrav1.UpgradeRunning}
+		ap.UpgradeGeneration = generation
 	})
 	err := a.upgrader.Upgrade(ctx, to, cur.NodeName, as.BootstrapData, a.upgradeProgress)
 	a.recordUpgradeEnd(from, to, err)

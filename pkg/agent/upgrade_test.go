@@ -88,7 +88,8 @@ func withVersion(a *wire.Assignment, v string) *wire.Assignment {
 func TestAssignedVersionUpgradesTheHost(t *testing.T) {
 	ctx := context.Background()
 	up := &fakeUpgrader{running: "v1.35.4"}
-	a := newTestAgent(t, t.TempDir(), &agenttest.Recorder{})
+	dir := t.TempDir()
+	a := newTestAgent(t, dir, &agenttest.Recorder{})
 	a.UseUpgrader(up)
 
 	a.Apply(ctx, &wire.DesiredState{Generation: 1, Assignment: withVersion(assignment("u1"), "v1.35.4")})
@@ -104,8 +105,15 @@ func TestAssignedVersionUpgradesTheHost(t *testing.T) {
 		u.Message != "restarting the kubelet: it did not start" || st.KubernetesVersion != "v1.35.4" {
 		t.Fatalf("after a rolled-back upgrade: %+v, version %q", st.Upgrade, st.KubernetesVersion)
 	}
-	// The same order again (a new session) is not retried.
+	// The same order again is not retried: on a new session, with a new
+	// reach (a control-plane host came or went), or after a restart.
 	a.Apply(ctx, &wire.DesiredState{Generation: 2, Assignment: withVersion(assignment("u1"), "v1.36.3")})
+	a.Apply(ctx, &wire.DesiredState{Generation: 2, Assignment: withVersion(assignment("u1"), "v1.36.3"),
+		Reach: &wire.Reach{Endpoint: "cp.example:6443", Addresses: []string{"10.0.0.9"}}})
+	restarted := newTestAgent(t, dir, &agenttest.Recorder{})
+	restarted.UseUpgrader(up)
+	restarted.Apply(ctx, &wire.DesiredState{Generation: 2, Assignment: withVersion(assignment("u1"), "v1.36.3"),
+		Reach: &wire.Reach{Endpoint: "cp.example:6443", Addresses: []string{"10.0.0.7"}}})
 	if n := len(up.ordered()); n != 1 {
 		t.Fatalf("upgraded %d times for one order", n)
 	}

@@ -88,7 +88,7 @@ func (a *Agent) act(ctx context.Context, d *wire.DesiredState, w *infrav1.HostPr
 	case d.Assignment != nil && w != nil && w.ClaimUID == d.Assignment.ClaimUID && w.State == infrav1.ProvisioningSucceeded:
 		// Provisioned for this Machine: a bootstrap never runs twice, but
 		// the Machine may want another Kubernetes version.
-		a.upgradeIfOrdered(ctx, d.Assignment)
+		a.upgradeIfOrdered(ctx, d.Generation, d.Assignment)
 	case d.Assignment != nil && w != nil && w.ClaimUID == d.Assignment.ClaimUID && w.State != infrav1.ProvisioningRunning:
 		// Failed for this Machine: a bootstrap never runs twice. Just
 		// record that this generation is seen.
@@ -213,7 +213,7 @@ func (a *Agent) reset(ctx context.Context, claim types.UID) bool {
 	a.log.Info("Host reset", "claim", claim, "took", time.Since(start).Round(time.Millisecond).String())
 	return a.update(func(ap *state.Applied) {
 		ap.Workload, ap.ProviderID, ap.NodeName, ap.CertificatesExpiryDate = nil, "", "", nil
-		ap.KubernetesVersion, ap.Upgrade = "", nil
+		ap.KubernetesVersion, ap.Upgrade, ap.UpgradeGeneration = "", nil, 0
 	}) == nil
 }
 

@@ -48,6 +48,9 @@ type Applied struct {
 	KubernetesVersion string `json:"kubernetesVersion,omitempty"`
 	// Upgrade is the last in-place upgrade.
 	Upgrade *infrav1.HostUpgradeStatus `json:"upgrade,omitempty"`
+	// UpgradeGeneration is the desired-state generation that ordered it:
+	// a failed order is carried out again only under a new generation.
+	UpgradeGeneration int64 `json:"upgradeGeneration,omitempty"`
 }
 
 // DeepCopy returns a copy that shares nothing with a.
