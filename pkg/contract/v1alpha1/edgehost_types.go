@@ -216,6 +216,14 @@ type EdgeHostStatus struct {
 	// +optional
 	Upgrade *HostUpgradeStatus `json:"upgrade,omitempty"`
 
+	// staging is the agent's account of the Kubernetes versions it was
+	// told to fetch (EdgeKubernetesReleases selecting the host).
+	// +optional
+	// +listType=map
+	// +listMapKey=version
+	// +kubebuilder:validation:MaxItems=8
+	Staging []HostStagingStatus `json:"staging,omitempty"`
+
 	// link is the health of the site's network as the agent measured it
 	// over its last window. The hub stores it coarsely (when the
 	// LinkDegraded verdict changes, otherwise with lastSeenTime), so it
@@ -258,6 +266,43 @@ type HostUpgradeStatus struct {
 	Step string `json:"step,omitempty"`
 	// message says what failed (the command and the end of its output) and
 	// what the agent did about it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Message string `json:"message,omitempty"`
+}
+
+// StagingState is where the fetch of a Kubernetes version is.
+// +kubebuilder:validation:Enum=Downloading;Staged;Failed
+type StagingState string
+
+// Staging states.
+const (
+	// StagingDownloading: the agent is fetching the archive (or waiting to
+	// try again after a cut; see message).
+	StagingDownloading StagingState = "Downloading"
+	// StagingStaged: the version is staged on the host.
+	StagingStaged StagingState = "Staged"
+	// StagingFailed: the archive did not match its sha256 or was not a
+	// staged version's layout; it is not fetched again until the release's
+	// url or sha256 changes.
+	StagingFailed StagingState = "Failed"
+)
+
+// HostStagingStatus is one Kubernetes version the agent fetches.
+type HostStagingStatus struct {
+	// version being staged.
+	// +kubebuilder:validation:MaxLength=64
+	Version string `json:"version"`
+	// state of the fetch.
+	State StagingState `json:"state"`
+	// bytes of the archive on the host so far (reported in steps of a
+	// tenth, to keep status writes few).
+	// +optional
+	Bytes int64 `json:"bytes,omitempty"`
+	// totalBytes of the archive, when the server told.
+	// +optional
+	TotalBytes int64 `json:"totalBytes,omitempty"`
+	// message says what went wrong, and what the agent does next.
 	// +optional
 	// +kubebuilder:validation:MaxLength=4096
 	Message string `json:"message,omitempty"`

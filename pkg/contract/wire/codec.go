@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -156,6 +158,14 @@ func validate(msg any) error {
 				}
 			}
 		}
+		if len(m.Stage) > MaxStageOrders {
+			return bad("DesiredState.stage has %d orders, at most %d", len(m.Stage), MaxStageOrders)
+		}
+		for _, o := range m.Stage {
+			if err := o.validate(); err != nil {
+				return bad("DesiredState.stage: %v", err)
+			}
+		}
 	case *Status:
 		if m.ObservedGeneration < 0 {
 			return bad("Status.observedGeneration is negative")
@@ -165,6 +175,14 @@ func validate(msg any) error {
 		}
 		if p := m.Provisioning; p != nil && (p.ClaimUID == "" || p.State == "") {
 			return bad("Status.provisioning needs claimUID and state")
+		}
+		if len(m.Staging) > MaxStageOrders {
+			return bad("Status.staging has %d entries, at most %d", len(m.Staging), MaxStageOrders)
+		}
+		for _, st := range m.Staging {
+			if !versionPattern.MatchString(st.Version) || len(st.Version) > 64 || st.State == "" {
+				return bad("Status.staging: %q needs a version vX.Y.Z and a state", st.Version)
+			}
 		}
 	case *CertificateRequest:
 		if len(m.CSR) == 0 {
@@ -178,6 +196,26 @@ func validate(msg any) error {
 		if err := validHostPort(m.Target); err != nil {
 			return bad("Tunnel.target: %v", err)
 		}
+	}
+	return nil
+}
+
+// versionPattern is a Kubernetes version as hosts name their staging
+// directories: no separator can reach a path.
+var versionPattern = regexp.MustCompile(`^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)([-+][0-9A-Za-z.+-]*)?$`)
+
+var sha256Pattern = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+func (o StageOrder) validate() error {
+	if !versionPattern.MatchString(o.Version) || len(o.Version) > 64 {
+		return fmt.Errorf("version %q is not vMAJOR.MINOR.PATCH", o.Version)
+	}
+	if !sha256Pattern.MatchString(o.SHA256) {
+		return fmt.Errorf("%s: sha256 %q is not 64 lower-case hex digits", o.Version, o.SHA256)
+	}
+	u, err := url.Parse(o.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || len(o.URL) > 2048 {
+		return fmt.Errorf("%s: url %q is not an http or https URL", o.Version, o.URL)
 	}
 	return nil
 }

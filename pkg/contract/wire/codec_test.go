@@ -7,10 +7,12 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -108,11 +110,15 @@ func TestDecodeRefusals(t *testing.T) {
 		{"assignment and deprovision", `{"protocol":"fleet.edgefleet.io/v1","type":"DesiredState","payload":{"generation":2,"deprovision":true,"assignment":{"claimUID":"u","bootstrapData":"eA=="}}}`, ErrBadFrame},
 		{"assignment without data", `{"protocol":"fleet.edgefleet.io/v1","type":"DesiredState","payload":{"generation":2,"assignment":{"claimUID":"u"}}}`, ErrBadFrame},
 		{"provisioning without claim", `{"protocol":"fleet.edgefleet.io/v1","type":"Status","payload":{"provisioning":{"state":"Provisioned"}}}`, ErrBadFrame},
+		{"stage version with a path", `{"protocol":"fleet.edgefleet.io/v1","type":"DesiredState","payload":{"generation":2,"stage":[{"version":"v1.36.3/../../../etc","url":"https://m/a","sha256":"%[1]s"}]}}`, ErrBadFrame},
+		{"stage without a checksum", `{"protocol":"fleet.edgefleet.io/v1","type":"DesiredState","payload":{"generation":2,"stage":[{"version":"v1.36.3","url":"https://m/a","sha256":"abc"}]}}`, ErrBadFrame},
+		{"stage from a file", `{"protocol":"fleet.edgefleet.io/v1","type":"DesiredState","payload":{"generation":2,"stage":[{"version":"v1.36.3","url":"file:///etc/shadow","sha256":"%[1]s"}]}}`, ErrBadFrame},
+		{"staging without a state", `{"protocol":"fleet.edgefleet.io/v1","type":"Status","payload":{"staging":[{"version":"v1.36.3"}]}}`, ErrBadFrame},
 		{"error without code", `{"protocol":"fleet.edgefleet.io/v1","type":"Error","payload":{"message":"x"}}`, ErrBadFrame},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := Decode([]byte(tt.frame))
+			_, err := Decode([]byte(strings.ReplaceAll(tt.frame, "%[1]s", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")))
 			var we *Error
 			if !errors.As(err, &we) || we.Code != tt.code {
 				t.Fatalf("Decode() error %v, want code %s", err, tt.code)

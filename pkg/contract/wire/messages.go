@@ -81,6 +81,23 @@ type DesiredState struct {
 	// a new generation (control-plane hosts come and go); agents apply the
 	// latest one they receive.
 	Reach *Reach `json:"reach,omitempty"`
+	// Stage lists the Kubernetes versions the host should fetch and keep
+	// staged, from the EdgeKubernetesReleases that select it. Like Reach it
+	// changes without a new generation; agents act on the latest one.
+	Stage []StageOrder `json:"stage,omitempty"`
+}
+
+// MaxStageOrders bounds DesiredState.Stage (and Status.Staging).
+const MaxStageOrders = 8
+
+// StageOrder is one version to fetch, check and stage.
+type StageOrder struct {
+	// Version is the Kubernetes version the archive holds.
+	Version string `json:"version"`
+	// URL of the archive (a tar file, gzipped or not).
+	URL string `json:"url"`
+	// SHA256 of the archive, hex.
+	SHA256 string `json:"sha256"`
 }
 
 // MaxReachAddresses bounds Reach.Addresses.
@@ -164,6 +181,8 @@ type Status struct {
 	KubernetesVersion string `json:"kubernetesVersion,omitempty"`
 	// Upgrade is the last in-place upgrade.
 	Upgrade *infrav1.HostUpgradeStatus `json:"upgrade,omitempty"`
+	// Staging is how the fetches of the versions in Stage went.
+	Staging []infrav1.HostStagingStatus `json:"staging,omitempty"`
 }
 
 // CertificateRequest asks for a new client certificate for the session's
