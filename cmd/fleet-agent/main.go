@@ -19,6 +19,7 @@ import (
 	"github.com/edgefleet/fleet/internal/version"
 	"github.com/edgefleet/fleet/pkg/agent"
 	"github.com/edgefleet/fleet/pkg/agent/cloudconfig"
+	"github.com/edgefleet/fleet/pkg/agent/kubestage"
 	"github.com/edgefleet/fleet/pkg/agent/kubeupgrade"
 	"github.com/edgefleet/fleet/pkg/agent/linkprobe"
 	"github.com/edgefleet/fleet/pkg/agent/provision"
@@ -162,6 +163,7 @@ func runAgent(ctx context.Context, cfg agent.Config, log logr.Logger) error {
 		// Only an agent that can restart the host's kubelet upgrades it.
 		a.UseUpgrader(kubeupgrade.New(kubeupgrade.Options{Root: cfg.RootDir, StateDir: cfg.StateDir,
 			Runner: opts.Runner, Units: opts.Units, Log: opts.Log}))
+		a.UseStager(kubestage.New(kubestage.Options{Dir: filepath.Join(cfg.RootDir, kubeupgrade.DefaultStagingDir)}))
 	}
 	if cfg.LinkInterval > 0 {
 		probe, err := linkprobe.Start(linkprobe.Options{HubPort: hubPort(cfg.Hub)})

@@ -29,6 +29,8 @@ type Agent struct {
 	log   logr.Logger
 	// upgrader moves the host's Kubernetes in place; nil when it cannot.
 	upgrader Upgrader
+	// staging fetches the versions the hub orders staged.
+	staging staging
 
 	// Sources: the hub session, and link health when enabled.
 	session *session.Source
@@ -100,6 +102,7 @@ func New(cfg Config, prov Provisioner, log logr.Logger) *Agent {
 		status:       status.New(),
 		housekeeping: time.Second,
 		stallLimits:  defaultStallLimits,
+		staging:      newStaging(),
 	}
 	a.reach = reach.NewOwner(cfg.RootDir, log)
 	a.tunnels = &tunnel.Server{Targets: a.reach.DialTargets, Log: log}
@@ -161,6 +164,9 @@ func (a *Agent) Run(ctx context.Context, ready func()) error {
 		go func() { defer wg.Done(); run(ctx) }()
 	}
 	start(a.worker)
+	if a.staging.stager != nil && a.upgrader != nil {
+		start(a.stagingWorker)
+	}
 	start(a.status.Run)
 	start(func(ctx context.Context) { a.session.Run(ctx, a.updates) })
 	if a.linkEnabled && a.cfg.LinkInterval > 0 {

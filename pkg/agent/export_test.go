@@ -40,3 +40,10 @@ func (a *Agent) SetLiveness(housekeeping, workerStall time.Duration) {
 
 // FinishInterruptedUpgrade is what the worker does first.
 func (a *Agent) FinishInterruptedUpgrade(ctx context.Context) { a.finishInterruptedUpgrade(ctx) }
+
+// SetStage is the loop handing the hub's Stage orders to the staging room.
+func (a *Agent) SetStage(orders []wire.StageOrder) { a.setStage(orders) }
+
+// StageOrdered runs one round of the staging worker; it returns when to
+// try again.
+func (a *Agent) StageOrdered(ctx context.Context) time.Duration { return a.stageOrdered(ctx) }

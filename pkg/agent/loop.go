@@ -84,8 +84,13 @@ func (a *Agent) handleUpdate(u session.Update) {
 		// The hosts entry first: the bootstrap the worker may start
 		// resolves the endpoint through it.
 		a.reach.Set(d)
+		a.setStage(d.Stage)
 		a.interruptIfReleased(d)
-		a.handToWorker(d)
+		// Stage orders are the staging room's: a change to them is no
+		// news for the worker.
+		wd := *d
+		wd.Stage = nil
+		a.handToWorker(&wd)
 	}
 }
 

@@ -3,10 +3,12 @@ package agent_test
 import (
 	"context"
 	"errors"
+	"os"
 	"sync"
 	"testing"
 
 	"github.com/edgefleet/fleet/pkg/agent/agenttest"
+	"github.com/edgefleet/fleet/pkg/agent/kubestage"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
 )
@@ -22,6 +24,8 @@ type fakeUpgrader struct {
 	fail         error
 	pending      [2]string // an interrupted upgrade: from, to
 	rollback     error
+	// stagingDir, when set, is where the staged versions are.
+	stagingDir string
 }
 
 type rolledBack struct{ error }
@@ -35,7 +39,19 @@ func (f *fakeUpgrader) Running(context.Context) (string, error) {
 	return f.running, nil
 }
 
-func (f *fakeUpgrader) Staged() []string { return []string{"v1.36.3"} }
+func (f *fakeUpgrader) Staged() []string {
+	if f.stagingDir == "" {
+		return []string{"v1.36.3"}
+	}
+	var out []string
+	entries, _ := os.ReadDir(f.stagingDir)
+	for _, e := range entries {
+		if kubestage.Complete(f.stagingDir, e.Name()) == nil {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
 
 func (f *fakeUpgrader) Upgrade(_ context.Context, to, _ string, _ []byte, progress func(string)) error {
 	f.mu.Lock()

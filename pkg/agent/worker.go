@@ -268,6 +268,7 @@ func (a *Agent) refreshStatus() {
 		Link:                   a.link.Load(),
 		KubernetesVersion:      cur.KubernetesVersion,
 		Upgrade:                cur.Upgrade,
+		Staging:                a.stagingStatus(),
 	}
 	a.status.Set(st)
 }
