@@ -1,6 +1,7 @@
 package hostupgrade
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -42,16 +43,36 @@ func Step(from, to string) error {
 	return nil
 }
 
-// Staged says whether the host runs version to or has it staged.
+// Staged says whether the host runs version to or has it staged, and if
+// not, how far its agent is in fetching it (an EdgeKubernetesRelease).
 func Staged(h *infrav1.EdgeHost, to string) error {
 	if h.Status.KubernetesVersion == to || slices.Contains(h.Status.Facts.KubernetesVersions, to) {
 		return nil
+	}
+	for _, s := range h.Status.Staging {
+		if s.Version != to {
+			continue
+		}
+		switch s.State {
+		case infrav1.StagingFailed:
+			return fmt.Errorf("EdgeHost %s could not fetch %s: %s", h.Name, to, s.Message)
+		case infrav1.StagingDownloading:
+			msg := fmt.Sprintf("EdgeHost %s is still fetching %s", h.Name, to)
+			if s.TotalBytes > 0 {
+				msg += fmt.Sprintf(" (%d%% of %d MiB)", s.Bytes*100/s.TotalBytes, s.TotalBytes>>20)
+			}
+			if s.Message != "" {
+				msg += ": " + s.Message
+			}
+			return errors.New(msg + "; wait until it is staged")
+		}
 	}
 	staged := "none"
 	if v := h.Status.Facts.KubernetesVersions; len(v) > 0 {
 		staged = strings.Join(v, ", ")
 	}
-	return fmt.Errorf("EdgeHost %s cannot get %s: stage it under /opt/fleet/kubernetes/%s on the host (staged: %s)", h.Name, to, to, staged)
+	return fmt.Errorf("EdgeHost %s cannot get %s: stage it under /opt/fleet/kubernetes/%s on the host (staged: %s), "+
+		"or create an EdgeKubernetesRelease of %s that selects it", h.Name, to, to, staged, to)
 }
 
 // Check says why host h cannot move to version to in place, or nil: its

@@ -30,6 +30,7 @@ import (
 	"github.com/edgefleet/fleet/pkg/hub/linkhealth"
 	"github.com/edgefleet/fleet/pkg/hub/reach"
 	"github.com/edgefleet/fleet/pkg/hub/sessions"
+	"github.com/edgefleet/fleet/pkg/hub/staging"
 	"github.com/edgefleet/fleet/pkg/pki"
 	"github.com/edgefleet/fleet/pkg/transport"
 	"github.com/edgefleet/fleet/pkg/transport/hubmux"
@@ -322,6 +323,28 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Server, error)
 	}); err != nil {
 		return nil, fmt.Errorf("gateway: Cluster event handler: %w", err)
 	}
+	// The releases of a host's namespace are part of its desired state
+	// (Stage); a change is rare and tells every host there.
+	releases, err := mgr.GetCache().GetInformer(ctx, &infrav1.EdgeKubernetesRelease{})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: EdgeKubernetesRelease informer: %w", err)
+	}
+	kickNamespace := func(obj any) {
+		if o, ok := obj.(client.Object); ok {
+			s.sessions.KickNamespace(o.GetNamespace())
+		} else if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+			if o, ok := tomb.Obj.(client.Object); ok {
+				s.sessions.KickNamespace(o.GetNamespace())
+			}
+		}
+	}
+	if _, err := releases.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    kickNamespace,
+		UpdateFunc: func(_, obj any) { kickNamespace(obj) },
+		DeleteFunc: kickNamespace,
+	}); err != nil {
+		return nil, fmt.Errorf("gateway: EdgeKubernetesRelease event handler: %w", err)
+	}
 	if err := mgr.Add(s); err != nil {
 		return nil, err
 	}
@@ -342,6 +365,7 @@ func newServer(c client.Client, apiReader client.Reader, recorder events.EventRe
 			ReplicaName: opts.ReplicaName, ReplicaProxy: opts.ReplicaProxy, LastSeenInterval: opts.LastSeenInterval, DisconnectGrace: opts.DisconnectGrace,
 			WaveStatusDelay: opts.WaveStatusDelay, LinkThresholds: opts.LinkThresholds})
 	s.sessions.SetStatusWriter(s.status)
+	s.sessions.SetStageResolver(&staging.Resolver{Client: c})
 	s.dialer = reach.NewDialer(c, s.resolver, s.sessions)
 	return s
 }

@@ -280,6 +280,9 @@ type edge struct {
 	// it has none.
 	link   agent.LinkCounter
 	noLink string
+	// upgrader and stager, when set, let the agent upgrade and stage.
+	upgrader agent.Upgrader
+	stager   agent.Stager
 }
 
 func newEdge(t *testing.T, hostname, hubURL, pin, token string) *edge {
@@ -313,6 +316,10 @@ func (e *edge) start() *edge {
 	e.agent = agent.New(e.cfg, e.rec, logr.Discard())
 	if e.link != nil || e.noLink != "" {
 		e.agent.UseLinkProbe(e.link, e.noLink)
+	}
+	if e.upgrader != nil {
+		e.agent.UseUpgrader(e.upgrader)
+		e.agent.UseStager(e.stager)
 	}
 	go func() { e.done <- e.agent.Run(ctx, nil) }()
 	e.t.Cleanup(e.stop)

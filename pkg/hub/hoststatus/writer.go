@@ -146,6 +146,7 @@ func (w *Writer) reported(host *infrav1.EdgeHost, st *wire.Status) *infrav1.Edge
 	want.Status.CertificatesExpiryDate = st.CertificatesExpiryDate
 	want.Status.KubernetesVersion = st.KubernetesVersion
 	want.Status.Upgrade = st.Upgrade
+	want.Status.Staging = st.Staging
 	if st.Link != nil {
 		want.Status.Link = st.Link
 		w.setLinkDegraded(want, connectedNow(host))

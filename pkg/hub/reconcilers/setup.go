@@ -17,6 +17,7 @@ import (
 	"github.com/edgefleet/fleet/pkg/hub/reconcilers/edgecluster"
 	"github.com/edgefleet/fleet/pkg/hub/reconcilers/edgehost"
 	"github.com/edgefleet/fleet/pkg/hub/reconcilers/edgemachine"
+	"github.com/edgefleet/fleet/pkg/hub/reconcilers/kubernetesrelease"
 )
 
 // Options tune the hub's reconcilers.
@@ -80,6 +81,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		ContactTimeout: opts.ContactTimeout,
 	}).SetupWithManager(ctx, mgr, copts); err != nil {
 		return fmt.Errorf("setting up EdgeHost reconciler: %w", err)
+	}
+	if err := (&kubernetesrelease.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr, copts); err != nil {
+		return fmt.Errorf("setting up EdgeKubernetesRelease reconciler: %w", err)
 	}
 	// From the cache the reconcilers fill anyway: a scrape costs no API call.
 	return fleetmetrics.Register(mgr.GetCache())

@@ -72,7 +72,8 @@ func TestMachineVersionOrdersAnInPlaceUpgrade(t *testing.T) {
 	// A version the host does not have: nothing ordered.
 	setVersion("v1.37.5")
 	w.eventually("VersionNotStaged", versionCondition("False", infrav1.VersionNotStagedReason,
-		"EdgeHost up-host runs v1.36.3 and cannot get v1.37.5: stage it on the host under /opt/fleet/kubernetes/v1.37.5 (staged: v1.37.1)"))
+		"EdgeHost up-host runs v1.36.3; EdgeHost up-host cannot get v1.37.5: stage it under /opt/fleet/kubernetes/v1.37.5 on the host (staged: v1.37.1), "+
+			"or create an EdgeKubernetesRelease of v1.37.5 that selects it; nothing is ordered"))
 	w.consistently("no order for an unstaged version", time.Second, func() error {
 		if v := claimVersion(); v != "" {
 			return fmt.Errorf("ordered %q", v)

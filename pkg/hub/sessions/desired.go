@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -76,22 +77,27 @@ func (ss *Session) nextDesired(ctx context.Context, host *infrav1.EdgeHost) (*wi
 	if ss.reg.reach != nil {
 		reach = ss.reg.reach.For(ctx, host)
 	}
+	var stage []wire.StageOrder
+	if ss.reg.stage != nil {
+		stage = ss.reg.stage.For(ctx, host)
+	}
 	switch {
-	case ss.lastPushed != nil && sameIntent(ss.lastPushed, host) && wire.SameReach(ss.lastPushed.Reach, reach):
+	case ss.lastPushed != nil && sameIntent(ss.lastPushed, host) && wire.SameReach(ss.lastPushed.Reach, reach) &&
+		slices.Equal(ss.lastPushed.Stage, stage):
 		return nil, nil
 	case ss.lastPushed != nil && sameIntent(ss.lastPushed, host):
-		// Only the cluster's endpoint or control plane moved: the same
-		// state with the new reach, without reading the bootstrap Secret
-		// again.
+		// Only the cluster's endpoint, its control plane or the stage
+		// orders moved: the same state with the new ones, without reading
+		// the bootstrap Secret again.
 		d := *ss.lastPushed
-		d.Reach = reach
+		d.Reach, d.Stage = reach, stage
 		return &d, nil
 	}
 	desired, err := ss.reg.desiredFor(ctx, host)
 	if err != nil {
 		return nil, err
 	}
-	desired.Reach = reach
+	desired.Reach, desired.Stage = reach, stage
 	return desired, nil
 }
 

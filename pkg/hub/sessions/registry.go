@@ -39,6 +39,12 @@ type ReachResolver interface {
 	For(ctx context.Context, h *infrav1.EdgeHost) *wire.Reach
 }
 
+// StageResolver says which Kubernetes versions a host should fetch, from
+// the informer cache (see package staging).
+type StageResolver interface {
+	For(ctx context.Context, h *infrav1.EdgeHost) []wire.StageOrder
+}
+
 // Registry holds this replica's sessions, one per host, and pushes their
 // desired states.
 type Registry struct {
@@ -51,6 +57,7 @@ type Registry struct {
 	authority *identity.Authority
 	status    *hoststatus.Writer
 	reach     ReachResolver
+	stage     StageResolver
 
 	// pushes holds sessions whose desired state may have changed; the
 	// push workers drain it. One session is never pushed by two workers
@@ -68,6 +75,27 @@ type Registry struct {
 func New(c client.Client, apiReader client.Reader, log logr.Logger, reach ReachResolver, opts Options) *Registry {
 	return &Registry{opts: opts, client: c, apiReader: apiReader, log: log, reach: reach,
 		sessions: map[string]*Session{}, pushes: workqueue.NewTyped[*Session](), ctx: context.Background()}
+}
+
+// SetStageResolver sets where stage orders come from; without one, hosts
+// are told to fetch nothing. Call before Start.
+func (r *Registry) SetStageResolver(s StageResolver) { r.stage = s }
+
+// KickNamespace asks every session of the namespace's hosts to recompute
+// its desired state (an EdgeKubernetesRelease there changed).
+func (r *Registry) KickNamespace(namespace string) {
+	now := time.Now()
+	r.mu.Lock()
+	var kick []*Session
+	for _, ss := range r.sessions {
+		if ss.id.Namespace == namespace {
+			kick = append(kick, ss)
+		}
+	}
+	r.mu.Unlock()
+	for _, ss := range kick {
+		ss.kickPush(now)
+	}
 }
 
 // SetStatusWriter sets where sessions record their hosts' status (the

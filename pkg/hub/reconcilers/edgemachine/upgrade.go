@@ -3,12 +3,11 @@ package edgemachine
 import (
 	"context"
 	"fmt"
-	"slices"
-	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/cluster-api/util/conditions"
 
+	"github.com/edgefleet/fleet/pkg/contract/hostupgrade"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 )
 
@@ -38,14 +37,9 @@ func (r *Reconciler) reconcileKubernetesVersion(ctx context.Context, s *scope) (
 		// No order is needed, so none is written: most hosts never get one.
 		set(metav1.ConditionTrue, infrav1.KubernetesVersionUpToDateReason, "")
 		return false, nil
-	case running != want && !slices.Contains(host.Status.Facts.KubernetesVersions, want):
-		staged := "none"
-		if v := host.Status.Facts.KubernetesVersions; len(v) > 0 {
-			staged = strings.Join(v, ", ")
-		}
-		set(metav1.ConditionFalse, infrav1.VersionNotStagedReason, fmt.Sprintf(
-			"EdgeHost %s runs %s and cannot get %s: stage it on the host under /opt/fleet/kubernetes/%s (staged: %s); nothing is ordered",
-			host.Name, running, want, want, staged))
+	case running != want && hostupgrade.Staged(host, want) != nil:
+		set(metav1.ConditionFalse, infrav1.VersionNotStagedReason, fmt.Sprintf("EdgeHost %s runs %s; %v; nothing is ordered",
+			host.Name, running, hostupgrade.Staged(host, want)))
 		return false, nil
 	}
 	if host.Spec.ClaimRef.KubernetesVersion != want {

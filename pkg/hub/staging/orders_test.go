@@ -1,0 +1,68 @@
+package staging_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/contract/wire"
+	"github.com/edgefleet/fleet/pkg/hub/staging"
+)
+
+func rel(name, version string, arches ...string) infrav1.EdgeKubernetesRelease {
+	r := infrav1.EdgeKubernetesRelease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"},
+		Spec: infrav1.EdgeKubernetesReleaseSpec{Version: version}}
+	for _, a := range arches {
+		r.Spec.Artifacts = append(r.Spec.Artifacts, infrav1.KubernetesArtifact{Arch: a, URL: "https://m/" + name + "-" + a, SHA256: strings.Repeat("a", 64)})
+	}
+	return r
+}
+
+func versions(orders []wire.StageOrder) string {
+	var out []string
+	for _, o := range orders {
+		out = append(out, o.Version+"@"+o.URL[len("https://m/"):])
+	}
+	return strings.Join(out, " ")
+}
+
+// A host is told to fetch the releases of its namespace that select it, of
+// its architecture and newer than what it runs, oldest first, at most
+// wire.MaxStageOrders of the newest.
+func TestOrders(t *testing.T) {
+	host := &infrav1.EdgeHost{ObjectMeta: metav1.ObjectMeta{Name: "h", Namespace: "ns", Labels: map[string]string{"site": "a"}},
+		Status: infrav1.EdgeHostStatus{KubernetesVersion: "v1.35.4", Facts: infrav1.HostFacts{Arch: "arm64"}}}
+	otherNS := rel("elsewhere", "v1.36.0", "arm64")
+	otherNS.Namespace = "other"
+	notSelected := rel("not-selected", "v1.36.1", "arm64")
+	notSelected.Spec.HostSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"site": "b"}}
+	selected := rel("selected", "v1.36.2", "arm64")
+	selected.Spec.HostSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"site": "a"}}
+	releases := []infrav1.EdgeKubernetesRelease{
+		rel("a-dup", "v1.36.3", "arm64"), rel("amd-only", "v1.36.4", "amd64"), rel("b-dup", "v1.36.3", "arm64"),
+		rel("older", "v1.35.0", "arm64"), rel("running", "v1.35.4", "arm64"), rel("patch", "v1.35.10", "amd64", "arm64"),
+		otherNS, notSelected, selected,
+	}
+	if got, want := versions(staging.Orders(host, releases)), "v1.35.10@patch-arm64 v1.36.2@selected-arm64 v1.36.3@a-dup-arm64"; got != want {
+		t.Errorf("orders %q, want %q", got, want)
+	}
+
+	// A host not provisioned yet takes every version (it may be claimed
+	// by a Machine of any of them).
+	host.Status.KubernetesVersion = ""
+	if got := staging.Orders(host, releases); len(got) != 5 {
+		t.Errorf("a clean host gets %q", versions(got))
+	}
+
+	var many []infrav1.EdgeKubernetesRelease
+	for i := range 12 {
+		many = append(many, rel(fmt.Sprintf("r%02d", i), fmt.Sprintf("v1.36.%d", i), "arm64"))
+	}
+	got := staging.Orders(host, many)
+	if len(got) != wire.MaxStageOrders || got[0].Version != "v1.36.4" || got[len(got)-1].Version != "v1.36.11" {
+		t.Errorf("12 releases give %q", versions(got))
+	}
+}
