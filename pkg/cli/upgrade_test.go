@@ -48,6 +48,17 @@ func TestUpgradeClusterChecksThenOrders(t *testing.T) {
 		host.Status.KubernetesVersion, host.Status.Facts.KubernetesVersions = "v1.35.4", []string{"v1.36.3"}
 	}))
 	refused("v1.36.4", "machine store-cp-0: EdgeHost host-01 cannot get v1.36.4: stage it under /opt/fleet/kubernetes/v1.36.4 on the host (staged: v1.36.3)")
+	// A host fetching the version (an EdgeKubernetesRelease) is waited for
+	// with --wait, and named without.
+	must(setStatus(host, func() {
+		host.Status.Staging = []infrav1.HostStagingStatus{{Version: "v1.36.4", State: infrav1.StagingDownloading, Bytes: 40 << 20, TotalBytes: 100 << 20}}
+	}))
+	refused("v1.36.4", "machine store-cp-0: EdgeHost host-01 is still fetching v1.36.4 (40% of 100 MiB); wait until it is staged")
+	out, stderr, err := fleet(t, "upgrade", "cluster", "store", "-n", ns, "--kubernetes-version", "v1.36.4", "--wait", "--timeout", "2s")
+	if err == nil || !strings.Contains(out, "hosts: 1 of 1 still fetching v1.36.4 (host-01 40%)") {
+		t.Errorf("upgrade --wait while the host fetches the version: %v\n%s%s", err, out, stderr)
+	}
+	must(setStatus(host, func() { host.Status.Staging = nil }))
 	refused("v1.37.0", "machine store-cp-0 runs v1.35.4: v1.37.0 skips a minor version")
 	refused("v1.34.9", "machine store-cp-0 runs v1.35.4: v1.34.9 would be a downgrade")
 	if _, _, err := fleet(t, "upgrade", "cluster", "store", "-n", ns, "--kubernetes-version", "1.36"); err == nil || !strings.Contains(err.Error(), "want vMAJOR.MINOR.PATCH") {
@@ -57,7 +68,7 @@ func TestUpgradeClusterChecksThenOrders(t *testing.T) {
 		t.Fatalf("a refused upgrade set the Machine's version to %s", v)
 	}
 
-	out, stderr, err := fleet(t, "upgrade", "cluster", "store", "-n", ns, "--kubernetes-version", "v1.36.3")
+	out, stderr, err = fleet(t, "upgrade", "cluster", "store", "-n", ns, "--kubernetes-version", "v1.36.3")
 	if err != nil || !strings.Contains(out, "machine/store-cp-0: v1.35.4 → v1.36.3 ordered on EdgeHost host-01") {
 		t.Fatalf("upgrade: %v\n%s%s", err, out, stderr)
 	}

@@ -94,6 +94,16 @@ func (o *Options) Run(ctx context.Context) error {
 	if err := c.List(ctx, mds, kube.InNamespace(ns), kube.MatchingLabels{clusterv1.ClusterNameLabel: o.Name}); err != nil {
 		return o.conn.Explain(err)
 	}
+	if o.Wait && fetching(append(slices.Clone(cps), workers...), o.Version) > 0 {
+		// Hosts fetching the version (an EdgeKubernetesRelease) get there
+		// by themselves: wait for them, then judge.
+		if err := progress.Until(ctx, o.Out, o.Timeout, "hosts staging "+o.Version, o.staged(append(slices.Clone(cps), workers...))); err != nil {
+			return err
+		}
+		if cps, workers, err = o.machines(ctx); err != nil {
+			return err
+		}
+	}
 	if err := o.check(append(slices.Clone(cps), workers...)); err != nil {
 		return err
 	}
@@ -219,6 +229,53 @@ func (o *Options) check(machines []machine) error {
 		return fmt.Errorf("cannot upgrade cluster %s to %s; nothing was changed:\n  %s", o.Name, o.Version, strings.Join(problems, "\n  "))
 	}
 	return nil
+}
+
+// fetching counts the machines whose hosts are fetching version.
+func fetching(machines []machine, version string) int {
+	n := 0
+	for _, mc := range machines {
+		if mc.host == nil {
+			continue
+		}
+		for _, st := range mc.host.Status.Staging {
+			if st.Version == version && st.State == infrav1.StagingDownloading {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// staged checks the machines' hosts until none is fetching the version.
+func (o *Options) staged(machines []machine) progress.Check {
+	c, ns := o.conn.Client, o.conn.Namespace
+	return func(ctx context.Context) (string, bool, error) {
+		var busy []string
+		for _, mc := range machines {
+			if mc.host == nil {
+				continue
+			}
+			h := &infrav1.EdgeHost{}
+			if err := c.Get(ctx, kube.ObjectKey{Namespace: ns, Name: mc.host.Name}, h); err != nil {
+				return "", false, o.conn.Explain(err)
+			}
+			for _, st := range h.Status.Staging {
+				if st.Version != o.Version || st.State != infrav1.StagingDownloading {
+					continue
+				}
+				line := h.Name
+				if st.TotalBytes > 0 {
+					line += fmt.Sprintf(" %d%%", st.Bytes*100/st.TotalBytes)
+				}
+				busy = append(busy, line)
+			}
+		}
+		if len(busy) == 0 {
+			return fmt.Sprintf("hosts: %s staged", o.Version), true, nil
+		}
+		return fmt.Sprintf("hosts: %d of %d still fetching %s (%s)", len(busy), len(machines), o.Version, strings.Join(busy, ", ")), false, nil
+	}
 }
 
 // order sets the Machine's version, guarded by the version it was read
