@@ -1,13 +1,23 @@
 package e2e
 
 import (
+	"archive/tar"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/internal/testkit/testenv"
@@ -16,8 +26,9 @@ import (
 	"github.com/edgefleet/fleet/pkg/hub/inventory"
 )
 
-// A host installed with v1.35.4 and v1.36.3 staged, claimed by a Machine
-// of v1.36.3, installs the staged version before its bootstrap: the Node
+// A host installed with v1.35.4 fetches v1.36.3 from the URL of an
+// EdgeKubernetesRelease, checks and stages it; claimed by a Machine of
+// v1.36.3, it installs the staged version before its bootstrap: the Node
 // comes up on v1.36.3, as a Machine that replaces another on an exact-size
 // site must.
 func TestRealNodesProvisionAStagedVersion(t *testing.T) {
@@ -30,9 +41,37 @@ func TestRealNodesProvisionAStagedVersion(t *testing.T) {
 	site, hubURL := startRealSite(t, "st", lan, gw)
 	cpToken, _ := roleTokens(t, ns)
 	name := fmt.Sprintf("st%d", os.Getpid()%100000)
-	h := startRealHostWith(t, site, bin, testhost.HostOptions{Staged: staged}, name, hubURL, gw.CA().Pin(), cpToken)
+	h := startRealHostWith(t, site, bin, testhost.HostOptions{}, name, hubURL, gw.CA().Pin(), cpToken)
 	must(t, h.ImportImages(ctx, filepath.Join(staged[currentVersion], "images", "pause.tar")))
 	realEventually(t, "the host enrolled and Available", func() error { return testenv.HostsAvailable(ctx, c, ns, 1) })
+
+	// The site reaches the file server through its router, as a store
+	// reaches a mirror.
+	archive, sum := versionArchive(t, staged[currentVersion])
+	files := httptest.NewServer(http.FileServer(http.Dir(filepath.Dir(archive))))
+	t.Cleanup(files.Close)
+	filesAddr, err := site.Forward(net.JoinHostPort(site.Router, "8080"), files.Listener.Addr().String())
+	must(t, err)
+	must(t, c.Create(ctx, &infrav1.EdgeKubernetesRelease{ObjectMeta: metav1.ObjectMeta{Name: "v1-36-3", Namespace: ns},
+		Spec: infrav1.EdgeKubernetesReleaseSpec{Version: currentVersion, Artifacts: []infrav1.KubernetesArtifact{{
+			Arch: runtime.GOARCH, URL: "http://" + filesAddr + "/" + filepath.Base(archive), SHA256: sum}}}}))
+	realEventually(t, currentVersion+" fetched and staged on the host", func() error {
+		host := &infrav1.EdgeHost{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, host); err != nil {
+			return err
+		}
+		if !slices.Contains(host.Status.Facts.KubernetesVersions, currentVersion) {
+			return fmt.Errorf("EdgeHost %s: staged %v, staging %+v", name, host.Status.Facts.KubernetesVersions, host.Status.Staging)
+		}
+		rel := &infrav1.EdgeKubernetesRelease{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "v1-36-3"}, rel); err != nil {
+			return err
+		}
+		if rel.Status.Hosts != 1 || rel.Status.Staged != 1 {
+			return fmt.Errorf("EdgeKubernetesRelease: %+v", rel.Status)
+		}
+		return nil
+	})
 
 	fleet := newFleetCLI(t)
 	out := fleet.run(t, "create", "cluster", clusterName, "-n", ns, "--control-plane=machines", "--kubernetes-version", currentVersion,
@@ -60,4 +99,37 @@ func TestRealNodesProvisionAStagedVersion(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// versionArchive packs kit's kubeadm, kubelet and images into a tar file,
+// the layout an EdgeKubernetesRelease's archive has, and returns its path
+// and sha256.
+func versionArchive(t *testing.T, kit string) (string, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "kubernetes-"+currentVersion+"-"+runtime.GOARCH+".tar")
+	f, err := os.Create(path)
+	must(t, err)
+	defer func() { must(t, f.Close()) }()
+	sum := sha256.New()
+	w := tar.NewWriter(io.MultiWriter(f, sum))
+	add := func(name string, mode int64) {
+		src, err := os.Open(filepath.Join(kit, name))
+		must(t, err)
+		defer func() { _ = src.Close() }()
+		info, err := src.Stat()
+		must(t, err)
+		must(t, w.WriteHeader(&tar.Header{Name: name, Mode: mode, Size: info.Size(), Typeflag: tar.TypeReg}))
+		_, err = io.Copy(w, src)
+		must(t, err)
+	}
+	add("kubeadm", 0o755)
+	add("kubelet", 0o755)
+	must(t, w.WriteHeader(&tar.Header{Name: "images/", Mode: 0o755, Typeflag: tar.TypeDir}))
+	images, err := filepath.Glob(filepath.Join(kit, "images", "*.tar"))
+	must(t, err)
+	for _, img := range images {
+		add(filepath.Join("images", filepath.Base(img)), 0o644)
+	}
+	must(t, w.Close())
+	return path, hex.EncodeToString(sum.Sum(nil))
 }
