@@ -138,8 +138,6 @@ func (c *countingWriter) Write(b []byte) (int, error) {
 	return n, err
 }
 
-
-
 func fmtInt(n int) string {
 	if n == 0 {
 		return "0"

@@ -7,8 +7,8 @@ import (
 	"sort"
 	"strings"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"sigs.k8s.io/cluster-api/util/conditions"
@@ -197,4 +197,3 @@ func arches(rel *infrav1.EdgeKubernetesRelease) string {
 	}
 	return strings.Join(out, ", ")
 }
-
