@@ -116,7 +116,7 @@ func New(cfg Config, prov Provisioner, log logr.Logger) *Agent {
 
 // sessionOptions is what the session source takes from cfg.
 func sessionOptions(cfg Config) session.Options {
-	return session.Options{Hub: cfg.Hub, Token: cfg.Token, CACertHash: cfg.CACertHash, RootDir: cfg.RootDir,
+	return session.Options{Hub: cfg.Hub, Token: cfg.Token, TokenFile: cfg.TokenFile, CACertHash: cfg.CACertHash, RootDir: cfg.RootDir,
 		MaxBackoff: cfg.MaxBackoff, KeepAlive: cfg.KeepAlive, Dial: cfg.dialContext}
 }
 

@@ -85,11 +85,20 @@ func LoadConfigFile(path string) (Config, error) {
 	if err != nil {
 		return c, fmt.Errorf("reading config %s: %w", path, err)
 	}
+	c, err = ParseConfig(b)
+	if err != nil {
+		return c, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// ParseConfig parses a config file's contents; unknown keys are errors.
+func ParseConfig(b []byte) (Config, error) {
 	var f fileConfig
 	if err := yaml.UnmarshalStrict(b, &f); err != nil {
-		return c, fmt.Errorf("parsing config %s: %w", path, err)
+		return Config{}, fmt.Errorf("parsing: %w", err)
 	}
-	c = f.Config
+	c := f.Config
 	for _, d := range []struct {
 		from *metav1.Duration
 		to   *time.Duration
@@ -140,12 +149,12 @@ func (c *Config) Complete() error {
 	if c.LinkInterval == 0 {
 		c.LinkInterval = time.Minute
 	}
+	// The token file is read again at every enrollment attempt (it may be
+	// dropped in after the agent started); here it must only be readable.
 	if c.Token == "" && c.TokenFile != "" {
-		b, err := os.ReadFile(c.TokenFile)
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
+		if _, err := os.ReadFile(c.TokenFile); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("reading token file: %w", err)
 		}
-		c.Token = strings.TrimSpace(string(b))
 	}
 	c.CACertHash = strings.ToLower(strings.TrimSpace(c.CACertHash))
 	return nil

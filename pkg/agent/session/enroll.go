@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -93,7 +94,11 @@ func fetchCA(ctx context.Context, dial func(ctx context.Context, network, addr s
 
 // Enroll trades the token and a fresh CSR for an identity, and stores it.
 func (s *Source) Enroll(ctx context.Context) error {
-	if s.opts.Token == "" {
+	token := s.token()
+	if token == "" {
+		if s.opts.TokenFile != "" {
+			return fmt.Errorf("not enrolled and no enrollment token yet: waiting for %s", s.opts.TokenFile)
+		}
 		return errors.New("not enrolled and no enrollment token configured (--token or tokenFile)")
 	}
 	caPEM, pool, err := fetchCA(ctx, s.opts.Dial, s.opts.Hub, s.opts.CACertHash)
@@ -112,7 +117,7 @@ func (s *Source) Enroll(ctx context.Context) error {
 		_ = s.store.ForgetEnrollKey()
 		return fmt.Errorf("host key for enrolling (made anew for the next attempt): %w", err)
 	}
-	er, err := s.postEnrollment(ctx, pool, wire.EnrollRequest{Token: s.opts.Token, CSR: csrPEM, Facts: hostFacts,
+	er, err := s.postEnrollment(ctx, pool, wire.EnrollRequest{Token: token, CSR: csrPEM, Facts: hostFacts,
 		Addresses: facts.Addresses(hostFacts.Hostname)})
 	if err != nil {
 		return err
@@ -179,4 +184,24 @@ func serverName(hub string) string {
 		h = h[:i]
 	}
 	return strings.Trim(h, "[]")
+}
+
+// maxTokenFile bounds what is read of the token file: a token is
+// "<id>.<secret>", well under a line.
+const maxTokenFile = 1 << 10
+
+// token is the enrollment token: Token, else the token file's first line
+// as it is now.
+func (s *Source) token() string {
+	if s.opts.Token != "" || s.opts.TokenFile == "" {
+		return s.opts.Token
+	}
+	f, err := os.Open(s.opts.TokenFile)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	b, _ := io.ReadAll(io.LimitReader(f, maxTokenFile))
+	line, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+	return strings.TrimSpace(line)
 }

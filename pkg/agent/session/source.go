@@ -22,6 +22,9 @@ type Options struct {
 	Hub string
 	// Token is the enrollment token ("" once enrolled, or never).
 	Token string
+	// TokenFile holds the token when Token is empty; it is read at every
+	// enrollment attempt, so a token dropped in after start is used.
+	TokenFile string
 	// CACertHash pins the hub CA for enrollment.
 	CACertHash string
 	// RootDir is the root of the host, whose facts go with the enrollment.
@@ -162,7 +165,7 @@ func (s *Source) Run(ctx context.Context, updates chan<- Update) {
 // deletion a mistake).
 func (s *Source) revoked() {
 	held := s.holdsWorkload()
-	reenroll := s.opts.Token != "" && !held
+	reenroll := s.token() != "" && !held
 	s.log.Info("Hub revoked this host's identity", "reenroll", reenroll, "holdsWorkload", held)
 	if reenroll {
 		if err := s.store.ForgetIdentity(); err != nil {

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -219,4 +221,33 @@ func postEnroll(t *testing.T, hubURL string, caPEM []byte, r wire.EnrollRequest)
 	out, err := io.ReadAll(resp.Body)
 	must(t, err)
 	return resp.StatusCode, out
+}
+
+// An image baked with the hub and pin but no token (fleet-agent install
+// without --token-file) runs an agent that waits for the token file; a
+// token dropped in after it started enrolls the host without a restart.
+func TestTokenFileDroppedInAfterStartEnrolls(t *testing.T) {
+	ns := newNamespace(t)
+	h := startHub(t, hubOptions{ns: ns})
+	tok := newToken(t, ns, enrolltoken.Options{})
+	e := newEdge(t, "store-18-pos", h.url, h.srv.CA().Pin(), "")
+	e.cfg.TokenFile = filepath.Join(e.cfg.RootDir, "etc", "fleet-agent", "token")
+	must(t, e.cfg.Complete())
+	e.start()
+
+	time.Sleep(time.Second) // a few enrollment attempts without a token
+	if _, err := getHost(ns, "store-18-pos"); err == nil {
+		t.Fatal("an EdgeHost exists before any token was given")
+	}
+	must(t, os.MkdirAll(filepath.Dir(e.cfg.TokenFile), 0o700))
+	must(t, os.WriteFile(e.cfg.TokenFile, []byte(tok+"\n"), 0o600))
+	eventually(t, "host enrolled with the dropped-in token", func() error {
+		if _, err := getHost(ns, "store-18-pos"); err != nil {
+			return err
+		}
+		if e.agent.Enrollments() != 1 {
+			return fmt.Errorf("enrollments %d", e.agent.Enrollments())
+		}
+		return nil
+	})
 }
