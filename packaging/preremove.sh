@@ -6,6 +6,7 @@ case "$1" in
 	remove|0|purge)
 		if [ -z "${DPKG_ROOT:-}" ] && [ -d /run/systemd/system ]; then
 			systemctl disable --now fleet-agent.service || true
+			systemctl disable fleet-agent-firstboot.service || true
 		fi
 		;;
 esac

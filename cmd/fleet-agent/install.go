@@ -22,24 +22,34 @@ const (
 	installToken   = "etc/fleet-agent/token"
 	installUnit    = "lib/systemd/system/fleet-agent.service"
 	installEnabled = "etc/systemd/system/multi-user.target.wants/fleet-agent.service"
+	// The first-boot unit reads a seed beside the image (docs/EDGE-IMAGE.md).
+	installFirstBootUnit    = "lib/systemd/system/fleet-agent-firstboot.service"
+	installFirstBootEnabled = "etc/systemd/system/multi-user.target.wants/fleet-agent-firstboot.service"
 )
 
 // install writes fleet-agent into an image root (Packer, mkosi, debootstrap
-// …): the binary, its configuration, the unit and the symlink that enables
-// it. The token may be left out and dropped in at first boot as
-// /etc/fleet-agent/token.
+// …): the binary, its configuration, its units and the symlinks that enable
+// them. The token may be left out and dropped in at first boot as
+// /etc/fleet-agent/token; without --hub and --ca-cert-hash the whole
+// configuration comes at first boot (fleet-agent firstboot).
 func install(args []string) error {
 	fs := flag.NewFlagSet("fleet-agent install", flag.ContinueOnError)
 	root := fs.String("root", "", "Image root to install into (required; / for this machine).")
-	hub := fs.String("hub", "", "Hub gateway URL (required).")
-	pin := fs.String("ca-cert-hash", "", "Pin of the hub CA (required).")
+	hub := fs.String("hub", "", "Hub gateway URL; leave out with --ca-cert-hash to configure at first boot.")
+	pin := fs.String("ca-cert-hash", "", "Pin of the hub CA; leave out with --hub to configure at first boot.")
 	tokenFile := fs.String("token-file", "", "A file holding the enrollment token to bake in; leave out to drop it in at first boot.")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	cfg := fleetagent.Config{Hub: *hub, CACertHash: strings.ToLower(*pin), TokenFile: "/" + installToken}
-	if err := cfg.Validate(); err != nil {
-		return err
+	atFirstBoot := *hub == "" && *pin == ""
+	if atFirstBoot && *tokenFile != "" {
+		return errors.New("--token-file needs --hub and --ca-cert-hash")
+	}
+	if !atFirstBoot {
+		if err := cfg.Validate(); err != nil {
+			return err
+		}
 	}
 	if *root == "" {
 		return errors.New("--root is required (the image root, or / for this machine)")
@@ -51,13 +61,15 @@ func install(args []string) error {
 	if err := copyFile(self, filepath.Join(*root, installBin), 0o755); err != nil {
 		return fmt.Errorf("installing the binary: %w", err)
 	}
-	b, err := yaml.Marshal(cfg)
-	if err != nil {
-		return err
-	}
-	header := "# fleet-agent configuration (fleet-agent --help lists every setting; flags win).\n"
-	if err := writeFile(filepath.Join(*root, installConfig), append([]byte(header), b...), 0o600); err != nil {
-		return err
+	if !atFirstBoot {
+		b, err := yaml.Marshal(cfg)
+		if err != nil {
+			return err
+		}
+		header := "# fleet-agent configuration (fleet-agent --help lists every setting; flags win).\n"
+		if err := writeFile(filepath.Join(*root, installConfig), append([]byte(header), b...), 0o600); err != nil {
+			return err
+		}
 	}
 	if *tokenFile != "" {
 		tok, err := os.ReadFile(*tokenFile)
@@ -68,18 +80,31 @@ func install(args []string) error {
 			return err
 		}
 	}
-	if err := writeFile(filepath.Join(*root, installUnit), agent.Unit, 0o644); err != nil {
-		return err
+	for unit, enabled := range map[string]string{installUnit: installEnabled, installFirstBootUnit: installFirstBootEnabled} {
+		content := agent.Unit
+		if unit == installFirstBootUnit {
+			content = agent.FirstBootUnit
+		}
+		if err := writeFile(filepath.Join(*root, unit), content, 0o644); err != nil {
+			return err
+		}
+		link := filepath.Join(*root, enabled)
+		if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+			return err
+		}
+		_ = os.Remove(link)
+		if err := os.Symlink("/"+unit, link); err != nil {
+			return fmt.Errorf("enabling %s: %w", filepath.Base(unit), err)
+		}
 	}
-	link := filepath.Join(*root, installEnabled)
-	if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
-		return err
+	switch {
+	case atFirstBoot:
+		fmt.Printf("installed fleet-agent into %s (enabled; configured at first boot: docs/EDGE-IMAGE.md)\n", *root)
+	case *tokenFile != "":
+		fmt.Printf("installed fleet-agent into %s (enabled; token baked in)\n", *root)
+	default:
+		fmt.Printf("installed fleet-agent into %s (enabled; token to be dropped in at /%s)\n", *root, installToken)
 	}
-	_ = os.Remove(link)
-	if err := os.Symlink("/"+installUnit, link); err != nil {
-		return fmt.Errorf("enabling the unit: %w", err)
-	}
-	fmt.Printf("installed fleet-agent into %s (enabled; token %s)\n", *root, map[bool]string{true: "baked in", false: "to be dropped in at /" + installToken}[*tokenFile != ""])
 	return nil
 }
 
@@ -95,7 +120,7 @@ func uninstall(args []string) error {
 	if *root == "" {
 		return errors.New("--root is required")
 	}
-	paths := []string{installEnabled, installUnit, installBin}
+	paths := []string{installEnabled, installUnit, installFirstBootEnabled, installFirstBootUnit, installBin}
 	if *purge {
 		paths = append(paths, "etc/fleet-agent", "var/lib/fleet-agent")
 	}

@@ -23,13 +23,15 @@ func TestInstallIntoImageRoot(t *testing.T) {
 	if err != nil {
 		t.Fatalf("install: %v\n%s", err, out)
 	}
-	for _, p := range []string{installBin, installConfig, installUnit} {
+	for _, p := range []string{installBin, installConfig, installUnit, installFirstBootUnit} {
 		if _, err := os.Stat(filepath.Join(root, p)); err != nil {
 			t.Errorf("%s missing: %v", p, err)
 		}
 	}
-	if target, err := os.Readlink(filepath.Join(root, installEnabled)); err != nil || target != "/"+installUnit {
-		t.Errorf("enable symlink -> %q (%v)", target, err)
+	for unit, link := range map[string]string{installUnit: installEnabled, installFirstBootUnit: installFirstBootEnabled} {
+		if target, err := os.Readlink(filepath.Join(root, link)); err != nil || target != "/"+unit {
+			t.Errorf("enable symlink %s -> %q (%v)", link, target, err)
+		}
 	}
 	if fi, _ := os.Stat(filepath.Join(root, installConfig)); fi == nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("config mode %v", fi)
@@ -44,6 +46,7 @@ func TestInstallIntoImageRoot(t *testing.T) {
 	if string(unit) != string(shipped) {
 		t.Error("installed unit differs from manifests/agent/fleet-agent.service")
 	}
+	verifyInRoot(t, root, installFirstBootUnit)
 	// Bad input is refused with the reason, and nothing is written.
 	empty := filepath.Join(dir, "empty")
 	out, err = exec.Command(bin, "install", "--root", empty, "--hub", "http://x").CombinedOutput()
@@ -56,9 +59,25 @@ func TestInstallIntoImageRoot(t *testing.T) {
 	if out, err := exec.Command(bin, "uninstall", "--root", root, "--purge").CombinedOutput(); err != nil {
 		t.Fatalf("uninstall: %v\n%s", err, out)
 	}
-	for _, p := range []string{installBin, installConfig, installUnit, installEnabled} {
+	for _, p := range []string{installBin, installConfig, installUnit, installEnabled, installFirstBootUnit, installFirstBootEnabled} {
 		if _, err := os.Lstat(filepath.Join(root, p)); !os.IsNotExist(err) {
 			t.Errorf("%s survived uninstall", p)
 		}
+	}
+
+	// Without hub and pin the configuration comes at first boot: no
+	// config.yaml (the agent's unit waits for it), the first-boot unit on.
+	later := filepath.Join(dir, "later")
+	if out, err := exec.Command(bin, "install", "--root", later).CombinedOutput(); err != nil || !strings.Contains(string(out), "first boot") {
+		t.Fatalf("install without hub: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(later, installConfig)); !os.IsNotExist(err) {
+		t.Errorf("config.yaml written without a hub (%v)", err)
+	}
+	if _, err := os.Readlink(filepath.Join(later, installFirstBootEnabled)); err != nil {
+		t.Errorf("first-boot unit not enabled: %v", err)
+	}
+	if out, err := exec.Command(bin, "install", "--root", filepath.Join(dir, "half"), "--hub", "https://hub.example.com").CombinedOutput(); err == nil {
+		t.Errorf("a hub without a pin accepted: %s", out)
 	}
 }

@@ -38,6 +38,8 @@ func main() {
 		err = install(os.Args[2:])
 	case len(os.Args) > 1 && os.Args[1] == "uninstall":
 		err = uninstall(os.Args[2:])
+	case len(os.Args) > 1 && os.Args[1] == "firstboot":
+		err = firstBoot(os.Args[2:])
 	default:
 		err = run(os.Args[1:])
 	}
@@ -53,7 +55,9 @@ func run(args []string) error {
 		fmt.Fprintf(fs.Output(), "fleet-agent joins this machine to a fleet hub and keeps it provisioned.\n\n"+
 			"Usage:\n  fleet-agent [flags]             run the agent\n  fleet-agent enroll [flags]      enroll and exit (first boot)\n"+
 			"  fleet-agent install --root DIR --hub URL --ca-cert-hash sha256:… [--token-file F]   put the agent into an image\n"+
-			"  fleet-agent uninstall --root DIR [--purge]\n  fleet-agent version\n\n"+
+			"  fleet-agent uninstall --root DIR [--purge]\n"+
+			"  fleet-agent firstboot [--root /]  configure from the kernel command line, a FLEET or a CIDATA file system\n"+
+			"  fleet-agent version\n\n"+
 			"Settings come from --config (default %s); flags win.\n\nFlags:\n", agent.DefaultConfigFile)
 		fs.PrintDefaults()
 	}

@@ -39,6 +39,7 @@ func TestPackages(t *testing.T) {
 	for _, want := range []string{
 		"-rwxr-xr-x root/root", "./usr/bin/fleet-agent",
 		"./lib/systemd/system/fleet-agent.service",
+		"./lib/systemd/system/fleet-agent-firstboot.service",
 		"-rw------- root/root", "./etc/fleet-agent/config.yaml.example",
 		"drwx------ root/root", "./etc/fleet-agent/",
 	} {
@@ -63,7 +64,7 @@ func TestPackages(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	postinst, _ := os.ReadFile(filepath.Join(ctrl, "postinst"))
-	if strings.Contains(string(postinst), "systemctl start") || !strings.Contains(string(postinst), "if [ -f /etc/fleet-agent/config.yaml ]") {
+	if strings.Contains(string(postinst), "systemctl start") || !strings.Contains(string(postinst), "[ -f /etc/fleet-agent/config.yaml ]") {
 		t.Errorf("postinst may start an unconfigured agent:\n%s", postinst)
 	}
 	if conffiles, _ := os.ReadFile(filepath.Join(ctrl, "conffiles")); !strings.Contains(string(conffiles), "/etc/fleet-agent/config.yaml.example") {
@@ -104,10 +105,11 @@ func installIntoScratchRoot(t *testing.T, deb string) {
 	}
 	run("-i", deb)
 	for path, mode := range map[string]os.FileMode{
-		"usr/bin/fleet-agent":                    0o755,
-		"lib/systemd/system/fleet-agent.service": 0o644,
-		"etc/fleet-agent":                        os.ModeDir | 0o700,
-		"etc/fleet-agent/config.yaml.example":    0o600,
+		"usr/bin/fleet-agent":                              0o755,
+		"lib/systemd/system/fleet-agent.service":           0o644,
+		"lib/systemd/system/fleet-agent-firstboot.service": 0o644,
+		"etc/fleet-agent":                                  os.ModeDir | 0o700,
+		"etc/fleet-agent/config.yaml.example":              0o600,
 	} {
 		fi, err := os.Stat(filepath.Join(root, path))
 		if err != nil {
@@ -119,6 +121,7 @@ func installIntoScratchRoot(t *testing.T, deb string) {
 		}
 	}
 	verifyInRoot(t, root, "lib/systemd/system/fleet-agent.service")
+	verifyInRoot(t, root, "lib/systemd/system/fleet-agent-firstboot.service")
 	run("-r", "fleet-agent")
 	for _, gone := range []string{"usr/bin/fleet-agent", "lib/systemd/system/fleet-agent.service"} {
 		if _, err := os.Stat(filepath.Join(root, gone)); !os.IsNotExist(err) {

@@ -6,3 +6,8 @@ import _ "embed"
 //
 //go:embed fleet-agent.service
 var Unit []byte
+
+// FirstBootUnit is manifests/agent/fleet-agent-firstboot.service.
+//
+//go:embed fleet-agent-firstboot.service
+var FirstBootUnit []byte
