@@ -233,6 +233,23 @@ packages: $(NFPM) ## Build fleet-agent .deb and .rpm packages for PKG_ARCHS (amd
 	done
 	@ls -1 $(PKG_DIST)/*.deb $(PKG_DIST)/*.rpm
 
+# The edge OS image (packaging/edge-image, docs/EDGE-IMAGE.md): Debian
+# packages pinned in packages.lock, fleet-agent's .deb, the Kubernetes
+# versions of EDGE_IMAGE_K8S (the first runs, the rest are staged), every
+# timestamp at EDGE_IMAGE_EPOCH (the last commit of the image's definition).
+EDGE_IMAGE_OUT   ?= $(CURDIR)/dist/edge-image
+EDGE_IMAGE_K8S   ?= $(K8S_BIN)
+EDGE_IMAGE_EPOCH ?= $(shell t=$$(git log -1 --format=%ct -- packaging/edge-image 2>/dev/null); echo $${t:-1764806400})
+EDGE_IMAGE_UPDATE_LOCK ?=
+EDGE_IMAGE_ROOT_FREE_MB ?= 2048
+
+.PHONY: edge-image
+edge-image: k8s $(NFPM) ## Build the edge OS image into $(EDGE_IMAGE_OUT): a root file system archive and a raw GPT disk image with fleet-agent, containerd, the kubelet and kubeadm (needs root; EDGE_IMAGE_UPDATE_LOCK=1 re-resolves packaging/edge-image/packages.txt).
+	@$(MAKE) --no-print-directory packages PKG_ARCHS=amd64 PKG_DIST=$(EDGE_IMAGE_OUT)/packages >/dev/null
+	OUT_DIR=$(EDGE_IMAGE_OUT) AGENT_DEB=$$(ls $(EDGE_IMAGE_OUT)/packages/*.deb) K8S_DIRS="$(EDGE_IMAGE_K8S)" \
+	  SOURCE_DATE_EPOCH=$(EDGE_IMAGE_EPOCH) UPDATE_LOCK=$(EDGE_IMAGE_UPDATE_LOCK) ROOT_FREE_MB=$(EDGE_IMAGE_ROOT_FREE_MB) \
+	  packaging/edge-image/build.sh
+
 .PHONY: demo
 demo: k8s ## Run fleet locally: the embedded hub, 3 real edge hosts (or simulated ones where they cannot run) and a cluster on them (needs root; installs the Debian packages real hosts lack unless DEMO_FLAGS=--no-install; DEMO_FLAGS=--nodes=simulated forces the simulator).
 	@echo ">> building fleet-hub, fleet-agent, kubectl-fleet, the hosts' service manager, the node simulator, the demo and its workload into bin/ (about 3 minutes the first time)"

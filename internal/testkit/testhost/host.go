@@ -155,14 +155,10 @@ func (h *Host) make(s *Site, o HostOptions) error {
 // plug makes the host's network namespace and links it to the site's LAN,
 // with the site's router as its default gateway.
 func (h *Host) plug(s *Site) error {
-	_ = exec.Command("ip", "netns", "del", h.netns).Run()
-	outer := "v" + shortHash(h.Name)
+	if err := s.plug(h.Name, h.netns); err != nil {
+		return err
+	}
 	return ipAll(
-		[]string{"netns", "add", h.netns},
-		[]string{"-n", h.netns, "link", "set", "lo", "up"},
-		[]string{"link", "add", outer, "type", "veth", "peer", "name", "eth0", "netns", h.netns},
-		[]string{"link", "set", outer, "netns", s.Name},
-		[]string{"-n", s.Name, "link", "set", outer, "master", "lan0", "up"},
 		[]string{"-n", h.netns, "addr", "add", h.Addr + "/24", "dev", "eth0"},
 		[]string{"-n", h.netns, "link", "set", "eth0", "up"},
 		[]string{"-n", h.netns, "route", "add", "default", "via", s.Router},
@@ -172,11 +168,28 @@ func (h *Host) plug(s *Site) error {
 	)
 }
 
+// plug makes a host's network namespace with an eth0 on the site's LAN,
+// left for the host to configure.
+func (s *Site) plug(name, netns string) error {
+	_ = exec.Command("ip", "netns", "del", netns).Run()
+	outer := "v" + shortHash(name)
+	return ipAll(
+		[]string{"netns", "add", netns},
+		[]string{"-n", netns, "link", "set", "lo", "up"},
+		[]string{"link", "add", outer, "type", "veth", "peer", "name", "eth0", "netns", netns},
+		[]string{"link", "set", outer, "netns", s.Name},
+		[]string{"-n", s.Name, "link", "set", outer, "master", "lan0", "up"},
+	)
+}
+
 // makeCgroup makes the host's cgroup parent in every hierarchy, with a
 // "system" child for its services (the kubelet puts pods beside it).
-func (h *Host) makeCgroup() error {
+func (h *Host) makeCgroup() error { return makeCgroup(h.cgroup) }
+
+// makeCgroup makes cg and its "system" child in every hierarchy.
+func makeCgroup(cg string) error {
 	for _, hier := range hierarchies() {
-		for _, dir := range []string{h.cgroup, h.cgroup + "/system"} {
+		for _, dir := range []string{cg, cg + "/system"} {
 			p := filepath.Join(hier, dir)
 			if err := os.MkdirAll(p, 0o755); err != nil {
 				return fmt.Errorf("making cgroup %s: %w", p, err)
