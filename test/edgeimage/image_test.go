@@ -15,6 +15,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/edgefleet/fleet/internal/testkit/testhost"
 )
 
 const repo = "../.."
@@ -60,13 +62,26 @@ func TestEdgeImage(t *testing.T) {
 	build(t, a)
 
 	t.Run("disk", func(t *testing.T) { checkDisk(t, filepath.Join(a, "fleet-edge-amd64.img")) })
-	t.Run("boot", func(t *testing.T) { checkBoot(t, filepath.Join(a, "fleet-edge-amd64.rootfs.tar.zst")) })
+	t.Run("boot", func(t *testing.T) { checkBoot(t, unpacked(t, a)) })
+	t.Run("cluster", func(t *testing.T) { checkCluster(t, unpacked(t, a)) })
 
 	// The second build shares only the cache of downloaded packages.
 	build(t, b)
 	t.Run("reproducible", func(t *testing.T) {
 		checkSameRootFS(t, filepath.Join(a, "fleet-edge-amd64.rootfs.tar.zst"), filepath.Join(b, "fleet-edge-amd64.rootfs.tar.zst"))
 	})
+}
+
+// unpacked is the image's root file system archive (in dir) unpacked, as
+// image hosts boot it; the test fails where they cannot run, or skips.
+func unpacked(t *testing.T, dir string) string {
+	t.Helper()
+	k8s, _ := filepath.Abs(filepath.Join(repo, "bin/k8s"))
+	testhost.Require(t, k8s, "image hosts")
+	rootfs := t.TempDir()
+	run(t, "tar", "--zstd", "-xf", filepath.Join(dir, "fleet-edge-amd64.rootfs.tar.zst"), "-C", rootfs,
+		"--numeric-owner", "--xattrs", "--xattrs-include=security.capability")
+	return rootfs
 }
 
 type partition struct {

@@ -108,7 +108,7 @@ func (s *Site) NewHost(ctx context.Context, o HostOptions) (*Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("host %s: %w", o.Name, err)
 	}
-	h := &Host{Name: o.Name, Addr: addr, PodCIDR: fmt.Sprintf("10.244.%d.0/24", 10+n),
+	h := &Host{Name: o.Name, Addr: addr, PodCIDR: podCIDR(n),
 		Dir: dir, netns: "fleet-" + o.Name, cgroup: "/fleet-" + o.Name, bootDone: make(chan struct{})}
 	if err := record(Record{Kind: "host", Name: o.Name, NetNS: h.netns, Cgroup: h.cgroup, Dir: h.Dir}); err != nil {
 		return nil, err
@@ -118,7 +118,7 @@ func (s *Site) NewHost(ctx context.Context, o HostOptions) (*Host, error) {
 		return nil, fmt.Errorf("making host %s: %w", o.Name, err)
 	}
 	h.site = s
-	if err := s.join(h); err != nil {
+	if err := s.join(h.pods()); err != nil {
 		_ = h.Close()
 		return nil, fmt.Errorf("host %s: %w", o.Name, err)
 	}
@@ -258,6 +258,8 @@ func (h *Host) bootScript() string {
 	fmt.Fprintf(&b, "exec /usr/local/bin/unitd --bus unix:path=/run/dbus/system_bus_socket --log-dir /var/log/unitd --unit-path /etc/systemd/system --start containerd.service,kubelet.service\n")
 	return b.String()
 }
+
+func (h *Host) pods() podRange { return podRange{netns: h.netns, addr: h.Addr, cidr: h.PodCIDR} }
 
 // Root maps a path inside the host to where it is on the machine, for
 // paths under the host's own directories.
@@ -402,7 +404,7 @@ func (h *Host) Logs() string {
 // (pods included), and removes its namespaces, cgroups and state.
 func (h *Host) Close() error {
 	if h.site != nil {
-		h.site.leave(h)
+		h.site.leave(h.pods())
 	}
 	if h.boot != nil && h.boot.Process != nil {
 		select {

@@ -112,17 +112,13 @@ func (h *Host) writeImage(o HostOptions) error {
 			return err
 		}
 	}
-	cni := fmt.Sprintf(`{"cniVersion": "0.4.0", "name": "fleet-testhost", "plugins": [{"type": "bridge", "bridge": "cni0",
- "isGateway": true, "ipMasq": false, "hairpinMode": true,
- "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]], "routes": [{"dst": "0.0.0.0/0"}]}}]}
-`, h.PodCIDR)
 	without := func(part string) bool { return slices.Contains(o.Without, part) }
 	files := map[string]string{
 		"root/etc/hostname":                                           h.Name + "\n",
 		"root/etc/machine-id":                                         fmt.Sprintf("%032x\n", fnv64(h.Name)),
 		"root/etc/hosts":                                              fmt.Sprintf("127.0.0.1 localhost\n%s %s\n", h.Addr, h.Name),
 		"root/etc/containerd/config.toml":                             containerdConfig,
-		"root/etc/cni/net.d/10-fleet.conflist":                        cni,
+		"root/etc/cni/net.d/10-fleet.conflist":                        cniConfig(h.PodCIDR),
 		"root/etc/systemd/system/fleet-agent.service":                 string(agentunit.Unit),
 		"root/etc/systemd/system/fleet-agent.service.d/10-image.conf": agentDropIn,
 		"dbus.conf": dbusConfig,

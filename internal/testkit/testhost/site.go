@@ -34,7 +34,7 @@ type Site struct {
 
 	// routeMu orders the route changes of hosts that join and leave.
 	routeMu sync.Mutex
-	members []*Host // hosts on the LAN whose pod ranges are routed
+	members []podRange // hosts on the LAN whose pod ranges are routed
 }
 
 // NewSite makes a site whose LAN is lan.0/24 (lan such as "10.99.0"), with
@@ -80,10 +80,13 @@ func (s *Site) nextAddr() (string, int, error) {
 	return fmt.Sprintf("%s.%d", s.lan, 10+n), n, nil
 }
 
+// podRange is a host's pod range, reached through its LAN address.
+type podRange struct{ netns, addr, cidr string }
+
 // join routes h's pod range through h on every other host of the site,
 // and theirs through them on h, as a host-gateway CNI (flannel's host-gw)
 // would: pods on different hosts reach each other over the LAN.
-func (s *Site) join(h *Host) error {
+func (s *Site) join(h podRange) error {
 	s.routeMu.Lock()
 	defer s.routeMu.Unlock()
 	// A member first, so that leave takes back whatever routes a failure
@@ -92,17 +95,17 @@ func (s *Site) join(h *Host) error {
 	s.members = append(s.members, h)
 	for _, m := range others {
 		if err := ipAll(
-			[]string{"-n", h.netns, "route", "replace", m.PodCIDR, "via", m.Addr, "dev", "eth0"},
-			[]string{"-n", m.netns, "route", "replace", h.PodCIDR, "via", h.Addr, "dev", "eth0"},
+			[]string{"-n", h.netns, "route", "replace", m.cidr, "via", m.addr, "dev", "eth0"},
+			[]string{"-n", m.netns, "route", "replace", h.cidr, "via", h.addr, "dev", "eth0"},
 		); err != nil {
-			return fmt.Errorf("routing pods between %s and %s: %w", h.Name, m.Name, err)
+			return fmt.Errorf("routing pods between %s and %s: %w", h.netns, m.netns, err)
 		}
 	}
 	return nil
 }
 
 // leave takes h's pod range off the other hosts of the site.
-func (s *Site) leave(h *Host) {
+func (s *Site) leave(h podRange) {
 	s.routeMu.Lock()
 	defer s.routeMu.Unlock()
 	i := slices.Index(s.members, h)
@@ -112,8 +115,20 @@ func (s *Site) leave(h *Host) {
 	s.members = slices.Delete(s.members, i, i+1)
 	for _, m := range s.members {
 		// A host already gone took its routes with its namespace.
-		_ = exec.Command("ip", "-n", m.netns, "route", "del", h.PodCIDR, "via", h.Addr).Run()
+		_ = exec.Command("ip", "-n", m.netns, "route", "del", h.cidr, "via", h.addr).Run()
 	}
+}
+
+// podCIDR is the pod range of the site's n-th host.
+func podCIDR(n int) string { return fmt.Sprintf("10.244.%d.0/24", 10+n) }
+
+// cniConfig is the CNI configuration a host's pods get their addresses
+// from: a bridge and host-local addresses in its own range.
+func cniConfig(cidr string) string {
+	return fmt.Sprintf(`{"cniVersion": "0.4.0", "name": "fleet-testhost", "plugins": [{"type": "bridge", "bridge": "cni0",
+ "isGateway": true, "ipMasq": false, "hairpinMode": true,
+ "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]], "routes": [{"dst": "0.0.0.0/0"}]}}]}
+`, cidr)
 }
 
 // Forward listens on addr inside the site (the router's address and a
