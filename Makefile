@@ -250,27 +250,36 @@ edge-image: k8s $(NFPM) ## Build the edge OS image into $(EDGE_IMAGE_OUT): a roo
 	  SOURCE_DATE_EPOCH=$(EDGE_IMAGE_EPOCH) UPDATE_LOCK=$(EDGE_IMAGE_UPDATE_LOCK) ROOT_FREE_MB=$(EDGE_IMAGE_ROOT_FREE_MB) \
 	  packaging/edge-image/build.sh
 
+# The image the real-node tests and the demo boot their hosts from: built
+# like edge-image, kept in bin/edge-image and rebuilt only when an input
+# changed (packaging/edge-image/test-image.sh).
+TEST_IMAGE := $(BIN)/edge-image
+
+.PHONY: test-image
+test-image: k8s $(NFPM) ## Build the edge image the real-node tests and the demo boot into bin/edge-image, or keep it when no input changed (needs root; says why and builds nothing where it cannot).
+	@OUT_DIR=$(TEST_IMAGE) K8S_DIRS="$(K8S_BIN)" SOURCE_DATE_EPOCH=$(EDGE_IMAGE_EPOCH) MAKE="$(MAKE)" packaging/edge-image/test-image.sh
+
 .PHONY: demo
 demo: k8s ## Run fleet locally: the embedded hub, 3 real edge hosts (or simulated ones where they cannot run) and a cluster on them (needs root; installs the Debian packages real hosts lack unless DEMO_FLAGS=--no-install; DEMO_FLAGS=--nodes=simulated forces the simulator).
-	@echo ">> building fleet-hub, fleet-agent, kubectl-fleet, the hosts' service manager, the node simulator, the demo and its workload into bin/ (about 3 minutes the first time)"
+	@echo ">> building fleet-hub, fleet-agent, kubectl-fleet, the node simulator, the demo and its workload into bin/ (about 3 minutes the first time)"
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/fleet-hub ./cmd/fleet-agent ./cmd/kubectl-fleet
-	$(GO) build -o $(BIN)/fleet-unitd ./test/unitd
 	$(GO) build -o $(BIN)/fleet-nodesim ./test/nodesim
 	$(GO) build -o $(BIN)/fleet-demo ./hack/demo
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/fleet-echoserver ./test/echoserver
-	@# Set-up first: the kube-proxy image packs iptables and nft from the
-	@# Debian packages it installs.
+	@# Set-up first: the kube-proxy image packs iptables and nft, and the
+	@# edge image is built with mmdebstrap, from the Debian packages it installs.
 	$(BIN)/fleet-demo --set-up-only $(DEMO_FLAGS)
 	@$(MAKE) --no-print-directory node-images
+	@case "$(DEMO_FLAGS)" in *--nodes=simulated*) ;; *) $(MAKE) --no-print-directory test-image ;; esac
 	$(BIN)/fleet-demo $(DEMO_FLAGS)
 
 ##@ Test
 
 .PHONY: test
-test: k8s k8s-prev $(CLUSTERCTL) ## Run every test against a real kube-apiserver, etcd and the real Cluster API reconcilers (and the real clusterctl).
+test: k8s k8s-prev $(CLUSTERCTL) test-image ## Run every test against a real kube-apiserver, etcd and the real Cluster API reconcilers (and the real clusterctl).
 	@# test/e2e is the long pole (real nodes): it goes first, the other packages share the second core beside it.
 	@pkgs=$$($(GO) list ./... | grep -v '/test/e2e$$') && [ -n "$$pkgs" ] || { echo "go list ./... found no packages"; exit 1; }
-	$(GO) test -timeout 45m $(TEST_FLAGS) ./test/e2e/ $$($(GO) list ./... | grep -v '/test/e2e$$')
+	$(GO) test -timeout 60m $(TEST_FLAGS) ./test/e2e/ $$($(GO) list ./... | grep -v '/test/e2e$$')
 	cd hack/tools/k8s && $(GO) test -timeout 10m ./cmd/nodeimage/... ./cmd/pause/... ./cmd/hubimage/... ./ocilayout/...
 
 .PHONY: test-race
@@ -284,7 +293,7 @@ BENCH_CLUSTERS ?= 500
 BENCH_CLUSTERS_IDLE ?= 10m
 
 .PHONY: bench
-bench: k8s k8s-prev ## Run every benchmark against a real API server and write docs/PERFORMANCE.md's tables and plots (defaults BENCH_AGENTS=1000 BENCH_IDLE=10m BENCH_MACHINES=500 BENCH_CLUSTERS=500 BENCH_CLUSTERS_IDLE=10m; the documented runs: BENCH_AGENTS=1000,2000,5000,10000).
+bench: k8s k8s-prev test-image ## Run every benchmark against a real API server and write docs/PERFORMANCE.md's tables and plots (defaults BENCH_AGENTS=1000 BENCH_IDLE=10m BENCH_MACHINES=500 BENCH_CLUSTERS=500 BENCH_CLUSTERS_IDLE=10m; the documented runs: BENCH_AGENTS=1000,2000,5000,10000).
 	$(GO) test ./bench -run '^$$' -bench 'DescribeCluster' -benchtime 10x -count 1
 	$(GO) test ./bench -run '^$$' -bench 'EdgeReach' -benchtime 2s -count 1
 	$(GO) test ./bench -run '^$$' -bench 'AgentFootprint' -benchtime 1x -count 1 -timeout 20m
@@ -292,12 +301,13 @@ bench: k8s k8s-prev ## Run every benchmark against a real API server and write d
 	$(GO) test ./bench -run '^$$' -bench 'Provisioning' -benchtime 1x -count 1 -timeout 60m -args -machines=$(BENCH_MACHINES)
 	$(GO) test ./bench -run '^$$' -bench 'RealNodes' -benchtime 1x -count 1 -timeout 30m
 	$(GO) test ./bench -run '^$$' -bench 'InPlaceUpgrade' -benchtime 1x -count 1 -timeout 30m
+	$(GO) test ./test/edgeimage -run '^$$' -bench 'EdgeImageBuild' -benchtime 1x -count 1 -timeout 30m
 	$(GO) test ./bench -run '^$$' -bench 'HubReplicas' -benchtime 1x -count 1 -timeout 60m -args -replica-agents=1000
 	$(GO) test ./bench -run '^$$' -bench 'ManyClusters' -benchtime 1x -count 1 -timeout 120m -args -clusters=$(BENCH_CLUSTERS) -clusters-idle=$(BENCH_CLUSTERS_IDLE)
 	$(GO) run ./bench/report
 
 .PHONY: bench-clusters bench-upgrade
-bench-upgrade: k8s k8s-prev ## Run only BenchmarkInPlaceUpgrade: a one-host site from v1.35.4 to v1.36.3 in place, its steps and the API server's unavailability; updates docs/PERFORMANCE.md.
+bench-upgrade: k8s k8s-prev test-image ## Run only BenchmarkInPlaceUpgrade: a one-host site from v1.35.4 to v1.36.3 in place, its steps and the API server's unavailability; updates docs/PERFORMANCE.md.
 	$(GO) test ./bench -run '^$$' -bench 'InPlaceUpgrade' -benchtime 1x -count 1 -timeout 30m
 	$(GO) run ./bench/report
 

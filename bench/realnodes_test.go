@@ -71,14 +71,14 @@ const (
 var kcpOnce sync.Once
 
 // BenchmarkRealNodes times `kubectl fleet create cluster --wait` on two
-// real edge hosts (internal/testkit/testhost: real kubeadm, kubelet and containerd
-// in their own namespaces behind a site's NAT, reached by the hub only
+// real edge hosts (internal/testkit/testhost: boxes booted from the edge
+// image under real systemd, behind a site's NAT, reached by the hub only
 // through edge reach) with the real Cluster API core, CABPK and KCP
 // reconcilers, and splits the time into Cluster API's, the hub's, the
 // agent's, kubeadm's and the kubelet's shares from timestamps taken on
 // this machine's clock: the hub's objects as a watch delivers them, the
 // agents' journals. Then it measures the hosts' memory and CPU at idle.
-// It needs root and the real-node kit.
+// It needs root and bin/edge-image (make test-image).
 //
 //	go test ./bench -run '^$' -bench RealNodes -benchtime 1x -timeout 30m
 func BenchmarkRealNodes(b *testing.B) {
@@ -99,20 +99,17 @@ func BenchmarkRealNodes(b *testing.B) {
 
 // realNodesBinaries is what the benchmark builds and finds.
 type realNodesBinaries struct {
-	host         testhost.Binaries
+	image        string // the edge image's root file system (make test-image)
+	agent        string // fleet-agent, over the image's
 	kubectlFleet string // kubectl-fleet
 }
 
 // realNodesKit finds what real hosts need on this machine, or skips.
 func realNodesKit(b *testing.B) realNodesBinaries {
 	b.Helper()
-	k8s := os.Getenv("KUBEBUILDER_ASSETS")
-	if k8s == "" {
-		k8s = filepath.Join("..", "bin", "k8s")
-	}
-	k8s, err := filepath.Abs(k8s)
+	image, err := filepath.Abs(filepath.Join("..", "bin", "edge-image", "rootfs"))
 	must(b, err)
-	testhost.Require(b, k8s, "BenchmarkRealNodes's hosts")
+	testhost.Require(b, image, "BenchmarkRealNodes's hosts")
 	dir := b.TempDir()
 	build := func(pkg, out string) string {
 		bin := filepath.Join(dir, out)
@@ -123,11 +120,8 @@ func realNodesKit(b *testing.B) realNodesBinaries {
 		}
 		return bin
 	}
-	return realNodesBinaries{
-		host: testhost.Binaries{K8s: k8s, Images: filepath.Join(k8s, "images"),
-			Agent: build("./cmd/fleet-agent", "fleet-agent"), Unitd: build("./test/unitd", "unitd")},
-		kubectlFleet: build("./cmd/kubectl-fleet", "kubectl-fleet"),
-	}
+	return realNodesBinaries{image: image, agent: build("./cmd/fleet-agent", "fleet-agent"),
+		kubectlFleet: build("./cmd/kubectl-fleet", "kubectl-fleet")}
 }
 
 // role is a machine's part in the cluster.
@@ -226,7 +220,7 @@ func realNodes(b *testing.B, kit realNodesBinaries) {
 		token, _, err := enrollment.CreateToken(ctx, c, ns, enrolltoken.Options{TTL: time.Hour, HostNamespace: ns,
 			HostLabels: map[string]string{"fleet.bench/role": roleLabel[r]}}, time.Now())
 		must(b, err)
-		h, err := site.NewHost(ctx, testhost.HostOptions{Name: hostNames[r], Dir: b.TempDir(), Bin: kit.host})
+		h, err := site.NewHost(ctx, testhost.HostOptions{Name: hostNames[r], Image: kit.image, Agent: kit.agent, Dir: b.TempDir()})
 		must(b, err)
 		b.Cleanup(func() {
 			if b.Failed() {
@@ -238,8 +232,7 @@ func realNodes(b *testing.B, kit realNodesBinaries) {
 		})
 		// The journal's timestamps to the nanosecond: the agent's default
 		// encoding is to the second, too coarse for the shares measured here.
-		must(b, os.WriteFile(h.Root("etc/systemd/system/fleet-agent.service.d/20-bench-timestamps.conf"), []byte(
-			"[Service]\nExecStart=\nExecStart=/usr/local/bin/fleet-agent --config /etc/fleet-agent/config.yaml --zap-time-encoding=rfc3339nano\n"), 0o644))
+		must(b, h.WriteFile("etc/systemd/system/fleet-agent.service.d/20-bench-timestamps.conf", ("[Service]\nExecStart=\nExecStart=/usr/bin/fleet-agent --config /etc/fleet-agent/config.yaml --zap-time-encoding=rfc3339nano\n"), 0o644))
 		// As with systemd, a new drop-in counts after a daemon-reload.
 		if out, err := h.Command(ctx, "systemctl", "daemon-reload").CombinedOutput(); err != nil {
 			b.Fatalf("systemctl daemon-reload on %s: %v: %s", h.Name, err, out)

@@ -41,20 +41,22 @@ const (
 
 // BenchmarkInPlaceUpgrade times `kubectl fleet upgrade cluster --wait` on a
 // one-host site (a control plane of one plain Machine, real kubeadm,
-// kubelet and containerd) from v1.35.4 to v1.36.3 staged on the host, splits
-// it into the agent's steps from its journal, and measures how long the
-// site's API server is unavailable: GET /readyz through the hub's edge
-// reach every 100 ms during the upgrade. It needs root, bin/k8s and
-// bin/k8s-v1.35.4.
+// kubelet and containerd) from v1.35.4 (staged) to v1.36.3 (the edge
+// image's own), splits it into the agent's steps from its journal, and
+// measures how long the site's API server is unavailable: GET /readyz
+// through the hub's edge reach every 100 ms during the upgrade. It needs
+// root, bin/edge-image (make test-image) and bin/k8s-v1.35.4.
 //
 //	go test ./bench -run '^$' -bench InPlaceUpgrade -benchtime 1x -timeout 30m
 func BenchmarkInPlaceUpgrade(b *testing.B) {
 	kit := realNodesKit(b)
 	prev, err := filepath.Abs(filepath.Join("..", "bin", "k8s-"+upgradeFrom))
 	must(b, err)
-	testhost.Require(b, prev, "BenchmarkInPlaceUpgrade's host")
-	staged := map[string]string{upgradeTo: kit.host.K8s}
-	kit.host.K8s, kit.host.Images = prev, filepath.Join(prev, "images")
+	if _, err := os.Stat(filepath.Join(prev, "kubeadm")); err != nil {
+		b.Fatalf("BenchmarkInPlaceUpgrade's host needs %s (make k8s-prev): %v", upgradeFrom, err)
+	}
+	// The image runs upgradeTo; the cluster is made on upgradeFrom, staged.
+	staged := map[string]string{upgradeFrom: prev}
 	ctrl.SetLogger(logr.Discard())
 	startClusterAPI(b)
 	for range b.N {
@@ -85,7 +87,7 @@ func inPlaceUpgrade(b *testing.B, kit realNodesBinaries, staged map[string]strin
 	token, _, err := enrollment.CreateToken(ctx, c, ns, enrolltoken.Options{TTL: time.Hour, HostNamespace: ns}, time.Now())
 	must(b, err)
 	name := fmt.Sprintf("ub%d", os.Getpid()%100000)
-	h, err := site.NewHost(ctx, testhost.HostOptions{Name: name, Dir: b.TempDir(), Bin: kit.host, Staged: staged})
+	h, err := site.NewHost(ctx, testhost.HostOptions{Name: name, Image: kit.image, Agent: kit.agent, Dir: b.TempDir(), Staged: staged})
 	must(b, err)
 	b.Cleanup(func() {
 		if b.Failed() {
@@ -95,10 +97,7 @@ func inPlaceUpgrade(b *testing.B, kit realNodesBinaries, staged map[string]strin
 			b.Error(err)
 		}
 	})
-	// The hosts' containerd runs pods in the current version's pause.
-	must(b, h.ImportImages(ctx, filepath.Join(staged[upgradeTo], "images", "pause.tar")))
-	must(b, os.WriteFile(h.Root("etc/systemd/system/fleet-agent.service.d/20-bench-timestamps.conf"), []byte(
-		"[Service]\nExecStart=\nExecStart=/usr/local/bin/fleet-agent --config /etc/fleet-agent/config.yaml --zap-time-encoding=rfc3339nano\n"), 0o644))
+	must(b, h.WriteFile("etc/systemd/system/fleet-agent.service.d/20-bench-timestamps.conf", ("[Service]\nExecStart=\nExecStart=/usr/bin/fleet-agent --config /etc/fleet-agent/config.yaml --zap-time-encoding=rfc3339nano\n"), 0o644))
 	if out, err := h.Command(ctx, "systemctl", "daemon-reload").CombinedOutput(); err != nil {
 		b.Fatalf("systemctl daemon-reload on %s: %v: %s", h.Name, err, out)
 	}

@@ -50,7 +50,7 @@ func TestDemo(t *testing.T) {
 	}
 	bin := t.TempDir()
 	for out, pkg := range map[string]string{"fleet-hub": "./cmd/fleet-hub", "fleet-agent": "./cmd/fleet-agent",
-		"kubectl-fleet": "./cmd/kubectl-fleet", "fleet-nodesim": "./test/nodesim", "fleet-unitd": "./test/unitd", "fleet-demo": "./hack/demo"} {
+		"kubectl-fleet": "./cmd/kubectl-fleet", "fleet-nodesim": "./test/nodesim", "fleet-demo": "./hack/demo"} {
 		cmd := exec.Command("go", "build", "-o", filepath.Join(bin, out), pkg)
 		cmd.Dir = repo
 		if b, err := cmd.CombinedOutput(); err != nil {
@@ -69,6 +69,7 @@ func TestDemo(t *testing.T) {
 		}
 	}
 	must(t, os.Symlink(k8s, filepath.Join(bin, "k8s")))
+	must(t, os.Symlink(filepath.Join(repo, "bin", "edge-image"), filepath.Join(bin, "edge-image")))
 	t.Run("real", func(t *testing.T) {
 		t.Parallel()
 		testRealDemo(t, repo, bin)
@@ -152,10 +153,9 @@ func describeReady(out, prefix string) []string {
 // nodes through the hub; an agent stops and starts through its unit; quit
 // leaves no host, site or process.
 func testRealDemo(t *testing.T, repo, bin string) {
-	testhost.Require(t, filepath.Join(bin, "k8s"), "real edge hosts")
+	testhost.Require(t, filepath.Join(bin, "edge-image", "rootfs"), "real edge hosts")
 	data := filepath.Join(t.TempDir(), ".fleet")
-	out, say, exited, input := startDemo(t, bin, data, []string{"hub.log",
-		"demo/hosts/edge-1/root/var/log/unitd/fleet-agent.service.log", "demo/hosts/edge-1/root/var/log/unitd/kubelet.service.log"},
+	out, say, exited, input := startDemo(t, bin, data, []string{"hub.log", "demo/hosts/edge-1/console.log"},
 		"--nodes=real", "--agents", "2", "--proxy-bind-address", freeAddr(t),
 		"--kubeadm-config", filepath.Join(repo, "docs", "templates", "kubeadm-cgroupv1-test-hosts.yaml"))
 	t.Cleanup(func() {

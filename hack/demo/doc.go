@@ -3,13 +3,12 @@
 //
 // It starts the embedded hub (`fleet-hub dev`, with the KubeadmControlPlane
 // reconciler and edge reach) and edge hosts. Where the machine can (root,
-// cgroup v1, kubelet and kubeadm in bin/k8s, and containerd, runc, dbus, the
-// CNI plugins, which it installs from Debian with apt-get unless
-// --no-install), the hosts are real (internal/testkit/testhost): each in network,
-// mount and UTS namespaces of its own behind a site's NAT router, with its
-// own containerd and a service manager in place of systemd, where
-// fleet-agent runs real kubeadm and the kubelet. They end with the demo, so
-// each run starts over. Elsewhere, or with --nodes=simulated, each agent
+// cgroup v1, and the edge image make test-image builds into bin/edge-image
+// with tools it installs from Debian with apt-get unless --no-install),
+// the hosts are real (internal/testkit/testhost): boxes booted from the
+// edge image with systemd as PID 1, in namespaces of their own behind a
+// site's NAT router, where the packaged fleet-agent runs real kubeadm and
+// the kubelet. They end with the demo, so each run starts over. Elsewhere, or with --nodes=simulated, each agent
 // provisions a sandbox root where the node simulator stands in for kubeadm
 // and a local API server plays the edge cluster's, with an external etcd;
 // KubeadmControlPlane judges it by the Nodes and static pods the simulator

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -196,7 +197,13 @@ func (d *demo) prepareSandboxes(logs string) error {
 // agentLogs says where the agents log.
 func (d *demo) agentLogs() string {
 	if d.real() {
-		return filepath.Join(d.dataDir, "demo", "hosts", "*", "root", "var", "log", "unitd", agentUnit+".log")
+		var cmds []string
+		for _, h := range d.hosts {
+			if h.th != nil {
+				cmds = append(cmds, fmt.Sprintf("nsenter -t %d -a journalctl -u %s", h.th.PID(), agentUnit))
+			}
+		}
+		return "each host's journal: " + strings.Join(cmds, "; ")
 	}
 	return filepath.Join(d.dataDir, "demo", "logs")
 }

@@ -20,14 +20,14 @@ import (
 
 func main() {
 	d := &demo{out: os.Stdout}
-	d.probe = func() []string { return testhost.Missing(filepath.Join(d.binDir, "k8s")) }
+	d.probe = func() []string { return testhost.Missing(d.image()) }
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "demo runs the embedded fleet hub, local edge agents and a cluster on them.\n\nUsage:\n  demo [flags]\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&d.dataDir, "data-dir", ".fleet", "Where the fleet is kept (the hub's data, the hosts' sandboxes, logs).")
-	fs.StringVar(&d.binDir, "bin-dir", "bin", "Directory with fleet-hub, fleet-agent, kubectl-fleet, fleet-unitd, fleet-nodesim and k8s/.")
+	fs.StringVar(&d.binDir, "bin-dir", "bin", "Directory with fleet-hub, fleet-agent, kubectl-fleet, fleet-nodesim, k8s/ and edge-image/ (the real hosts' image).")
 	fs.StringVar(&d.nodes, "nodes", nodesAuto, "Edge hosts: real (kubeadm, kubelet and containerd in namespaces), simulated (sandboxes with the node simulator) or auto (real when this machine can run them).")
 	fs.IntVar(&d.agents, "agents", 3, "Edge hosts to run (the first is the control plane, the rest workers).")
 	fs.StringVar(&d.gateway, "gateway-bind-address", "127.0.0.1:7443", "Address of the hub's agent gateway.")
@@ -35,7 +35,7 @@ func main() {
 	fs.StringVar(&d.kubernetesVersion, "kubernetes-version", "v1.36.3", "Kubernetes version of the demo cluster.")
 	fs.StringVar(&d.kubeadmConfig, "kubeadm-config", filepath.Join("docs", "templates", "kubeadm-cgroupv1-test-hosts.yaml"), "kubeadm settings of real hosts on this machine (kubectl fleet create --kubeadm-config).")
 	fs.BoolVar(&d.reset, "reset", false, "Start over: forget the fleet in --data-dir (real hosts always start over).")
-	fs.BoolVar(&d.setUpOnly, "set-up-only", false, "Only install the Debian packages real edge hosts lack (none with --no-install or --nodes=simulated), then exit: `make demo` runs this before it builds the images that need them.")
+	fs.BoolVar(&d.setUpOnly, "set-up-only", false, "Only install the Debian packages real edge hosts lack (none with --no-install or --nodes=simulated), then exit: `make demo` runs this before it builds the images and the edge image that need them.")
 	fs.BoolVar(&d.noInstall, "no-install", false, "Install nothing: where real edge hosts lack Debian packages, print the command that installs them and run the node simulator (--nodes=auto) or fail (--nodes=real).")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -75,7 +75,7 @@ func (d *demo) validate() error {
 	if d.nodes != nodesAuto && d.nodes != nodesReal && d.nodes != nodesSimulated {
 		return fmt.Errorf("--nodes %q: want real, simulated or auto", d.nodes)
 	}
-	for _, b := range []string{"fleet-hub", "fleet-agent", "kubectl-fleet", "fleet-unitd", "fleet-nodesim", "k8s/kube-apiserver", "k8s/etcd", "k8s/kubectl"} {
+	for _, b := range []string{"fleet-hub", "fleet-agent", "kubectl-fleet", "fleet-nodesim", "k8s/kube-apiserver", "k8s/etcd", "k8s/kubectl"} {
 		if _, err := os.Stat(filepath.Join(d.binDir, b)); err != nil {
 			return fmt.Errorf("%s is missing in %s: run `make demo`, which builds it", b, d.binDir)
 		}

@@ -51,7 +51,7 @@ func (d *demo) chooseNodes(ctx context.Context) error {
 		d.step("node simulator: %s", why)
 	default:
 		d.nodes = nodesReal
-		d.step("real edge hosts: kubeadm, kubelet and containerd in network and mount namespaces behind a NAT router; " +
+		d.step("real edge hosts: boxes booted from the edge image (systemd, containerd, kubelet, fleet-agent) in namespaces of their own behind a NAT router; " +
 			"they end with the demo, so each run starts the fleet over")
 	}
 	return nil
@@ -80,6 +80,10 @@ func (d *demo) sweep() error {
 	return nil
 }
 
+// image is the edge image's root file system the real hosts boot (make
+// test-image, which make demo runs).
+func (d *demo) image() string { return filepath.Join(d.binDir, "edge-image", "rootfs") }
+
 // startSite makes the site with its NAT to the gateway.
 func (d *demo) startSite() error {
 	s, err := testhost.NewSite(siteName, siteLAN)
@@ -93,18 +97,14 @@ func (d *demo) startSite() error {
 	return nil
 }
 
-// makeRealHosts boots the hosts on the site at once: each imports the
-// control-plane images into its own containerd, the slow part.
+// makeRealHosts boots the hosts on the site at once from the edge image.
 func (d *demo) makeRealHosts(ctx context.Context) error {
 	dir := filepath.Join(d.dataDir, "demo", "hosts")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	k8s := filepath.Join(d.binDir, "k8s")
-	bin := testhost.Binaries{K8s: k8s, Images: filepath.Join(k8s, "images"),
-		Agent: filepath.Join(d.binDir, "fleet-agent"), Unitd: filepath.Join(d.binDir, "fleet-unitd")}
-	d.step("booting %d edge hosts on site %s (LAN %s.0/24; the router forwards :%s to the hub's gateway): each with its own containerd and a service manager in place of systemd, control-plane images imported",
-		len(d.hosts), siteName, siteLAN, routerPort)
+	d.step("booting %d edge hosts on site %s (LAN %s.0/24; the router forwards :%s to the hub's gateway) from the edge image in %s: systemd, containerd with the control-plane images preloaded, the kubelet and fleet-agent, each box in namespaces of its own",
+		len(d.hosts), siteName, siteLAN, routerPort, d.image())
 	for _, h := range d.hosts {
 		if pid := testhost.Owner("host", h.name); pid != 0 && pid != os.Getpid() {
 			return fmt.Errorf("another process (pid %d) runs edge host %s: stop it first", pid, h.name)
@@ -116,13 +116,12 @@ func (d *demo) makeRealHosts(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			th, err := d.site.NewHost(ctx, testhost.HostOptions{Name: h.name, Dir: dir, Bin: bin})
+			th, err := d.site.NewHost(ctx, testhost.HostOptions{Name: h.name, Image: d.image(), Dir: dir})
 			if err != nil {
 				errs[i] = err
 				return
 			}
 			h.th = th
-			h.logPath = th.Root("var/log/unitd/" + agentUnit + ".log")
 		}()
 	}
 	wg.Wait()

@@ -31,9 +31,9 @@ func planSetup(missing []string, haveAptGet bool) setupPlan {
 		name, why, ok := testhost.DebianPackage(m)
 		switch {
 		case !ok:
-			// The files no package gives are bin/k8s's.
+			// The one file no package gives is the image.
 			if filepath.IsAbs(m) {
-				m += " (make k8s builds it)"
+				m += " (make test-image builds it)"
 			}
 			p.cannot = append(p.cannot, m)
 		case !seen[name]:
@@ -82,17 +82,18 @@ func (d *demo) setUpRealNodes(ctx context.Context) (string, error) {
 // installPackages is the demo's set-up step (--set-up-only): it installs
 // the Debian packages real edge hosts lack, unless --no-install or
 // --nodes=simulated, and says which and why. It is quiet about everything
-// else — what `make k8s` builds next, cgroup v2, no apt-get — which the
+// else — the image `make test-image` builds next, cgroup v2, no apt-get — which the
 // demo's own run then reports in its one line.
 func (d *demo) installPackages(ctx context.Context) error {
 	if d.noInstall || d.nodes == nodesSimulated {
 		return nil
 	}
-	// What `make k8s` builds next is no reason to hold back; root, cgroup
-	// v1 or apt-get missing is: nothing installed would make hosts run.
+	// The image `make test-image` builds next (with what is installed
+	// here) is no reason to hold back; root, cgroup v1 or apt-get missing
+	// is: nothing installed would make hosts run.
 	var missing []string
 	for _, m := range d.probe() {
-		if !strings.HasPrefix(m, filepath.Join(d.binDir, "k8s")+string(filepath.Separator)) {
+		if m != d.image() {
 			missing = append(missing, m)
 		}
 	}

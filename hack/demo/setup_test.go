@@ -24,15 +24,15 @@ func TestPlanSetup(t *testing.T) {
 	}{
 		{name: "nothing missing", haveAptGet: true},
 		{name: "a fresh Debian", haveAptGet: true,
-			missing: []string{"containerd", "runc", "ctr", "dbus-daemon", "sysctl", "/usr/lib/cni/bridge", "/usr/lib/cni/host-local", "/usr/lib/cni/loopback"},
-			install: []string{"containerd", "runc", "dbus", "procps", "containernetworking-plugins"}},
-		{name: "no apt-get", missing: []string{"runc", "ip"},
-			install: []string{"runc", "iproute2"},
-			cannot:  []string{"apt-get to install runc iproute2 (only Debian and Ubuntu are set up by the demo)"}},
-		{name: "not root, cgroup v2, no kubelet", haveAptGet: true,
-			missing: []string{"root", "cgroup v1 (this machine mounts cgroup v2 at /sys/fs/cgroup)", "nsenter", "/repo/bin/k8s/kubelet"},
+			missing: []string{"nsenter", "unshare", "mmdebstrap", "sfdisk", "mkfs.ext4", "mkfs.vfat", "mcopy", "zstd", "/usr/sbin/nft"},
+			install: []string{"util-linux", "mmdebstrap", "fdisk", "e2fsprogs", "dosfstools", "mtools", "zstd", "nftables"}},
+		{name: "no apt-get", missing: []string{"mmdebstrap", "ip"},
+			install: []string{"mmdebstrap", "iproute2"},
+			cannot:  []string{"apt-get to install mmdebstrap iproute2 (only Debian and Ubuntu are set up by the demo)"}},
+		{name: "not root, cgroup v2, no image", haveAptGet: true,
+			missing: []string{"root", "cgroup v1 (this machine mounts cgroup v2 at /sys/fs/cgroup)", "nsenter", "/repo/bin/edge-image/rootfs"},
 			install: []string{"util-linux"},
-			cannot:  []string{"root", "cgroup v1 (this machine mounts cgroup v2 at /sys/fs/cgroup)", "/repo/bin/k8s/kubelet (make k8s builds it)"}},
+			cannot:  []string{"root", "cgroup v1 (this machine mounts cgroup v2 at /sys/fs/cgroup)", "/repo/bin/edge-image/rootfs (make test-image builds it)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := planSetup(tc.missing, tc.haveAptGet)
@@ -65,16 +65,16 @@ func TestChooseNodes(t *testing.T) {
 		{name: "everything there", nodes: nodesAuto, chosen: nodesReal, says: []string{"==> real edge hosts: "}},
 		{name: "simulated asked for", nodes: nodesSimulated, missing: []string{"root"}, chosen: nodesSimulated,
 			says: []string{"==> node simulator: --nodes=simulated"}},
-		{name: "no-install prints the command", nodes: nodesAuto, noInstall: true, missing: []string{"runc", "/usr/lib/cni/bridge"},
-			chosen: nodesSimulated, says: []string{"==> node simulator: real edge hosts need runc, /usr/lib/cni/bridge and --no-install is set; install them with: apt-get update && apt-get install -y runc containernetworking-plugins"}},
-		{name: "no-install with real fails", nodes: nodesReal, noInstall: true, missing: []string{"containerd"},
-			says: []string{"apt-get update && apt-get install -y containerd"}},
-		{name: "cgroup v2 falls back", nodes: nodesAuto, missing: []string{"cgroup v1 (this machine mounts cgroup v2 at /sys/fs/cgroup)", "runc"},
+		{name: "no-install prints the command", nodes: nodesAuto, noInstall: true, missing: []string{"mmdebstrap", "/usr/sbin/nft"},
+			chosen: nodesSimulated, says: []string{"==> node simulator: real edge hosts need mmdebstrap, /usr/sbin/nft and --no-install is set; install them with: apt-get update && apt-get install -y mmdebstrap nftables"}},
+		{name: "no-install with real fails", nodes: nodesReal, noInstall: true, missing: []string{"zstd"},
+			says: []string{"apt-get update && apt-get install -y zstd"}},
+		{name: "cgroup v2 falls back", nodes: nodesAuto, missing: []string{"cgroup v1 (this machine mounts cgroup v2 at /sys/fs/cgroup)", "mmdebstrap"},
 			chosen: nodesSimulated, says: []string{"==> node simulator: real edge hosts need cgroup v1 (this machine mounts cgroup v2 at /sys/fs/cgroup)\n"}},
-		{name: "no kubelet with real fails", nodes: nodesReal, missing: []string{"/x/bin/k8s/kubeadm"},
-			says: []string{"real edge hosts need /x/bin/k8s/kubeadm (make k8s builds it)"}},
-		{name: "install failure stops the demo", nodes: nodesAuto, missing: []string{"runc", "sysctl"},
-			says: []string{"==> installing runc procps from Debian for the real edge hosts (--no-install refuses): runc: containerd starts", "procps: each host sets",
+		{name: "no image with real fails", nodes: nodesReal, missing: []string{"/x/bin/edge-image/rootfs"},
+			says: []string{"real edge hosts need /x/bin/edge-image/rootfs (make test-image builds it)"}},
+		{name: "install failure stops the demo", nodes: nodesAuto, missing: []string{"mmdebstrap", "ip"},
+			says: []string{"==> installing mmdebstrap iproute2 from Debian for the real edge hosts (--no-install refuses): mmdebstrap: make test-image builds", "iproute2: the site",
 				"apt-get update -qq: exit status 100", "E: Unable to locate package"},
 			aptGet: "noninteractive update -qq\n"},
 	} {
@@ -112,16 +112,14 @@ func TestChooseNodes(t *testing.T) {
 // (testhost.Missing) then finds missing, the demo installs, in one
 // apt-get install, and it runs real hosts after.
 func TestInstallThroughAptGet(t *testing.T) {
-	k8s := filepath.Join(t.TempDir(), "k8s")
-	for _, f := range []string{"kubelet", "kubeadm", "images/kube-apiserver.tar", "images/kube-proxy.tar", "images/coredns.tar"} {
-		must(t, os.MkdirAll(filepath.Dir(filepath.Join(k8s, f)), 0o755))
-		must(t, os.WriteFile(filepath.Join(k8s, f), nil, 0o755))
-	}
+	image := filepath.Join(t.TempDir(), "rootfs")
+	must(t, os.MkdirAll(filepath.Join(image, "sbin"), 0o755))
+	must(t, os.WriteFile(filepath.Join(image, "sbin", "init"), nil, 0o755))
 	fake := fakeAptGet(t, 0)
 	// Only the fake apt-get and what it installs are on PATH: every
 	// command the hosts need is missing until it has run.
 	t.Setenv("PATH", fake.dir)
-	probe := func() []string { return testhost.Missing(k8s) }
+	probe := func() []string { return testhost.Missing(image) }
 	for _, m := range probe() {
 		if _, _, ok := testhost.DebianPackage(m); !ok || filepath.IsAbs(m) {
 			// Root, cgroup v1 and the CNI plugins' files are this
@@ -139,17 +137,17 @@ func TestInstallThroughAptGet(t *testing.T) {
 		t.Errorf("chose %s after the install:\n%s", d.nodes, out.String())
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	want := "==> installing containerd runc dbus util-linux iproute2 procps from Debian for the real edge hosts (--no-install refuses): "
+	want := "==> installing util-linux iproute2 mmdebstrap fdisk e2fsprogs dosfstools mtools zstd from Debian for the real edge hosts (--no-install refuses): "
 	if len(lines) != 2 || !strings.HasPrefix(lines[0], want) || !strings.HasPrefix(lines[1], "==> real edge hosts: ") {
 		t.Errorf("the demo says:\n%s\nwant a line starting %q, then real edge hosts", out.String(), want)
 	}
-	for _, why := range []string{"ctr imports the control-plane images", "dbus-daemon of its own", "nsenter and unshare", "ip_forward with sysctl"} {
+	for _, why := range []string{"boot in namespaces made with unshare", "network namespaces, links and routes", "edge image from Debian packages", "unpacks the root file system archive"} {
 		if !strings.Contains(lines[0], why) {
 			t.Errorf("the install line does not say %q", why)
 		}
 	}
 	got, _ := os.ReadFile(fake.log)
-	if string(got) != "noninteractive update -qq\nnoninteractive install -y -qq containerd runc dbus util-linux iproute2 procps\n" {
+	if string(got) != "noninteractive update -qq\nnoninteractive install -y -qq util-linux iproute2 mmdebstrap fdisk e2fsprogs dosfstools mtools zstd\n" {
 		t.Errorf("apt-get was asked:\n%s", got)
 	}
 	if m := probe(); len(m) != 0 {
@@ -173,12 +171,14 @@ if [ ` + strconv.Itoa(exit) + ` != 0 ]; then echo "E: Unable to locate package" 
 [ "$1" = install ] || exit 0
 for p in "$@"; do
 	case $p in
-	containerd) cmds="containerd ctr" ;;
-	runc) cmds=runc ;;
-	dbus) cmds=dbus-daemon ;;
 	util-linux) cmds="nsenter unshare" ;;
 	iproute2) cmds=ip ;;
-	procps) cmds=sysctl ;;
+	mmdebstrap) cmds=mmdebstrap ;;
+	fdisk) cmds=sfdisk ;;
+	e2fsprogs) cmds=mkfs.ext4 ;;
+	dosfstools) cmds=mkfs.vfat ;;
+	mtools) cmds=mcopy ;;
+	zstd) cmds=zstd ;;
 	*) cmds= ;;
 	esac
 	for c in $cmds; do printf '#!/bin/sh\n' > ` + dir + `/$c; /bin/chmod +x ` + dir + `/$c; done
@@ -200,14 +200,14 @@ func TestSetUpOnlyInstallsPackages(t *testing.T) {
 		noInstall bool
 		aptGet    string
 	}{
-		{"auto", nodesAuto, false, "noninteractive update -qq\nnoninteractive install -y -qq containerd\n"},
+		{"auto", nodesAuto, false, "noninteractive update -qq\nnoninteractive install -y -qq zstd\n"},
 		{"no-install", nodesAuto, true, ""},
 		{"simulated", nodesSimulated, false, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_ = os.Remove(fake.log)
 			var out strings.Builder
-			missing := []string{"containerd", "/work/bin/k8s/images/kube-proxy.tar"}
+			missing := []string{"zstd", "/work/bin/edge-image/rootfs"}
 			d := &demo{out: &out, binDir: "/work/bin", nodes: tc.nodes, noInstall: tc.noInstall, probe: func() []string {
 				if got, _ := os.ReadFile(fake.log); strings.Contains(string(got), "install") {
 					return missing[1:]
@@ -219,8 +219,8 @@ func TestSetUpOnlyInstallsPackages(t *testing.T) {
 			if string(got) != tc.aptGet {
 				t.Errorf("apt-get was asked %q, want %q", got, tc.aptGet)
 			}
-			if strings.Contains(out.String(), "kube-proxy.tar") {
-				t.Errorf("the set-up step speaks of what make k8s builds next:\n%s", out.String())
+			if strings.Contains(out.String(), "edge-image") {
+				t.Errorf("the set-up step speaks of what make test-image builds next:\n%s", out.String())
 			}
 		})
 	}
@@ -233,7 +233,7 @@ func TestSetUpOnlyInstallsNothingWhereHostsCannotRun(t *testing.T) {
 	t.Setenv("PATH", fake.dir)
 	for _, cannot := range []string{"root", "cgroup v1 (this machine mounts cgroup v2 at /sys/fs/cgroup)"} {
 		var out strings.Builder
-		d := &demo{out: &out, binDir: "/work/bin", nodes: nodesAuto, probe: func() []string { return []string{cannot, "containerd"} }}
+		d := &demo{out: &out, binDir: "/work/bin", nodes: nodesAuto, probe: func() []string { return []string{cannot, "zstd"} }}
 		must(t, d.installPackages(context.Background()))
 		if got, _ := os.ReadFile(fake.log); len(got) != 0 {
 			t.Errorf("without %s, apt-get was asked %q", cannot, got)

@@ -75,7 +75,7 @@ func TestRealNodesBootstrapFailures(t *testing.T) {
 		{name: "sick", want: "error execution phase wait-control-plane", cause: kubeletLogSays("has some missing paths"),
 			kubeadm: func(s *bootstrapv1.KubeadmConfigSpec) {
 				// A cgroup parent that does not exist: the kubelet exits at start.
-				s.Files[0].Content = strings.Replace(s.Files[0].Content, "cgroupRoot: /fleet-", "cgroupRoot: /missing-", 1)
+				s.Files[0].Content = strings.Replace(s.Files[0].Content, "failCgroupV1: false\n", "failCgroupV1: false\ncgroupRoot: /missing\n", 1)
 				s.InitConfiguration.Timeouts.KubeletHealthCheckSeconds = ptr.To[int32](20)
 			}},
 	}

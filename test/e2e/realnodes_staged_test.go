@@ -26,45 +26,44 @@ import (
 	"github.com/edgefleet/fleet/pkg/hub/inventory"
 )
 
-// A host installed with v1.35.4 fetches v1.36.3 from the URL of an
+// A host of the image (v1.36.3) fetches v1.35.4 from the URL of an
 // EdgeKubernetesRelease, checks and stages it; claimed by a Machine of
-// v1.36.3, it installs the staged version before its bootstrap: the Node
-// comes up on v1.36.3, as a Machine that replaces another on an exact-size
-// site must.
+// v1.35.4, it installs the staged version before its bootstrap: the Node
+// comes up on v1.35.4, as a Machine that replaces another on an exact-size
+// site of an older version must.
 func TestRealNodesProvisionAStagedVersion(t *testing.T) {
 	ctx := context.Background()
 	c := hub.Client
-	bin, staged := prevKit(t)
+	bin, staged, _ := prevKit(t)
 	ns := newNamespace(t)
 	const lan = "10.97.5"
 	gw, _ := startFleetHubWithReach(t, ns, lan+".1")
 	site, hubURL := startRealSite(t, "st", lan, gw)
 	cpToken, _ := roleTokens(t, ns)
 	name := fmt.Sprintf("st%d", os.Getpid()%100000)
-	h := startRealHostWith(t, site, bin, testhost.HostOptions{}, name, hubURL, gw.CA().Pin(), cpToken)
-	must(t, h.ImportImages(ctx, filepath.Join(staged[currentVersion], "images", "pause.tar")))
+	startRealHostWith(t, site, bin, testhost.HostOptions{}, name, hubURL, gw.CA().Pin(), cpToken)
 	realEventually(t, "the host enrolled and Available", func() error { return testenv.HostsAvailable(ctx, c, ns, 1) })
 
 	// The site reaches the file server through its router, as a store
 	// reaches a mirror.
-	archive, sum := versionArchive(t, staged[currentVersion])
+	archive, sum := versionArchive(t, previousVersion, staged[previousVersion])
 	files := httptest.NewServer(http.FileServer(http.Dir(filepath.Dir(archive))))
 	t.Cleanup(files.Close)
 	filesAddr, err := site.Forward(net.JoinHostPort(site.Router, "8080"), files.Listener.Addr().String())
 	must(t, err)
-	must(t, c.Create(ctx, &infrav1.EdgeKubernetesRelease{ObjectMeta: metav1.ObjectMeta{Name: "v1-36-3", Namespace: ns},
-		Spec: infrav1.EdgeKubernetesReleaseSpec{Version: currentVersion, Artifacts: []infrav1.KubernetesArtifact{{
+	must(t, c.Create(ctx, &infrav1.EdgeKubernetesRelease{ObjectMeta: metav1.ObjectMeta{Name: "v1-35-4", Namespace: ns},
+		Spec: infrav1.EdgeKubernetesReleaseSpec{Version: previousVersion, Artifacts: []infrav1.KubernetesArtifact{{
 			Arch: runtime.GOARCH, URL: "http://" + filesAddr + "/" + filepath.Base(archive), SHA256: sum}}}}))
-	realEventually(t, currentVersion+" fetched and staged on the host", func() error {
+	realEventually(t, previousVersion+" fetched and staged on the host", func() error {
 		host := &infrav1.EdgeHost{}
 		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, host); err != nil {
 			return err
 		}
-		if !slices.Contains(host.Status.Facts.KubernetesVersions, currentVersion) {
+		if !slices.Contains(host.Status.Facts.KubernetesVersions, previousVersion) {
 			return fmt.Errorf("EdgeHost %s: staged %v, staging %+v", name, host.Status.Facts.KubernetesVersions, host.Status.Staging)
 		}
 		rel := &infrav1.EdgeKubernetesRelease{}
-		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "v1-36-3"}, rel); err != nil {
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "v1-35-4"}, rel); err != nil {
 			return err
 		}
 		if rel.Status.Hosts != 1 || rel.Status.Staged != 1 {
@@ -74,39 +73,39 @@ func TestRealNodesProvisionAStagedVersion(t *testing.T) {
 	})
 
 	fleet := newFleetCLI(t)
-	out := fleet.run(t, "create", "cluster", clusterName, "-n", ns, "--control-plane=machines", "--kubernetes-version", currentVersion,
+	out := fleet.run(t, "create", "cluster", clusterName, "-n", ns, "--control-plane=machines", "--kubernetes-version", previousVersion,
 		"--control-plane-host-selector", "role=cp", "--kubeadm-config", filepath.Join("..", "..", "docs", "templates", "kubeadm-cgroupv1-test-hosts.yaml"))
 	if !strings.Contains(out, "machine/"+clusterName+"-control-plane-0 applied") {
 		t.Fatalf("create:\n%s", out)
 	}
-	realEventually(t, "the host provisioned on "+currentVersion, func() error {
+	realEventually(t, "the host provisioned on "+previousVersion, func() error {
 		host := &infrav1.EdgeHost{}
 		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, host); err != nil {
 			return err
 		}
-		if p := host.Status.Provisioning; p == nil || p.State != infrav1.ProvisioningSucceeded || host.Status.KubernetesVersion != currentVersion {
+		if p := host.Status.Provisioning; p == nil || p.State != infrav1.ProvisioningSucceeded || host.Status.KubernetesVersion != previousVersion {
 			return fmt.Errorf("EdgeHost %s: provisioning %+v, version %q", name, p, host.Status.KubernetesVersion)
 		}
 		return nil
 	})
 	kc := fleetKubeconfig(t, ns)
-	realEventually(t, "Node "+name+" Ready on "+currentVersion, func() error {
+	realEventually(t, "Node "+name+" Ready on "+previousVersion, func() error {
 		if err := nodeReady(t, kc, name, inventory.ProviderIDOf(ns, name)); err != nil {
 			return err
 		}
-		if v := kubectl(t, kc, "get", "node", name, "-o", "jsonpath={.status.nodeInfo.kubeletVersion}"); v != currentVersion {
+		if v := kubectl(t, kc, "get", "node", name, "-o", "jsonpath={.status.nodeInfo.kubeletVersion}"); v != previousVersion {
 			return fmt.Errorf("node %s kubelet %s", name, v)
 		}
 		return nil
 	})
 }
 
-// versionArchive packs kit's kubeadm, kubelet and images into a tar file,
+// versionArchive packs version from kit,'s kubeadm, kubelet and images into a tar file,
 // the layout an EdgeKubernetesRelease's archive has, and returns its path
 // and sha256.
-func versionArchive(t *testing.T, kit string) (string, string) {
+func versionArchive(t *testing.T, version, kit string) (string, string) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "kubernetes-"+currentVersion+"-"+runtime.GOARCH+".tar")
+	path := filepath.Join(t.TempDir(), "kubernetes-"+version+"-"+runtime.GOARCH+".tar")
 	f, err := os.Create(path)
 	must(t, err)
 	defer func() { must(t, f.Close()) }()

@@ -39,18 +39,20 @@ import (
 // machine with the hub, both API servers and the other suites.
 const realNodesWait = 6 * time.Minute
 
+// hostKit is what real hosts boot: the edge image's root file system
+// (make test-image) and the fleet-agent under test, put over the image's.
+type hostKit struct{ image, agent string }
+
 // realKit is what real hosts need from this machine; it says what is
 // missing, and the test fails under CI or is skipped elsewhere.
-func realKit(t *testing.T) testhost.Binaries {
+func realKit(t *testing.T) hostKit {
 	t.Helper()
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	must(t, err)
-	k8s := filepath.Join(root, "bin", "k8s")
-	testhost.Require(t, k8s, "real nodes")
-	dir := t.TempDir()
+	image := filepath.Join(root, "bin", "edge-image", "rootfs")
+	testhost.Require(t, image, "real nodes")
 	agentBin, _ := buildBinaries(t)
-	return testhost.Binaries{K8s: k8s, Images: filepath.Join(k8s, "images"), Agent: agentBin,
-		Unitd: build(t, dir, "./test/unitd", "unitd")}
+	return hostKit{image: image, agent: agentBin}
 }
 
 // startRealSite makes an edge site named prefix-<pid> (so tests can run
@@ -71,16 +73,16 @@ func startRealSite(t *testing.T, prefix, lan string, gw *gateway.Server) (*testh
 }
 
 // startRealHost boots a host on the site and starts its agent with token.
-func startRealHost(t *testing.T, s *testhost.Site, bin testhost.Binaries, name, hubURL, pin, token string) *testhost.Host {
+func startRealHost(t *testing.T, s *testhost.Site, bin hostKit, name, hubURL, pin, token string) *testhost.Host {
 	t.Helper()
 	return startRealHostWith(t, s, bin, testhost.HostOptions{}, name, hubURL, pin, token)
 }
 
 // startRealHostWith is startRealHost for a host made with o.
-func startRealHostWith(t *testing.T, s *testhost.Site, bin testhost.Binaries, o testhost.HostOptions, name, hubURL, pin, token string) *testhost.Host {
+func startRealHostWith(t *testing.T, s *testhost.Site, bin hostKit, o testhost.HostOptions, name, hubURL, pin, token string) *testhost.Host {
 	t.Helper()
 	ctx := context.Background()
-	o.Name, o.Dir, o.Bin = name, t.TempDir(), bin
+	o.Name, o.Dir, o.Image, o.Agent = name, t.TempDir(), bin.image, bin.agent
 	h, err := s.NewHost(ctx, o)
 	must(t, err)
 	t.Cleanup(func() {

@@ -26,17 +26,23 @@ const (
 	currentVersion  = "v1.36.3"
 )
 
-// prevKit is realKit with the hosts' kubelet, kubeadm and images of the
-// previous version, and the current one staged for an in-place upgrade.
-func prevKit(t *testing.T) (testhost.Binaries, map[string]string) {
+// prevKit is realKit with the previous version staged on the hosts, for
+// clusters made on it (the agent installs a staged version before its
+// bootstrap); the image's own, current version is the upgrade's target.
+// It returns the staged versions by version, and the current version's
+// binaries and images.
+func prevKit(t *testing.T) (hostKit, map[string]string, string) {
 	t.Helper()
 	bin := realKit(t)
 	prev, err := filepath.Abs(filepath.Join("..", "..", "bin", "k8s-"+previousVersion))
 	must(t, err)
-	testhost.Require(t, prev, "in-place upgrade tests")
-	staged := map[string]string{currentVersion: bin.K8s}
-	bin.K8s, bin.Images = prev, filepath.Join(prev, "images")
-	return bin, staged
+	for _, f := range []string{"kubeadm", "kubelet", "images/kube-apiserver.tar"} {
+		if _, err := os.Stat(filepath.Join(prev, f)); err != nil {
+			t.Fatalf("in-place upgrade tests need %s (make k8s-prev): %v", previousVersion, err)
+		}
+	}
+	current := filepath.Join(bin.image, "opt", "fleet", "kubernetes", currentVersion)
+	return bin, map[string]string{previousVersion: prev}, current
 }
 
 // A one-host site, made by `kubectl fleet create --control-plane=machines`
@@ -50,11 +56,11 @@ func prevKit(t *testing.T) (testhost.Binaries, map[string]string) {
 func TestRealNodesInPlaceUpgradeOneHost(t *testing.T) {
 	ctx := context.Background()
 	c := hub.Client
-	bin, staged := prevKit(t)
+	bin, staged, current := prevKit(t)
 	// v1.36.2 is staged with a kubeadm that fails: the rollback's case.
 	broken := t.TempDir()
 	must(t, os.WriteFile(filepath.Join(broken, "kubeadm"), []byte("#!/bin/sh\necho 'kubeadm: the control plane did not come up' >&2\nexit 1\n"), 0o755))
-	must(t, os.Symlink(filepath.Join(staged[currentVersion], "kubelet"), filepath.Join(broken, "kubelet")))
+	must(t, os.Symlink(filepath.Join(current, "kubelet"), filepath.Join(broken, "kubelet")))
 	must(t, os.Mkdir(filepath.Join(broken, "images"), 0o755))
 	staged["v1.36.2"] = broken
 	ns := newNamespace(t)
@@ -64,8 +70,6 @@ func TestRealNodesInPlaceUpgradeOneHost(t *testing.T) {
 	cpToken, _ := roleTokens(t, ns)
 	name := fmt.Sprintf("up%d", os.Getpid()%100000)
 	h := startRealHostWith(t, site, bin, testhost.HostOptions{Staged: staged}, name, hubURL, gw.CA().Pin(), cpToken)
-	// The hosts' containerd runs pods in the current version's pause.
-	must(t, h.ImportImages(ctx, filepath.Join(staged[currentVersion], "images", "pause.tar")))
 	realEventually(t, "the host enrolled and Available", func() error { return testenv.HostsAvailable(ctx, c, ns, 1) })
 
 	fleet := newFleetCLI(t)
@@ -100,7 +104,7 @@ func TestRealNodesInPlaceUpgradeOneHost(t *testing.T) {
 		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, host); err != nil {
 			return err
 		}
-		if host.Status.KubernetesVersion != previousVersion || strings.Join(host.Status.Facts.KubernetesVersions, ",") != "v1.36.2,"+currentVersion {
+		if host.Status.KubernetesVersion != previousVersion || strings.Join(host.Status.Facts.KubernetesVersions, ",") != previousVersion+",v1.36.2,"+currentVersion {
 			return fmt.Errorf("EdgeHost %s runs %q, staged %v", name, host.Status.KubernetesVersion, host.Status.Facts.KubernetesVersions)
 		}
 		return nil

@@ -29,7 +29,7 @@ import (
 func TestRealNodesInPlaceUpgradeTwoHosts(t *testing.T) {
 	ctx := context.Background()
 	c := hub.Client
-	bin, staged := prevKit(t)
+	bin, staged, _ := prevKit(t)
 	ns := newNamespace(t)
 	const lan = "10.97.4"
 	gw, _ := startFleetHubWithHooks(t, ns, lan+".1")
@@ -40,7 +40,6 @@ func TestRealNodesInPlaceUpgradeTwoHosts(t *testing.T) {
 	hosts := map[string]*testhost.Host{}
 	for name, token := range map[string]string{cpName: cpToken, wName: wToken} {
 		h := startRealHostWith(t, site, bin, testhost.HostOptions{Staged: staged}, name, hubURL, gw.CA().Pin(), token)
-		must(t, h.ImportImages(ctx, filepath.Join(staged[currentVersion], "images", "pause.tar")))
 		hosts[name] = h
 	}
 	realEventually(t, "both hosts enrolled and Available", func() error { return testenv.HostsAvailable(ctx, c, ns, 2) })

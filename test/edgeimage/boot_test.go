@@ -159,10 +159,10 @@ func checkBoot(t *testing.T, rootfs string) {
 		"/etc/systemd/system/fleet-agent.service.d/50-test-watchdog.conf": "[Service]\nWatchdogSec=10s\n",
 	}
 	ctx := context.Background()
-	var boxes []*testhost.ImageHost
+	var boxes []*testhost.Host
 	for _, name := range []string{"fimg-a", "fimg-b"} {
 		started := time.Now()
-		b, err := site.BootImage(ctx, testhost.ImageHostOptions{Name: name, RootFS: rootfs, Dir: t.TempDir(), Files: files})
+		b, err := site.NewHost(ctx, testhost.HostOptions{Name: name, Image: rootfs, Dir: t.TempDir(), Files: files, Unnamed: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -31,14 +31,14 @@ func checkCluster(t *testing.T, rootfs string) {
 	ctx := context.Background()
 
 	roles := map[string]string{"ficl-cp": "role=control-plane", "ficl-w": "role=worker"}
-	var boxes []*testhost.ImageHost
+	var boxes []*testhost.Host
 	for _, name := range []string{"ficl-cp", "ficl-w"} {
 		tok := h.token(t, 1, roles[name])
 		files := map[string]string{
 			"/etc/fleet-agent/config.yaml": fmt.Sprintf("hub: %s\ncaCertHash: %s\ntokenFile: /etc/fleet-agent/token\n", h.url, h.pin),
 			"/etc/fleet-agent/token":       tok + "\n",
 		}
-		b, err := site.BootImage(ctx, testhost.ImageHostOptions{Name: name, RootFS: rootfs, Dir: t.TempDir(), Files: files})
+		b, err := site.NewHost(ctx, testhost.HostOptions{Name: name, Image: rootfs, Dir: t.TempDir(), Files: files, Unnamed: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,7 +62,7 @@ func checkCluster(t *testing.T, rootfs string) {
 	// The documented template, plus kubelet flags as a user sets them in
 	// /etc/default/kubelet: a kubelet unit file the bootstrap writes,
 	// which the agent restarts the kubelet for, through systemd's D-Bus API.
-	tmpl, err := os.ReadFile(filepath.Join(repo, "docs/templates/kubeadm-cgroupv1-image-hosts.yaml"))
+	tmpl, err := os.ReadFile(filepath.Join(repo, "docs/templates/kubeadm-cgroupv1-test-hosts.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

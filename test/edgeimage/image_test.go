@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/edgefleet/fleet/internal/testkit/testhost"
 )
@@ -23,7 +24,7 @@ const repo = "../.."
 
 // requireBuilder skips where the image cannot be built (not root, tools
 // missing), and fails instead in CI, which installs the tools.
-func requireBuilder(t *testing.T) {
+func requireBuilder(t testing.TB) {
 	t.Helper()
 	var missing []string
 	for _, tool := range []string{"mmdebstrap", "sfdisk", "mkfs.ext4", "e2fsck", "debugfs", "mkfs.vfat", "fsck.vfat", "mcopy", "mtype", "zstd", "losetup"} {
@@ -46,7 +47,7 @@ func requireBuilder(t *testing.T) {
 	t.Skip(why)
 }
 
-func build(t *testing.T, out string) {
+func build(t testing.TB, out string) {
 	t.Helper()
 	cmd := exec.Command("make", "--no-print-directory", "-C", repo, "edge-image", "EDGE_IMAGE_OUT="+out)
 	b, err := cmd.CombinedOutput()
@@ -58,29 +59,61 @@ func build(t *testing.T, out string) {
 
 func TestEdgeImage(t *testing.T) {
 	requireBuilder(t)
-	a, b := t.TempDir(), t.TempDir()
-	build(t, a)
+	a := testImage(t)
 
-	t.Run("disk", func(t *testing.T) { checkDisk(t, filepath.Join(a, "fleet-edge-amd64.img")) })
-	t.Run("boot", func(t *testing.T) { checkBoot(t, unpacked(t, a)) })
-	t.Run("cluster", func(t *testing.T) { checkCluster(t, unpacked(t, a)) })
-
-	// The second build shares only the cache of downloaded packages.
-	build(t, b)
-	t.Run("reproducible", func(t *testing.T) {
-		checkSameRootFS(t, filepath.Join(a, "fleet-edge-amd64.rootfs.tar.zst"), filepath.Join(b, "fleet-edge-amd64.rootfs.tar.zst"))
-	})
+	t.Run("disk", func(t *testing.T) { checkDisk(t, filepath.Join(a, "out", "fleet-edge-amd64.img")) })
+	t.Run("boot", func(t *testing.T) { checkBoot(t, rootFS(t, a)) })
+	t.Run("cluster", func(t *testing.T) { checkCluster(t, rootFS(t, a)) })
 }
 
-// unpacked is the image's root file system archive (in dir) unpacked, as
-// image hosts boot it; the test fails where they cannot run, or skips.
-func unpacked(t *testing.T, dir string) string {
+// BenchmarkEdgeImageBuild times `make edge-image` and checks that it is
+// reproducible: the build shares only the cache of downloaded packages
+// with bin/edge-image's (same inputs: make test-image first), and the two
+// root file system archives must match entry by entry. make bench runs it;
+// it is too long for make test beside the real-node suites.
+//
+//	go test ./test/edgeimage -run '^$' -bench EdgeImageBuild -benchtime 1x -timeout 30m
+func BenchmarkEdgeImageBuild(b *testing.B) {
+	requireBuilder(b)
+	a := testImage(b)
+	for range b.N {
+		out := b.TempDir()
+		start := time.Now()
+		build(b, out)
+		b.ReportMetric(time.Since(start).Seconds(), "s-build")
+		archive := filepath.Join(out, "fleet-edge-amd64.rootfs.tar.zst")
+		if st, err := os.Stat(archive); err == nil {
+			b.ReportMetric(float64(st.Size())/(1<<20), "MiB-archive")
+		}
+		checkSameRootFS(b, filepath.Join(a, "out", "fleet-edge-amd64.rootfs.tar.zst"), archive)
+	}
+}
+
+// testImage brings bin/edge-image up to date with make test-image (the
+// image the other real-node tests boot; built only when an input changed)
+// and returns it: out/ holds the archive and the disk, rootfs/ the
+// archive unpacked.
+func testImage(t testing.TB) string {
 	t.Helper()
-	k8s, _ := filepath.Abs(filepath.Join(repo, "bin/k8s"))
-	testhost.Require(t, k8s, "image hosts")
-	rootfs := t.TempDir()
-	run(t, "tar", "--zstd", "-xf", filepath.Join(dir, "fleet-edge-amd64.rootfs.tar.zst"), "-C", rootfs,
-		"--numeric-owner", "--xattrs", "--xattrs-include=security.capability")
+	cmd := exec.Command("make", "--no-print-directory", "-C", repo, "test-image")
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("make test-image: %v\n%s", err, b)
+	}
+	t.Logf("make test-image:\n%s", lastLines(b, 8))
+	dir, err := filepath.Abs(filepath.Join(repo, "bin", "edge-image"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// rootFS is the image's root file system as hosts boot it; the test fails
+// where they cannot run, or skips.
+func rootFS(t *testing.T, image string) string {
+	t.Helper()
+	rootfs := filepath.Join(image, "rootfs")
+	testhost.Require(t, rootfs, "image hosts")
 	return rootfs
 }
 
@@ -222,7 +255,7 @@ func debugfsLs(t *testing.T, dev, dir string) map[string]bool {
 
 // checkSameRootFS compares two root file system archives entry by entry:
 // names, types, modes, owners, times, link targets and contents.
-func checkSameRootFS(t *testing.T, a, b string) {
+func checkSameRootFS(t testing.TB, a, b string) {
 	ma, mb := manifest(t, a), manifest(t, b)
 	if len(ma) < 1000 {
 		t.Fatalf("%s has %d entries: not a root file system", a, len(ma))
@@ -251,7 +284,7 @@ func checkSameRootFS(t *testing.T, a, b string) {
 
 // manifest is an archive's entries: type, mode, owner, time, link target,
 // capabilities and the sha256 of the contents.
-func manifest(t *testing.T, archive string) map[string]string {
+func manifest(t testing.TB, archive string) map[string]string {
 	t.Helper()
 	cmd := exec.Command("zstd", "-dc", archive)
 	cmd.Stderr = os.Stderr

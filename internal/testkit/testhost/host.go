@@ -1,55 +1,62 @@
 package testhost
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
-
-	sddbus "github.com/coreos/go-systemd/v22/dbus"
-	"github.com/godbus/dbus/v5"
 )
 
-// Binaries are what a host's image carries besides the machine's own
-// /usr (containerd, runc, the CNI plugins, dbus-daemon).
-type Binaries struct {
-	// K8s holds kubelet and kubeadm (bin/k8s).
-	K8s string
-	// Images holds image archives every host imports at boot, as a real
-	// edge image would have them preloaded (bin/k8s/images).
-	Images string
-	// Agent is the fleet-agent binary; Unitd the service manager
-	// (test/unitd).
-	Agent, Unitd string
-}
-
-// HostOptions says which host to make.
+// HostOptions says which box to boot from the edge image.
 type HostOptions struct {
-	// Name is the host's hostname, unique on the machine: it also names
-	// its namespace and its cgroup parent /fleet-<Name>.
+	// Name names the host, its network namespace and its cgroup parent
+	// /fleet-<Name>; unique on the machine.
 	Name string
-	// Dir is where the host's state lives on the machine (Dir/<Name>).
+	// Image is the edge image's root file system, unpacked (make
+	// test-image's bin/edge-image/rootfs). Hosts share it read-only: each
+	// boots an overlay of its own, as each box has its own copy.
+	Image string
+	// Dir is where the host's state goes (Dir/Name).
 	Dir string
-	// Bin is what its image carries.
-	Bin Binaries
-	// Without leaves parts out of the host's image: "containerd" (no
-	// containerd unit) or "kubelet" (no kubelet binary or unit).
+	// Agent, if set, is put over the image's /usr/bin/fleet-agent: the
+	// binary under test.
+	Agent string
+	// Files are put into the host's root before it boots (path inside the
+	// host → contents; mode 0600 under /etc/fleet-agent, else 0644), as a
+	// user edits an image before flashing it.
+	Files map[string]string
+	// Without leaves parts out of the image: "containerd" (its unit, and
+	// the image preload that needs it, masked) or "kubelet" (no kubelet
+	// binary, not even staged; its unit masked).
 	Without []string
-	// WithoutImages are archives of Bin.Images the host does not import
-	// (e.g. "etcd.tar").
+	// WithoutImages are archives the image preloads that this host does
+	// not (e.g. "etcd.tar").
 	WithoutImages []string
-	// Staged are Kubernetes versions the host's image carries for an
-	// in-place upgrade, each a directory like bin/k8s (kubeadm, kubelet,
-	// images/) by its version ("v1.36.3"): they appear under
-	// /opt/fleet/kubernetes/<version>, where fleet-agent looks.
+	// Unnamed leaves /etc/hostname out, so that first boot names the box
+	// from its machine-id, as it does an image flashed as it is; else the
+	// box is named Name, as a site names its boxes.
+	Unnamed bool
+	// Staged are Kubernetes versions the host carries for an in-place
+	// upgrade besides the image's own, each a directory like bin/k8s
+	// (kubeadm, kubelet, images/) by its version ("v1.35.4"): they appear
+	// under /opt/fleet/kubernetes/<version>, where fleet-agent looks.
 	Staged map[string]string
 }
 
-// Host is a running edge host.
+// Host is a box booted from the edge image with systemd as PID 1 on a
+// site's LAN: the image's own /usr, units and hardening, real D-Bus, real
+// journald. The kit boots it the way kind boots a node container, with
+// namespaces of its own (mount, PID, UTS, IPC, cgroup, the site's network)
+// and the box's cgroup parent mounted writable as its cgroup root, so the
+// box's systemd and kubelet make cgroups as on a machine.
 type Host struct {
 	// Name is its hostname (and Node name).
 	Name string
@@ -58,27 +65,17 @@ type Host struct {
 	// PodCIDR is the range its CNI gives pods; the site's other hosts
 	// route it through Addr.
 	PodCIDR string
-	// Dir is the host's state on the machine; Root(p) maps a path inside
-	// the host to it for the directories the host has of its own.
+	// Dir holds root/ (the host's file system, the overlay's merged view),
+	// its upper and work directories, boot.log and console.log.
 	Dir string
 
 	netns, cgroup string
 	site          *Site
 	boot          *exec.Cmd
 	bootDone      chan struct{}
-	bootErr       error
+	console       *os.File
+	init          int
 }
-
-// bound are the host's own directories, bind-mounted over the machine's;
-// everything else (/usr, /lib, /sys, /tmp) is the machine's.
-var bound = []string{
-	"etc/kubernetes", "etc/cni/net.d", "etc/containerd", "etc/systemd/system", "etc/fleet-agent",
-	"var/lib/kubelet", "var/lib/etcd", "var/lib/containerd", "var/lib/cni", "var/lib/fleet-agent",
-	"var/log", "run", "usr/local/bin", "opt/fleet",
-}
-
-// ownFiles are files of the host's own, bind-mounted over the machine's.
-var ownFiles = []string{"etc/hosts", "etc/hostname", "etc/machine-id"}
 
 // sysctls are the values the kubelet insists on; each is bind-mounted over
 // its /proc/sys file inside the host so the kubelet finds it set and never
@@ -89,10 +86,13 @@ var sysctls = map[string]string{
 	"vm/overcommit_memory": "1",
 }
 
-// NewHost makes a host on the site's LAN and boots it: its service
-// manager starts containerd and the kubelet's unit (which waits, like on a
-// fresh machine, for kubeadm to configure it), and the images are
-// imported. fleet-agent is installed but not started: StartAgent does.
+// NewHost boots a box from the edge image on the site's LAN, with a
+// .network file giving it its LAN address, and the router as its gateway
+// and DNS server (what a site's own image configuration would say; the
+// box's systemd-networkd sets it up, and CoreDNS forwards to it), and
+// waits until systemd says it is up and containerd holds the image's
+// preloaded images. fleet-agent runs, waiting for a configuration
+// (StartAgent, or o.Files).
 func (s *Site) NewHost(ctx context.Context, o HostOptions) (*Host, error) {
 	if err := checkName(o.Name); err != nil {
 		return nil, err
@@ -100,308 +100,341 @@ func (s *Site) NewHost(ctx context.Context, o HostOptions) (*Host, error) {
 	if !cgroupV1() {
 		return nil, fmt.Errorf("host %s: hosts need cgroup v1; this machine mounts cgroup v2 at %s", o.Name, cgroupFS)
 	}
+	containerd, err := os.ReadFile(filepath.Join(o.Image, "etc/containerd/config.toml"))
+	if err != nil {
+		return nil, fmt.Errorf("host %s: the image's containerd configuration: %w", o.Name, err)
+	}
+	// This machine withholds CAP_SYS_RESOURCE, so runc cannot lower a
+	// pod's oom_score_adj below containerd's: containerd must clamp it.
+	const cri = "[plugins.\"io.containerd.grpc.v1.cri\"]\n"
+	if !bytes.Contains(containerd, []byte(cri)) {
+		return nil, fmt.Errorf("host %s: the image's containerd configuration has no %s section", o.Name, strings.TrimSpace(cri))
+	}
 	addr, n, err := s.nextAddr()
 	if err != nil {
 		return nil, err
 	}
 	dir, err := filepath.Abs(filepath.Join(o.Dir, o.Name))
 	if err != nil {
-		return nil, fmt.Errorf("host %s: %w", o.Name, err)
+		return nil, err
 	}
-	h := &Host{Name: o.Name, Addr: addr, PodCIDR: podCIDR(n),
-		Dir: dir, netns: "fleet-" + o.Name, cgroup: "/fleet-" + o.Name, bootDone: make(chan struct{})}
+	h := &Host{Name: o.Name, Addr: addr, PodCIDR: podCIDR(n), Dir: dir, netns: "fleet-" + o.Name, cgroup: "/fleet-" + o.Name,
+		bootDone: make(chan struct{})}
 	if err := record(Record{Kind: "host", Name: o.Name, NetNS: h.netns, Cgroup: h.cgroup, Dir: h.Dir}); err != nil {
 		return nil, err
 	}
-	if err := h.make(s, o); err != nil {
-		_ = h.Close()
-		return nil, fmt.Errorf("making host %s: %w", o.Name, err)
+	files := map[string]string{
+		"etc/systemd/network/10-lan.network": fmt.Sprintf(
+			"[Match]\nName=eth0\n\n[Network]\nAddress=%s/24\nGateway=%s\nDNS=%s\nIPv6AcceptRA=no\nLinkLocalAddressing=no\n", addr, s.Router, s.Router),
+		// What the cluster's CNI plugin would install.
+		"etc/cni/net.d/10-fleet.conflist": cniConfig(h.PodCIDR),
+		"etc/containerd/config.toml":      strings.Replace(string(containerd), cri, cri+"  restrict_oom_score_adj = true\n", 1),
 	}
+	if !o.Unnamed {
+		files["etc/hostname"] = o.Name + "\n"
+	}
+	for p, c := range o.Files {
+		files[strings.TrimPrefix(p, "/")] = c
+	}
+	if err := h.make(s, o, files); err != nil {
+		_ = h.Close()
+		return nil, fmt.Errorf("booting host %s: %w", o.Name, err)
+	}
+	if err := h.waitRunning(ctx); err != nil {
+		err = fmt.Errorf("host %s: %w\n%s", o.Name, err, h.Console())
+		_ = h.Close()
+		return nil, err
+	}
+	// Pod routes go through the LAN address the box's networkd set, and
+	// are added once it has.
 	h.site = s
+	if err := h.waitAddr(ctx); err != nil {
+		_ = h.Close()
+		return nil, fmt.Errorf("host %s: %w", o.Name, err)
+	}
 	if err := s.join(h.pods()); err != nil {
 		_ = h.Close()
 		return nil, fmt.Errorf("host %s: %w", o.Name, err)
 	}
-	if err := h.waitReady(ctx, !slices.Contains(o.Without, "containerd")); err != nil {
-		err = fmt.Errorf("host %s: %w\n%s", o.Name, err, h.Logs())
-		_ = h.Close()
-		return nil, err
-	}
-	if o.Bin.Images != "" && !slices.Contains(o.Without, "containerd") {
-		archives, _ := filepath.Glob(filepath.Join(o.Bin.Images, "*.tar"))
-		archives = slices.DeleteFunc(archives, func(a string) bool { return slices.Contains(o.WithoutImages, filepath.Base(a)) })
-		if err := h.ImportImages(ctx, archives...); err != nil {
-			_ = h.Close()
-			return nil, err
-		}
-	}
 	return h, nil
 }
 
-func (h *Host) make(s *Site, o HostOptions) error {
+// make lays out the host's overlay of the image with its own files and
+// leaves, and starts its boot.
+func (h *Host) make(s *Site, o HostOptions, files map[string]string) error {
 	_ = os.RemoveAll(h.Dir)
-	if err := h.writeImage(o); err != nil {
+	for _, d := range []string{"upper", "work", "root", "sysctl", "containerd"} {
+		if err := os.MkdirAll(filepath.Join(h.Dir, d), 0o755); err != nil {
+			return err
+		}
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", o.Image, filepath.Join(h.Dir, "upper"), filepath.Join(h.Dir, "work"))
+	if out, err := exec.Command("mount", "-t", "overlay", "overlay", "-o", opts, h.Root("")).CombinedOutput(); err != nil {
+		return fmt.Errorf("mounting the image's overlay: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	for p, c := range files {
+		mode := os.FileMode(0o644)
+		if strings.HasPrefix(p, "etc/fleet-agent/") {
+			mode = 0o600
+		}
+		if err := h.WriteFile(p, c, mode); err != nil {
+			return err
+		}
+	}
+	if err := h.leaveOut(o); err != nil {
 		return err
 	}
-	if err := h.makeCgroup(); err != nil {
+	binds := map[string]string{}
+	if o.Agent != "" {
+		binds["usr/bin/fleet-agent"] = o.Agent
+	}
+	for version, dir := range o.Staged {
+		for _, name := range []string{"kubeadm", "kubelet", "images"} {
+			binds[filepath.Join("opt/fleet/kubernetes", version, name)] = filepath.Join(dir, name)
+		}
+	}
+	if err := makeCgroup(h.cgroup); err != nil {
 		return err
 	}
-	if err := h.plug(s); err != nil {
-		return err
-	}
-	return h.startBoot(o)
-}
-
-// plug makes the host's network namespace and links it to the site's LAN,
-// with the site's router as its default gateway.
-func (h *Host) plug(s *Site) error {
 	if err := s.plug(h.Name, h.netns); err != nil {
 		return err
 	}
-	return ipAll(
-		[]string{"-n", h.netns, "addr", "add", h.Addr + "/24", "dev", "eth0"},
-		[]string{"-n", h.netns, "link", "set", "eth0", "up"},
-		[]string{"-n", h.netns, "route", "add", "default", "via", s.Router},
-		// A node forwards its pods' traffic; this is the host's own
-		// namespace, the machine's setting is untouched.
-		[]string{"netns", "exec", h.netns, "sysctl", "-qw", "net.ipv4.ip_forward=1"},
-	)
+	return h.startBoot(binds)
 }
 
-// plug makes a host's network namespace with an eth0 on the site's LAN,
-// left for the host to configure.
-func (s *Site) plug(name, netns string) error {
-	_ = exec.Command("ip", "netns", "del", netns).Run()
-	outer := "v" + shortHash(name)
-	return ipAll(
-		[]string{"netns", "add", netns},
-		[]string{"-n", netns, "link", "set", "lo", "up"},
-		[]string{"link", "add", outer, "type", "veth", "peer", "name", "eth0", "netns", netns},
-		[]string{"link", "set", outer, "netns", s.Name},
-		[]string{"-n", s.Name, "link", "set", outer, "master", "lan0", "up"},
-	)
+// leaveOut takes out of the host's overlay what o says it is without.
+func (h *Host) leaveOut(o HostOptions) error {
+	b, err := os.ReadFile(h.Root("usr/lib/fleet/kubernetes-version"))
+	if err != nil {
+		return fmt.Errorf("the image's Kubernetes version: %w", err)
+	}
+	own := filepath.Join("opt/fleet/kubernetes", strings.TrimSpace(string(b)))
+	var masked, removed []string
+	for _, part := range o.Without {
+		switch part {
+		case "containerd":
+			masked = append(masked, "containerd.service", "fleet-preload-images.service")
+		case "kubelet":
+			// The staged copy too, or the agent would put it back.
+			masked = append(masked, "kubelet.service")
+			removed = append(removed, "usr/local/bin/kubelet", filepath.Join(own, "kubelet"))
+		default:
+			return fmt.Errorf("without %q: want containerd or kubelet", part)
+		}
+	}
+	for _, a := range o.WithoutImages {
+		removed = append(removed, filepath.Join(own, "images", a))
+	}
+	for _, p := range removed {
+		if err := os.Remove(h.Root(p)); err != nil {
+			return fmt.Errorf("leaving /%s out: %w", p, err)
+		}
+	}
+	for _, u := range masked {
+		link := h.Root(filepath.Join("etc/systemd/system", u))
+		_ = os.Remove(link)
+		if err := os.Symlink("/dev/null", link); err != nil {
+			return fmt.Errorf("masking %s: %w", u, err)
+		}
+	}
+	return nil
 }
 
-// makeCgroup makes the host's cgroup parent in every hierarchy, with a
-// "system" child for its services (the kubelet puts pods beside it).
-func (h *Host) makeCgroup() error { return makeCgroup(h.cgroup) }
-
-// makeCgroup makes cg and its "system" child in every hierarchy.
+// makeCgroup makes cg in every hierarchy.
 func makeCgroup(cg string) error {
 	for _, hier := range hierarchies() {
-		for _, dir := range []string{cg, cg + "/system"} {
-			p := filepath.Join(hier, dir)
-			if err := os.MkdirAll(p, 0o755); err != nil {
-				return fmt.Errorf("making cgroup %s: %w", p, err)
+		p := filepath.Join(hier, cg)
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			return fmt.Errorf("making cgroup %s: %w", p, err)
+		}
+		if filepath.Base(hier) != "cpuset" {
+			continue
+		}
+		// A cpuset takes no process until it has CPUs and memory nodes.
+		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+			b, err := os.ReadFile(filepath.Join(filepath.Dir(p), f))
+			if err == nil {
+				err = os.WriteFile(filepath.Join(p, f), b, 0o644)
 			}
-			if filepath.Base(hier) != "cpuset" {
-				continue
-			}
-			// A cpuset takes no process until it has CPUs and memory nodes.
-			for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
-				b, err := os.ReadFile(filepath.Join(filepath.Dir(p), f))
-				if err == nil {
-					err = os.WriteFile(filepath.Join(p, f), b, 0o644)
-				}
-				if err != nil {
-					return fmt.Errorf("setting %s of %s: %w", f, p, err)
-				}
+			if err != nil {
+				return fmt.Errorf("setting %s of %s: %w", f, p, err)
 			}
 		}
 	}
 	return nil
 }
 
-// startBoot enters the host's network namespace, makes its mount and UTS
-// namespaces, mounts its own directories and hands over to the service
-// manager, which stays its first process.
-func (h *Host) startBoot(o HostOptions) error {
-	script := filepath.Join(h.Dir, "boot.sh")
-	if err := os.WriteFile(script, []byte(h.bootScript()), 0o755); err != nil {
+// startBoot starts the box's first process in the host's cgroup parent
+// (so Close can kill whatever is left) and network namespace, with
+// namespaces of its own; boot.sh mounts the box's API file systems and
+// hands over to the image's systemd.
+func (h *Host) startBoot(binds map[string]string) error {
+	master, slave, err := openConsole()
+	if err != nil {
 		return err
+	}
+	h.console = master
+	go h.copyConsole()
+	script := filepath.Join(h.Dir, "boot.sh")
+	if err := os.WriteFile(script, []byte(h.bootScript(slave, binds)), 0o755); err != nil {
+		return err
+	}
+	for k, v := range sysctls {
+		if err := os.WriteFile(filepath.Join(h.Dir, "sysctl", strings.ReplaceAll(k, "/", ".")), []byte(v+"\n"), 0o444); err != nil {
+			return err
+		}
 	}
 	logf, err := os.Create(filepath.Join(h.Dir, "boot.log"))
 	if err != nil {
 		return err
 	}
-	h.boot = exec.Command("nsenter", "--net=/run/netns/"+h.netns, "--",
-		"unshare", "--mount", "--uts", "--propagation", "slave", "--", "/bin/sh", script)
+	outer := fmt.Sprintf(`for hier in %s/*/; do [ -d "${hier}%s" ] && echo $$ > "${hier}%s/cgroup.procs"; done
+exec nsenter --net=/run/netns/%s -- unshare --mount --uts --ipc --pid --cgroup --fork --propagation private -- /bin/sh %s`,
+		cgroupFS, h.cgroup[1:], h.cgroup[1:], h.netns, script)
+	h.boot = exec.Command("/bin/sh", "-c", outer)
 	h.boot.Stdout, h.boot.Stderr = logf, logf
 	if err := h.boot.Start(); err != nil {
 		logf.Close()
-		return fmt.Errorf("starting the host: %w", err)
+		return fmt.Errorf("starting the box: %w", err)
 	}
 	go func() {
-		h.bootErr = h.boot.Wait()
+		_ = h.boot.Wait()
 		logf.Close()
 		close(h.bootDone)
 	}()
 	return nil
 }
 
-func (h *Host) bootScript() string {
-	var b strings.Builder
-	root := filepath.Join(h.Dir, "root")
-	fmt.Fprintf(&b, "set -eu\nexport PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n# Services live in the host's own cgroup, like systemd's system.slice.\n")
-	fmt.Fprintf(&b, "for hier in %s/*/; do [ -d \"${hier}%s/system\" ] && echo $$ > \"${hier}%s/system/cgroup.procs\"; done\n", cgroupFS, h.cgroup[1:], h.cgroup[1:])
-	for _, d := range bound {
-		fmt.Fprintf(&b, "mkdir -p /%s && mount --bind %s/%s /%s\n", d, root, d, d)
+// waitRunning waits for the box's systemd, then for `systemctl
+// is-system-running` to say running.
+func (h *Host) waitRunning(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	state := ""
+	for {
+		select {
+		case <-h.bootDone:
+			boot, _ := os.ReadFile(filepath.Join(h.Dir, "boot.log"))
+			return fmt.Errorf("the box's first process exited: %s", tail(string(boot), 2000))
+		case <-ctx.Done():
+			return fmt.Errorf("not running after 3 minutes (is-system-running: %q; failed units: %s)", state, h.failedUnits())
+		case <-time.After(500 * time.Millisecond):
+		}
+		if h.init == 0 {
+			h.init = childOf(h.boot.Process.Pid)
+			continue
+		}
+		out, _ := h.Command(ctx, "systemctl", "is-system-running").Output()
+		state = strings.TrimSpace(string(out))
+		switch state {
+		case "running":
+			return nil
+		case "degraded":
+			warnings, _ := h.Command(ctx, "journalctl", "-b", "-p", "warning", "--no-pager", "-n", "30").CombinedOutput()
+			return fmt.Errorf("degraded: failed units: %s\nwarnings:\n%s", h.failedUnits(), warnings)
+		}
 	}
-	for _, f := range ownFiles {
-		fmt.Fprintf(&b, "mount --bind %s/%s /%s\n", root, f, f)
+}
+
+// waitAddr waits for the box's eth0 to hold its LAN address.
+func (h *Host) waitAddr(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		out, _ := exec.CommandContext(ctx, "ip", "-n", h.netns, "-o", "-4", "addr", "show", "dev", "eth0").Output()
+		if strings.Contains(string(out), " "+h.Addr+"/") {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("eth0 has no %s a minute after boot: %s", h.Addr, strings.TrimSpace(string(out)))
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
-	for _, k := range sortedKeys(sysctls) {
-		fmt.Fprintf(&b, "mount --bind %s/sysctl/%s /proc/sys/%s\n", h.Dir, strings.ReplaceAll(k, "/", "."), k)
+}
+
+func (h *Host) failedUnits() string {
+	out, _ := h.Command(context.Background(), "systemctl", "--failed", "--no-legend", "--plain").Output()
+	return strings.TrimSpace(string(out))
+}
+
+// childOf is the first child of pid (the box's PID 1 under unshare), 0
+// if none.
+func childOf(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	if err != nil {
+		return 0
 	}
-	fmt.Fprintf(&b, "hostname %s\nmkdir -p /run/dbus /var/log/unitd\n", h.Name)
-	fmt.Fprintf(&b, "dbus-daemon --config-file=%s/dbus.conf --fork\n", h.Dir)
-	fmt.Fprintf(&b, "exec /usr/local/bin/unitd --bus unix:path=/run/dbus/system_bus_socket --log-dir /var/log/unitd --unit-path /etc/systemd/system --start containerd.service,kubelet.service\n")
-	return b.String()
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	n, _ := strconv.Atoi(f[0])
+	return n
 }
 
 func (h *Host) pods() podRange { return podRange{netns: h.netns, addr: h.Addr, cidr: h.PodCIDR} }
 
-// Root maps a path inside the host to where it is on the machine, for
-// paths under the host's own directories.
-func (h *Host) Root(p string) string { return filepath.Join(h.Dir, "root", p) }
-
-// waitReady waits for the host's service manager to answer on its bus
-// and, when the host has one, for its containerd.
-func (h *Host) waitReady(ctx context.Context, containerd bool) error {
-	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
-	defer cancel()
-	probe := func() error {
-		conn, err := h.systemd(ctx)
-		if err == nil {
-			// The bus may be up before the service manager owns its name.
-			_, err = conn.ListUnitsByNamesContext(ctx, []string{"fleet-agent.service"})
-			conn.Close()
-		}
-		if err != nil {
-			return fmt.Errorf("the service manager does not answer: %w", err)
-		}
-		if !containerd {
-			return nil
-		}
-		if out, err := h.ctr(ctx, "version").CombinedOutput(); err != nil {
-			return fmt.Errorf("containerd does not answer: %w: %s", err, strings.TrimSpace(string(out)))
-		}
-		return nil
+// Root maps a path inside the host to where the machine sees it: through
+// the box's own root while it runs (its /run, its containerd's data), the
+// overlay before.
+func (h *Host) Root(p string) string {
+	if h.init != 0 {
+		return filepath.Join("/proc", strconv.Itoa(h.init), "root", p)
 	}
-	for {
-		err := probe()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-h.bootDone:
-			return fmt.Errorf("the host's service manager exited (%v) before it was ready", h.bootErr)
-		case <-ctx.Done():
-			return err
-		case <-time.After(300 * time.Millisecond):
-		}
-	}
+	return filepath.Join(h.Dir, "root", p)
 }
 
-func (h *Host) ctr(ctx context.Context, args ...string) *exec.Cmd {
-	return exec.CommandContext(ctx, "ctr", append([]string{"--address", h.Root("run/containerd/containerd.sock"), "-n", "k8s.io"}, args...)...)
-}
+// PID is the box's first process (its systemd) as the machine numbers
+// it, for nsenter -t; 0 before it boots.
+func (h *Host) PID() int { return h.init }
 
-// ImportImages loads image archives into the host's containerd, as an
-// image's preloaded images or `ctr images import` on a machine would.
-func (h *Host) ImportImages(ctx context.Context, archives ...string) error {
-	for _, a := range archives {
-		if out, err := h.ctr(ctx, "images", "import", "--no-unpack", a).CombinedOutput(); err != nil {
-			return fmt.Errorf("host %s: importing %s: %w: %s", h.Name, filepath.Base(a), err, strings.TrimSpace(string(out)))
-		}
+// WriteFile writes a file inside the host, its directories made as
+// needed.
+func (h *Host) WriteFile(p, contents string, mode os.FileMode) error {
+	full := h.Root(p)
+	if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+		return err
 	}
-	return nil
+	return os.WriteFile(full, []byte(contents), mode)
 }
 
-// Command runs a command inside the host (its network, mount and UTS
-// namespaces), as an operator logged in there would.
+// Command runs a command inside the host, in all of its namespaces, as an
+// operator logged in on the box would.
 func (h *Host) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
-	return exec.CommandContext(ctx, "nsenter", append([]string{"-t", fmt.Sprint(h.boot.Process.Pid), "-n", "-m", "-u", "--", name}, args...)...)
+	return exec.CommandContext(ctx, "nsenter", append([]string{"-t", strconv.Itoa(h.init), "-a", "--", name}, args...)...)
 }
 
 // Inside runs fn on a thread in the host's network namespace; sockets fn
 // makes stay there.
 func (h *Host) Inside(fn func() error) error { return insideNetNS("/run/netns/"+h.netns, fn) }
 
-// systemd dials the host's service manager through its system bus, as
-// systemctl on the host would.
-func (h *Host) systemd(ctx context.Context) (*sddbus.Conn, error) {
-	return sddbus.NewConnection(func() (*dbus.Conn, error) {
-		c, err := dbus.Dial("unix:path="+h.Root("run/dbus/system_bus_socket"), dbus.WithContext(ctx))
-		if err != nil {
-			return nil, err
-		}
-		if err := c.Auth(nil); err != nil {
-			c.Close()
-			return nil, err
-		}
-		if err := c.Hello(); err != nil {
-			c.Close()
-			return nil, err
-		}
-		return c, nil
-	})
+// Console is what the host printed on its console (systemd's boot).
+func (h *Host) Console() string {
+	b, _ := os.ReadFile(filepath.Join(h.Dir, "console.log"))
+	return tail(string(b), 4000)
 }
 
-// Unit starts, stops or restarts a unit of the host ("start", "stop",
-// "restart") and waits for the job, like systemctl.
-func (h *Host) Unit(ctx context.Context, verb, unit string) error {
-	conn, err := h.systemd(ctx)
-	if err != nil {
-		return fmt.Errorf("host %s: reaching its service manager: %w", h.Name, err)
-	}
-	defer conn.Close()
-	done := make(chan string, 1)
-	switch verb {
-	case "start":
-		_, err = conn.StartUnitContext(ctx, unit, "replace", done)
-	case "stop":
-		_, err = conn.StopUnitContext(ctx, unit, "replace", done)
-	case "restart":
-		_, err = conn.RestartUnitContext(ctx, unit, "replace", done)
-	default:
-		return fmt.Errorf("unit verb %q: want start, stop or restart", verb)
-	}
-	if err != nil {
-		return fmt.Errorf("host %s: %s %s: %w", h.Name, verb, unit, err)
-	}
-	select {
-	case res := <-done:
-		if res != "done" {
-			return fmt.Errorf("host %s: %s %s: job %s", h.Name, verb, unit, res)
-		}
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// UnitLog is what a unit of the host has printed (its journal).
-func (h *Host) UnitLog(unit string) string {
-	b, _ := os.ReadFile(h.Root("var/log/unitd/" + unit + ".log"))
-	return string(b)
-}
-
-// Logs is the tail of the host's boot and unit logs, for a failed test.
+// Logs is the tail of the host's console and of its main units' journals,
+// for a failed test.
 func (h *Host) Logs() string {
 	var b strings.Builder
-	boot, _ := os.ReadFile(filepath.Join(h.Dir, "boot.log"))
-	fmt.Fprintf(&b, "--- host %s: boot ---\n%s", h.Name, tail(string(boot), 2000))
-	logs, _ := filepath.Glob(h.Root("var/log/unitd/*.log"))
-	for _, l := range logs {
-		c, _ := os.ReadFile(l)
-		fmt.Fprintf(&b, "--- host %s: %s ---\n%s", h.Name, filepath.Base(l), tail(string(c), 3000))
+	fmt.Fprintf(&b, "--- host %s: console ---\n%s", h.Name, h.Console())
+	if h.init == 0 {
+		return b.String()
+	}
+	for _, u := range []string{"fleet-agent.service", "kubelet.service", "containerd.service"} {
+		fmt.Fprintf(&b, "--- host %s: %s ---\n%s", h.Name, u, tail(h.Journal(u), 3000))
 	}
 	return b.String()
 }
 
-// Close stops the host's services, kills whatever is left in its cgroup
-// (pods included), and removes its namespaces, cgroups and state.
+// sigPowerOff is SIGRTMIN+4 as the C library numbers it, which systemd
+// as a container's init takes for poweroff.
+const sigPowerOff = syscall.Signal(38)
+
+// Close powers the box off, kills whatever is left in its cgroup, and
+// removes its namespace and state.
 func (h *Host) Close() error {
 	if h.site != nil {
 		h.site.leave(h.pods())
@@ -410,14 +443,24 @@ func (h *Host) Close() error {
 		select {
 		case <-h.bootDone:
 		default:
-			_ = h.boot.Process.Signal(os.Interrupt)
+			if h.init == 0 {
+				h.init = childOf(h.boot.Process.Pid)
+			}
+			if h.init != 0 {
+				_ = syscall.Kill(h.init, sigPowerOff)
+			}
 			select {
 			case <-h.bootDone:
 			case <-time.After(30 * time.Second):
 			}
 		}
 	}
-	return Record{Kind: "host", Name: h.Name, NetNS: h.netns, Cgroup: h.cgroup, Dir: h.Dir}.remove()
+	h.init = 0
+	err := Record{Kind: "host", Name: h.Name, NetNS: h.netns, Cgroup: h.cgroup, Dir: h.Dir}.remove()
+	if h.console != nil {
+		h.console.Close()
+	}
+	return err
 }
 
 func tail(s string, n int) string {
@@ -427,7 +470,7 @@ func tail(s string, n int) string {
 	return s
 }
 
-func sortedKeys(m map[string]string) []string {
+func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
@@ -435,3 +478,12 @@ func sortedKeys(m map[string]string) []string {
 	slices.Sort(keys)
 	return keys
 }
+
+func fnv64(s string) uint64 {
+	f := fnv.New64a()
+	_, _ = f.Write([]byte(s))
+	return f.Sum64()
+}
+
+// shortHash names a host's link on the site side (15 characters at most).
+func shortHash(s string) string { return fmt.Sprintf("%08x", uint32(fnv64(s))) }

@@ -8,10 +8,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Missing lists what this machine lacks to run hosts whose kubelet and
-// kubeadm come from k8sDir (bin/k8s, with the images `make k8s` packs);
-// empty when it can.
-func Missing(k8sDir string) []string {
+// Missing lists what this machine lacks to boot hosts from image (the
+// edge image's root file system, unpacked: make test-image's
+// bin/edge-image/rootfs); empty when it can.
+func Missing(image string) []string {
 	var missing []string
 	if os.Geteuid() != 0 {
 		missing = append(missing, "root")
@@ -26,12 +26,8 @@ func Missing(k8sDir string) []string {
 			}
 		}
 	}
-	for _, p := range []string{filepath.Join(k8sDir, "kubelet"), filepath.Join(k8sDir, "kubeadm"), filepath.Join(k8sDir, "images", "kube-apiserver.tar"),
-		// kubeadm's addons: kube-proxy and CoreDNS run on every cluster's hosts.
-		filepath.Join(k8sDir, "images", "kube-proxy.tar"), filepath.Join(k8sDir, "images", "coredns.tar")} {
-		if !present(p) {
-			missing = append(missing, p)
-		}
+	if !present(filepath.Join(image, "sbin", "init")) {
+		missing = append(missing, image)
 	}
 	return missing
 }
@@ -53,21 +49,21 @@ var debianPackages = []struct {
 	name, why string
 	gives     []string
 }{
-	{"containerd", "each host runs its own containerd, and ctr imports the control-plane images into it", []string{"containerd", "ctr"}},
-	{"runc", "containerd starts the hosts' containers with runc", []string{"runc"}},
-	{"containernetworking-plugins", "pods get their addresses from the bridge and host-local CNI plugins",
-		[]string{"/usr/lib/cni/bridge", "/usr/lib/cni/host-local", "/usr/lib/cni/loopback"}},
-	{"dbus", "each host's service manager answers systemd's D-Bus API on a dbus-daemon of its own", []string{"dbus-daemon"}},
-	{"util-linux", "hosts are entered with nsenter and unshare", []string{"nsenter", "unshare"}},
+	{"util-linux", "hosts boot in namespaces made with unshare and are entered with nsenter", []string{"nsenter", "unshare"}},
 	{"iproute2", "the site and its hosts are network namespaces, links and routes made with ip", []string{"ip"}},
-	{"procps", "each host sets its own ip_forward with sysctl", []string{"sysctl"}},
+	{"mmdebstrap", "make test-image builds the hosts' edge image from Debian packages", []string{"mmdebstrap"}},
+	{"fdisk", "make test-image partitions the edge image's disk", []string{"sfdisk"}},
+	{"e2fsprogs", "make test-image makes the edge image's root file system", []string{"mkfs.ext4"}},
+	{"dosfstools", "make test-image makes the edge image's EFI system partition", []string{"mkfs.vfat"}},
+	{"mtools", "make test-image fills the EFI system partition", []string{"mcopy"}},
+	{"zstd", "make test-image compresses and unpacks the root file system archive", []string{"zstd"}},
 	{"iptables", "make k8s packs iptables (nft backend) and its extensions into the kube-proxy image every host runs", []string{"/usr/sbin/xtables-nft-multi"}},
 	{"nftables", "make k8s packs nft into the kube-proxy image", []string{"/usr/sbin/nft"}},
 }
 
 // DebianPackage names the Debian package that gives what Missing reported
 // missing, and why hosts need it; ok is false for what no package gives
-// (root, cgroup v1, what `make k8s` builds).
+// (root, cgroup v1, the image make test-image builds).
 func DebianPackage(missing string) (name, why string, ok bool) {
 	for _, p := range debianPackages {
 		for _, what := range p.gives {

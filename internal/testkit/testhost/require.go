@@ -6,14 +6,14 @@ import (
 	"testing"
 )
 
-// Require stops tb when this machine cannot make hosts (see Missing): it
-// fails under CI=true, where a skip would hide a lost suite, and skips
-// elsewhere. Then it sweeps what killed runs left behind.
-func Require(tb testing.TB, k8sDir, who string) {
+// Require stops tb when this machine cannot boot hosts from image (see
+// Missing): it fails under CI=true, where a skip would hide a lost suite,
+// and skips elsewhere. Then it sweeps what killed runs left behind.
+func Require(tb testing.TB, image, who string) {
 	tb.Helper()
-	if missing := Missing(k8sDir); len(missing) > 0 {
+	if missing := Missing(image); len(missing) > 0 {
 		msg := who + " need " + strings.Join(missing, ", ") +
-			" (.ci/run installs containerd, runc, dbus, containernetworking-plugins and procps; make k8s builds bin/k8s)"
+			" (.ci/run installs the Debian packages; make test-image builds the image into bin/edge-image)"
 		if os.Getenv("CI") == "true" {
 			tb.Fatal(msg)
 		}

@@ -80,6 +80,20 @@ func (s *Site) nextAddr() (string, int, error) {
 	return fmt.Sprintf("%s.%d", s.lan, 10+n), n, nil
 }
 
+// plug makes a host's network namespace with an eth0 on the site's LAN,
+// left for the host to configure.
+func (s *Site) plug(name, netns string) error {
+	_ = exec.Command("ip", "netns", "del", netns).Run()
+	outer := "v" + shortHash(name)
+	return ipAll(
+		[]string{"netns", "add", netns},
+		[]string{"-n", netns, "link", "set", "lo", "up"},
+		[]string{"link", "add", outer, "type", "veth", "peer", "name", "eth0", "netns", netns},
+		[]string{"link", "set", outer, "netns", s.Name},
+		[]string{"-n", s.Name, "link", "set", outer, "master", "lan0", "up"},
+	)
+}
+
 // podRange is a host's pod range, reached through its LAN address.
 type podRange struct{ netns, addr, cidr string }
 

@@ -18,42 +18,16 @@ import (
 	"time"
 )
 
-// kit builds what a host needs, or says why this machine cannot run one.
-func kit(t *testing.T) Binaries {
+// testImage is make test-image's root file system, or the test stops
+// where this machine cannot boot hosts (failing under CI).
+func testImage(t *testing.T) string {
 	t.Helper()
-	var missing []string
-	for _, m := range Missing(filepath.Join("..", "..", "..", "bin", "k8s")) {
-		// This package's hosts run no kubelet: bin/k8s is not needed.
-		if !strings.Contains(m, "bin/k8s") {
-			missing = append(missing, m)
-		}
-	}
-	if len(missing) > 0 {
-		msg := "a test host needs " + strings.Join(missing, ", ") + " (.ci/run installs them)"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	dir := t.TempDir()
-	bin := Binaries{K8s: filepath.Join(dir, "k8s"), Agent: filepath.Join(dir, "fleet-agent"), Unitd: filepath.Join(dir, "unitd")}
-	for pkg, out := range map[string]string{"./cmd/fleet-agent": bin.Agent, "./test/unitd": bin.Unitd} {
-		cmd := exec.Command("go", "build", "-o", out, pkg)
-		cmd.Dir = filepath.Join("..", "..", "..")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("building %s: %v\n%s", pkg, err, b)
-		}
-	}
-	// kubelet and kubeadm are only linked into the host here; nothing runs them.
-	if err := os.MkdirAll(bin.K8s, 0o755); err != nil {
+	image, err := filepath.Abs(filepath.Join("..", "..", "..", "bin", "edge-image", "rootfs"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"kubelet", "kubeadm"} {
-		if err := os.WriteFile(filepath.Join(bin.K8s, name), []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return bin
+	Require(t, image, "test hosts")
+	return image
 }
 
 func newTestSite(t *testing.T) *Site {
@@ -67,23 +41,23 @@ func newTestSite(t *testing.T) *Site {
 }
 
 // A host has its own hostname, address, directories and cgroup; its
-// services run under its service manager; Close leaves nothing behind.
+// services run under its systemd; Close leaves nothing behind.
 func TestHostIsIsolatedAndCleansUp(t *testing.T) {
-	bin := kit(t)
+	image := testImage(t)
 	ctx := context.Background()
 	s := newTestSite(t)
 	name := fmt.Sprintf("th%d-a", os.Getpid()%100000)
-	h, err := s.NewHost(ctx, HostOptions{Name: name, Dir: t.TempDir(), Bin: bin})
+	h, err := s.NewHost(ctx, HostOptions{Name: name, Dir: t.TempDir(), Image: image})
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := h.Command(ctx, "sh", "-c", "hostname; cat /etc/hostname; ip -4 -o addr show eth0; ls /etc/kubernetes | wc -l").CombinedOutput()
+	out, err := h.Command(ctx, "sh", "-c", "hostname; cat /etc/hostname; ip -4 -o addr show eth0; ls -A /etc/kubernetes/pki 2>/dev/null | wc -l").CombinedOutput()
 	if err != nil {
 		t.Fatalf("inside the host: %v\n%s", err, out)
 	}
 	got := strings.Fields(string(out))
 	if len(got) < 6 || got[0] != name || got[1] != name || !strings.HasPrefix(got[5], h.Addr+"/") || got[len(got)-1] != "0" {
-		t.Errorf("inside the host: %q; want hostname %s, address %s, an empty /etc/kubernetes", out, name, h.Addr)
+		t.Errorf("inside the host: %q; want hostname %s, address %s, no cluster PKI", out, name, h.Addr)
 	}
 	if b, _ := os.ReadFile("/etc/hostname"); strings.TrimSpace(string(b)) == name {
 		t.Error("the host's hostname leaked into the machine's /etc/hostname")
@@ -93,8 +67,8 @@ func TestHostIsIsolatedAndCleansUp(t *testing.T) {
 	if err != nil || !strings.Contains(string(got0), "via "+s.Router) {
 		t.Errorf("the host's way out: %v %s; want via %s", err, got0, s.Router)
 	}
-	// containerd runs as a unit of the host's service manager, in the
-	// host's cgroup.
+	// containerd runs as a unit of the host's systemd, in the host's
+	// cgroup.
 	pids := cgroupPids(h.cgroup)
 	var containerd bool
 	for _, pid := range pids {
@@ -106,9 +80,8 @@ func TestHostIsIsolatedAndCleansUp(t *testing.T) {
 		t.Errorf("no containerd among the host's processes %v", pids)
 	}
 	if err := h.Unit(ctx, "restart", "containerd.service"); err != nil {
-		t.Errorf("restarting containerd through the host's D-Bus: %v", err)
+		t.Errorf("restarting containerd with the host's systemctl: %v", err)
 	}
-	// kubeadm's systemctl calls reach the host's service manager.
 	if out, err := h.Command(ctx, "systemctl", "is-active", "containerd").CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "active" {
 		t.Errorf("systemctl is-active containerd in the host: %v %q", err, out)
 	}
@@ -124,11 +97,11 @@ func TestHostIsIsolatedAndCleansUp(t *testing.T) {
 
 // A host whose maker was killed is removed by the next Sweep.
 func TestSweepRemovesWhatAKilledRunLeft(t *testing.T) {
-	bin := kit(t)
+	image := testImage(t)
 	ctx := context.Background()
 	s := newTestSite(t)
 	name := fmt.Sprintf("th%d-b", os.Getpid()%100000)
-	h, err := s.NewHost(ctx, HostOptions{Name: name, Dir: t.TempDir(), Bin: bin})
+	h, err := s.NewHost(ctx, HostOptions{Name: name, Dir: t.TempDir(), Image: image})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,12 +203,12 @@ func TestRecordsGuardWhatTheyName(t *testing.T) {
 // an address of host a's range answers a connection from host b, and the
 // route goes when a does.
 func TestPodRangesRoutedBetweenHosts(t *testing.T) {
-	bin := kit(t)
+	image := testImage(t)
 	ctx := context.Background()
 	s := newTestSite(t)
 	var hosts []*Host
 	for _, suffix := range []string{"a", "b"} {
-		h, err := s.NewHost(ctx, HostOptions{Name: fmt.Sprintf("tp%d-%s", os.Getpid()%100000, suffix), Dir: t.TempDir(), Bin: bin})
+		h, err := s.NewHost(ctx, HostOptions{Name: fmt.Sprintf("tp%d-%s", os.Getpid()%100000, suffix), Dir: t.TempDir(), Image: image})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -422,10 +422,10 @@ func TestTemplateForTestHosts(t *testing.T) {
 			t.Errorf("%s: no kubelet configuration patch in %v", what, files)
 			continue
 		}
-		for _, line := range []string{"failCgroupV1: false", "cgroupDriver: cgroupfs", "cgroupRoot: /fleet-{{ ds.meta_data.local_hostname }}"} {
-			if !slices.Contains(strings.Split(files[i].Content, "\n"), line) {
-				t.Errorf("%s: kubelet configuration patch lacks %q:\n%s", what, line, files[i].Content)
-			}
+		// The cgroup driver and root are the image's systemd's and the
+		// box's cgroup namespace's.
+		if strings.TrimSpace(files[i].Content) != "failCgroupV1: false" {
+			t.Errorf("%s: kubelet configuration patch %q, want failCgroupV1: false alone", what, files[i].Content)
 		}
 		// kube-proxy's configuration reaches kubeadm init's config file.
 		const proxyConfig = "/run/kubeadm/kube-proxy-configuration.yaml"
@@ -437,37 +437,6 @@ func TestTemplateForTestHosts(t *testing.T) {
 	for what, cmds := range map[string][]string{"KCP": kcp.PreKubeadmCommands, "worker": w.PreKubeadmCommands} {
 		if !slices.Contains(cmds, "cat /run/kubeadm/kube-proxy-configuration.yaml >> /run/kubeadm/kubeadm.yaml") {
 			t.Errorf("%s preKubeadmCommands %q do not add the kube-proxy configuration to kubeadm's", what, cmds)
-		}
-	}
-}
-
-// The template for boxes booted from the edge image keeps the cluster
-// settings of the test hosts' but leaves the cgroup driver and root to the
-// image's systemd and the box's cgroup namespace.
-func TestTemplateForImageHosts(t *testing.T) {
-	o := validOptions()
-	o.KubeadmConfig = filepath.Join("..", "..", "..", "docs", "templates", "kubeadm-cgroupv1-image-hosts.yaml")
-	objs := objects(t, o)
-	kcp := find[*controlplanev1.KubeadmControlPlane](t, objs).Spec.KubeadmConfigSpec
-	w := find[*bootstrapv1.KubeadmConfigTemplate](t, objs).Spec.Template.Spec
-	for what, nr := range map[string]bootstrapv1.NodeRegistrationOptions{"KCP init": kcp.InitConfiguration.NodeRegistration,
-		"KCP join": kcp.JoinConfiguration.NodeRegistration, "worker join": w.JoinConfiguration.NodeRegistration} {
-		wired(t, what, nr)
-		if nr.ImagePullPolicy != corev1.PullNever || !slices.Contains(nr.IgnorePreflightErrors, "SystemVerification") {
-			t.Errorf("%s imagePullPolicy %q, ignorePreflightErrors %v", what, nr.ImagePullPolicy, nr.IgnorePreflightErrors)
-		}
-	}
-	for what, files := range map[string][]bootstrapv1.File{"KCP": kcp.Files, "worker": w.Files} {
-		i := slices.IndexFunc(files, func(f bootstrapv1.File) bool {
-			return f.Path == "/etc/kubernetes/patches/kubeletconfiguration+merge.yaml"
-		})
-		if i < 0 || strings.TrimSpace(files[i].Content) != "failCgroupV1: false" {
-			t.Errorf("%s: kubelet configuration patch %v, want failCgroupV1: false alone", what, files)
-		}
-		if !slices.ContainsFunc(files, func(f bootstrapv1.File) bool {
-			return f.Path == "/run/kubeadm/kube-proxy-configuration.yaml" && strings.Contains(f.Content, "  maxPerCore: 0\n")
-		}) {
-			t.Errorf("%s: no KubeProxyConfiguration with conntrack.maxPerCore 0 in %v", what, files)
 		}
 	}
 }
