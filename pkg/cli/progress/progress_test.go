@@ -3,6 +3,7 @@ package progress
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -55,5 +56,22 @@ func TestUntilSaysWhyItStopped(t *testing.T) {
 	err = Until(ctx, &bytes.Buffer{}, time.Minute, "cluster shop", never)
 	if err == nil || !strings.HasPrefix(err.Error(), "interrupted waiting for cluster shop: ") {
 		t.Errorf("interrupt: %v", err)
+	}
+}
+
+// A look near the end of the wait is not refused for the wait's deadline
+// (as a client's rate limiter refuses a request that would end past its
+// context's): the wait says it timed out, not the limiter's error.
+func TestUntilTimesOutRatherThanFailAtTheDeadline(t *testing.T) {
+	interval = 10 * time.Millisecond
+	defer func() { interval = time.Second }()
+	err := Until(context.Background(), &bytes.Buffer{}, 300*time.Millisecond, "x", func(ctx context.Context) (string, bool, error) {
+		if d, ok := ctx.Deadline(); ok && time.Until(d) < 200*time.Millisecond {
+			return "", false, errors.New("rate: Wait(n=1) would exceed context deadline")
+		}
+		return "waiting", false, nil
+	})
+	if err == nil || !strings.HasPrefix(err.Error(), "timed out waiting for x (--timeout 300ms): waiting") {
+		t.Fatalf("Until = %v, want the timeout", err)
 	}
 }
