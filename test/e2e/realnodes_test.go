@@ -161,8 +161,14 @@ func TestRealNodesClusterLifecycle(t *testing.T) {
 	cpName, wName := cpHost.Name, wHost.Name
 
 	// The settings this machine's hosts need come from the documented
-	// template.
-	for _, o := range clustertemplate.Objects(realClusterSpec(t, ns)) {
+	// template, plus kubelet flags as a user sets them in
+	// /etc/default/kubelet: a file the bootstrap writes, which the kubelet
+	// reads only once the agent has restarted it.
+	spec := realClusterSpec(t, ns)
+	const label = "edge.example.com/image=fleet-edge"
+	spec.Kubeadm.Files = append(spec.Kubeadm.Files, bootstrapv1.File{Path: "/etc/default/kubelet", Permissions: "0644",
+		Content: "KUBELET_EXTRA_ARGS=--node-labels=" + label + "\n"})
+	for _, o := range clustertemplate.Objects(spec) {
 		must(t, c.Create(ctx, o))
 	}
 	realEventually(t, "Cluster Available on real nodes", func() error { return clusterAvailable(ctx, c, ns) })
@@ -173,6 +179,12 @@ func TestRealNodesClusterLifecycle(t *testing.T) {
 		realEventually(t, "Node "+name+" Ready with fleet's providerID", func() error {
 			return nodeReady(t, kc, name, inventory.ProviderIDOf(ns, name))
 		})
+		if got := kubectl(t, kc, "get", "node", name, "-o", `jsonpath={.metadata.labels.edge\.example\.com/image}`); got != "fleet-edge" {
+			t.Errorf("Node %s: label %s = %q: the kubelet did not read /etc/default/kubelet", name, label, got)
+		}
+	}
+	for _, h := range []*testhost.Host{cpHost, wHost} {
+		underSystemd(ctx, t, h)
 	}
 	// The certificate expiry the agent reports is the real PKI's.
 	cpMachine := machineOnHost(ctx, t, c, ns, cpName)
@@ -246,6 +258,26 @@ func TestRealNodesClusterLifecycle(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// underSystemd checks what a provisioned box's systemd shows: the kubelet
+// active with its pods in slices systemd made (the systemd cgroup
+// driver), restarted by the agent through systemd's D-Bus API after the
+// bootstrap, and the agent's unit as shipped, no drop-in loosening it.
+func underSystemd(ctx context.Context, t *testing.T, h *testhost.Host) {
+	t.Helper()
+	if p, err := h.Show(ctx, "kubelet.service", "ActiveState"); err != nil || p["ActiveState"] != "active" {
+		t.Errorf("%s: kubelet.service %v %v", h.Name, p, err)
+	}
+	if p, err := h.Show(ctx, "kubepods.slice", "ActiveState"); err != nil || p["ActiveState"] != "active" {
+		t.Errorf("%s: kubepods.slice %v %v (the kubelet's systemd cgroup driver)", h.Name, p, err)
+	}
+	if j := h.UnitLog("fleet-agent.service"); !strings.Contains(j, "kubelet.service restarted") || strings.Contains(j, "D-Bus") {
+		t.Errorf("%s: the agent's journal does not show the kubelet restarted through D-Bus:\n%s", h.Name, j)
+	}
+	if p, err := h.Show(ctx, "fleet-agent.service", "DropInPaths"); err != nil || p["DropInPaths"] != "" {
+		t.Errorf("%s: fleet-agent.service %v %v", h.Name, p, err)
+	}
 }
 
 // nodeReady checks a Node through the hub: Ready, with providerID.

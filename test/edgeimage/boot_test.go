@@ -27,23 +27,20 @@ type hub struct {
 	url, pin                          string
 }
 
-// startHub starts fleet-hub dev; reach turns on its edge-reach proxy,
-// through which Cluster API reaches the clusters on the site.
-func startHub(t *testing.T, site *testhost.Site, reach bool) *hub {
+// startHub starts fleet-hub dev, its gateway reached from the site
+// through the router.
+func startHub(t *testing.T, site *testhost.Site) *hub {
 	t.Helper()
 	bin := t.TempDir()
 	if out, err := exec.Command("go", "build", "-o", bin+"/", "../../cmd/fleet-hub", "../../cmd/kubectl-fleet").CombinedOutput(); err != nil {
 		t.Fatalf("building fleet-hub and kubectl-fleet: %v\n%s", err, out)
 	}
 	data := t.TempDir()
-	gw, proxy := testkit.FreeAddr(t), "0"
-	if reach {
-		proxy = testkit.FreeAddr(t)
-	}
+	gw := testkit.FreeAddr(t)
 	k8s, _ := filepath.Abs(filepath.Join(repo, "bin/k8s"))
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, filepath.Join(bin, "fleet-hub"), "dev", "--data-dir", data, "--bin-dir", k8s,
-		"--gateway-bind-address", gw, "--proxy-bind-address", proxy, "--gateway-ips", site.Router)
+		"--gateway-bind-address", gw, "--proxy-bind-address", "0", "--gateway-ips", site.Router)
 	logf, err := os.Create(filepath.Join(data, "dev.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -148,7 +145,7 @@ func checkBoot(t *testing.T, rootfs string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = site.Close() })
-	h := startHub(t, site, false)
+	h := startHub(t, site)
 	tok := h.token(t, 2)
 
 	// The image as a user bakes it with fleet-agent install --hub

@@ -63,7 +63,6 @@ func TestEdgeImage(t *testing.T) {
 
 	t.Run("disk", func(t *testing.T) { checkDisk(t, filepath.Join(a, "out", "fleet-edge-amd64.img")) })
 	t.Run("boot", func(t *testing.T) { checkBoot(t, rootFS(t, a)) })
-	t.Run("cluster", func(t *testing.T) { checkCluster(t, rootFS(t, a)) })
 }
 
 // BenchmarkEdgeImageBuild times `make edge-image` and checks that it is
