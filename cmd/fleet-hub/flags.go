@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/edgefleet/fleet/pkg/contract/wire"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
 	"github.com/edgefleet/fleet/pkg/hub/linkhealth"
 	"github.com/edgefleet/fleet/pkg/hub/reach"
@@ -119,6 +120,7 @@ func addGatewayFlags(fs *pflag.FlagSet, o *gateway.Options) {
 	def := linkhealth.DefaultThresholds()
 	fs.Float64Var(&o.LinkThresholds.RetransmitsToHubPerMinute, "link-degraded-retransmits", def.RetransmitsToHubPerMinute, "TCP retransmissions per minute from an agent to the hub at which its EdgeHost is LinkDegraded.")
 	fs.DurationVar(&o.LinkThresholds.RTT, "link-degraded-rtt", def.RTT, "Round-trip time from an agent to the hub at which its EdgeHost is LinkDegraded.")
+	fs.IntVar(&o.MinAgentProtocol, "min-agent-protocol", wire.MinProtocol, fmt.Sprintf("The oldest hub-agent protocol version served (%d–%d); agents that speak only older ones are refused, their EdgeHosts AgentVersionUnsupported.", wire.MinProtocol, wire.MaxProtocol))
 	fs.StringVar(&o.SessionMux, "session-mux", hubmux.KindHubmux, "The hub's end of the agents' yamux sessions: "+strings.Join(hubmux.Kinds(), " or ")+" (hashicorp/yamux, a fallback that costs more memory per agent).")
 	fs.StringVar(&o.HubNamespace, "hub-namespace", envOr("POD_NAMESPACE", "fleet-system"), "Namespace of the hub CA Secret and the enrollment tokens.")
 	fs.StringSliceVar(&o.DNSNames, "gateway-dns-names", nil, "Comma-separated DNS names agents use to reach the gateway (put in its serving certificate).")
@@ -173,6 +175,9 @@ func (o *options) validate() error {
 	}
 	if g.DisconnectGrace < 0 || g.WaveStatusDelay < 0 {
 		errs = append(errs, fmt.Errorf("--disconnect-grace and --wave-status-delay must not be negative (got %s and %s)", g.DisconnectGrace, g.WaveStatusDelay))
+	}
+	if g.MinAgentProtocol < wire.MinProtocol || g.MinAgentProtocol > wire.MaxProtocol {
+		errs = append(errs, fmt.Errorf("--min-agent-protocol must be a version this hub speaks, %d–%d (got %d)", wire.MinProtocol, wire.MaxProtocol, g.MinAgentProtocol))
 	}
 	if err := hubmux.CheckKind(g.SessionMux); err != nil {
 		errs = append(errs, fmt.Errorf("--session-mux: %w", err))

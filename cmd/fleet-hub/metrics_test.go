@@ -78,7 +78,7 @@ func writeFleet(t *testing.T, env *testenv.Env) {
 	}
 	em := &infrav1.EdgeMachine{}
 	must(c.Get(ctx, client.ObjectKey{Namespace: metricsNS, Name: "w0"}, em))
-	host := func(name string, claim *infrav1.HostClaimReference, p *infrav1.HostProvisioningStatus, connected metav1.ConditionStatus, seen time.Time) {
+	host := func(name string, claim *infrav1.HostClaimReference, p *infrav1.HostProvisioningStatus, connected metav1.ConditionStatus, seen time.Time, more ...metav1.Condition) {
 		h := &infrav1.EdgeHost{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: metricsNS}, Spec: infrav1.EdgeHostSpec{ClaimRef: claim}}
 		must(c.Create(ctx, h))
 		if connected == "" {
@@ -87,13 +87,15 @@ func writeFleet(t *testing.T, env *testenv.Env) {
 		status(h, func() {
 			h.Status.Provisioning = p
 			h.Status.LastSeenTime = ptr.To(metav1.NewTime(seen))
-			h.Status.Conditions = []metav1.Condition{{Type: infrav1.AgentConnectedCondition, Status: connected, Reason: "x",
-				LastTransitionTime: metav1.NewTime(seen)}}
+			h.Status.Conditions = append([]metav1.Condition{{Type: infrav1.AgentConnectedCondition, Status: connected, Reason: "x",
+				LastTransitionTime: metav1.NewTime(seen)}}, more...)
 		})
 	}
 	host("clean-1", nil, nil, "", now)
 	host("gone-1", &infrav1.HostClaimReference{Name: "w0", UID: em.UID},
-		&infrav1.HostProvisioningStatus{ClaimUID: em.UID, State: infrav1.ProvisioningSucceeded}, metav1.ConditionFalse, now.Add(-20*time.Minute))
+		&infrav1.HostProvisioningStatus{ClaimUID: em.UID, State: infrav1.ProvisioningSucceeded}, metav1.ConditionFalse, now.Add(-20*time.Minute),
+		metav1.Condition{Type: infrav1.AgentVersionUnsupportedCondition, Status: metav1.ConditionTrue, Reason: infrav1.AgentTooOldReason,
+			Message: "x", LastTransitionTime: metav1.NewTime(now)})
 	host("stuck-1", nil, &infrav1.HostProvisioningStatus{ClaimUID: "old", State: infrav1.ProvisioningResetFailed}, metav1.ConditionTrue, now)
 }
 
@@ -135,6 +137,7 @@ func fleetMetricsMatch(body string) error {
 		{"fleet_edgehosts_connected", with("connected", "true"), 1},
 		{"fleet_edgehosts_connected", with("connected", "false"), 1},
 		{"fleet_edgehosts_connected", with("connected", "unknown"), 1},
+		{"fleet_edgehosts_agent_unsupported", map[string]string{"namespace": metricsNS}, 1},
 		{"fleet_machines_remediating", with("cluster", "store"), 1},
 		{"fleet_machine_remediations_total", with("cluster", "store"), 1},
 	}
@@ -228,7 +231,7 @@ func monitoringMetrics(t *testing.T) []string {
 			}
 		}
 	}
-	for _, a := range []string{"FleetHostNeedsAttention", "FleetAgentGone", "FleetCertificatesExpireIn30Days", "FleetCertificatesExpireIn7Days", "FleetMachinesRemediated"} {
+	for _, a := range []string{"FleetHostNeedsAttention", "FleetAgentGone", "FleetAgentVersionUnsupported", "FleetCertificatesExpireIn30Days", "FleetCertificatesExpireIn7Days", "FleetMachinesRemediated"} {
 		if !alerts[a] {
 			t.Errorf("prometheusrule.yaml has no alert %s", a)
 		}

@@ -341,11 +341,19 @@ func TestClusterLifecycleOnRealAgents(t *testing.T) {
 // returns a function that stops it, as a hub restart would.
 func startFleetHub(t *testing.T, ns, addr string) (*gateway.Server, func()) {
 	t.Helper()
+	return startFleetHubWith(t, gateway.Options{Addr: addr, HubNamespace: ns})
+}
+
+// startFleetHubWith is startFleetHub with gateway options o (its address,
+// hub namespace and more).
+func startFleetHubWith(t *testing.T, o gateway.Options) (*gateway.Server, func()) {
+	t.Helper()
 	mgr, err := ctrl.NewManager(hub.Config, ctrl.Options{Scheme: hub.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, Logger: logr.Discard()})
 	must(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
+	o.IPs = []net.IP{net.ParseIP("127.0.0.1")}
 	h, err := fleethub.Setup(ctx, mgr, fleethub.Options{Reconcilers: hubreconcilers.Options{Concurrency: 4, SkipNameValidation: true},
-		Gateway: &gateway.Options{Addr: addr, HubNamespace: ns, IPs: []net.IP{net.ParseIP("127.0.0.1")}}})
+		Gateway: &o})
 	must(t, err)
 	gw := h.Gateway
 	done := make(chan struct{})

@@ -31,6 +31,12 @@ var errRevoked = errors.New("the hub revoked this host's identity")
 // while the agent was away. The identity, and the workload, are kept.
 var errUnknownHost = errors.New("the hub has no EdgeHost for this host (restored from a backup without it, or deleted): keeping the identity and retrying")
 
+// unsupportedError: the hub and this agent share no protocol version. It
+// is not the host's fault and no retry soon will change it.
+type unsupportedError struct{ msg string }
+
+func (e *unsupportedError) Error() string { return e.msg }
+
 // credentials is what a session is opened with.
 type credentials struct {
 	id   state.Identity
@@ -172,9 +178,14 @@ func (s *Source) hello(mux *yamux.Session, id state.Identity) (*control, error) 
 			return nil, err
 		}
 	}
+	// Until the hub's first frame says which version the session speaks,
+	// the agent writes its oldest; the Hello itself is always version 1,
+	// the one every hub reads.
 	ctrl := &control{conn: stream}
-	if err := ctrl.send(&wire.Hello{AgentVersion: version.Version, Host: id.Host, ObservedGeneration: generation,
-		Capabilities: []string{wire.CapabilityTunnel}}); err != nil {
+	ctrl.version.Store(wire.MinProtocol)
+	speaks := wire.Speaks
+	if err := ctrl.sendAs(1, &wire.Hello{AgentVersion: version.Version, Host: id.Host, ObservedGeneration: generation,
+		Capabilities: []string{wire.CapabilityTunnel}, Protocols: &speaks}); err != nil {
 		return nil, fmt.Errorf("sending Hello: %w", err)
 	}
 	return ctrl, nil
@@ -188,15 +199,27 @@ func (s *Source) read(ctx context.Context, ctrl *control, rot *rotator) error {
 		if err != nil {
 			return fmt.Errorf("session: %w", err)
 		}
-		msg, err := wire.Decode(frame)
+		msg, v, err := wire.DecodeVersion(frame)
 		if err != nil {
 			var we *wire.Error
 			if errors.As(err, &we) {
 				_ = ctrl.send(we)
+				if we.Code == wire.ErrUnsupportedProtocol {
+					return &unsupportedError{msg: fmt.Sprintf("the hub speaks no protocol version this agent (fleet-agent %s) speaks, %s: %s; upgrade the hub (docs/PROTOCOL.md, \"Version skew\")",
+						version.Version, wire.Speaks, we.Message)}
+				}
 			}
 			return fmt.Errorf("hub sent a bad frame: %w", err)
 		}
+		if !ctrl.agreed {
+			// A hub of version 2 or later opens with Welcome; an older one
+			// with whatever it has to say, in version 1.
+			ctrl.agreed = true
+			ctrl.version.Store(int32(v))
+		}
 		switch m := msg.(type) {
+		case *wire.Welcome:
+			s.log.Info("Hub welcomed this agent", "protocol", wire.ProtocolName(v), "hubVersion", m.HubVersion)
 		case *wire.DesiredState:
 			if !s.send(ctx, Update{Op: OpDesired, Desired: m}) {
 				return ctx.Err()
@@ -206,6 +229,9 @@ func (s *Source) read(ctx context.Context, ctrl *control, rot *rotator) error {
 		case *wire.Error:
 			if m.Code == wire.ErrRevoked {
 				return errRevoked
+			}
+			if m.Code == wire.ErrUnsupportedProtocol {
+				return &unsupportedError{msg: "the hub refused this agent's protocol versions: " + m.Message}
 			}
 			if m.Code == wire.ErrUnknownHost {
 				s.log.Info("Hub no longer has this host", "message", m.Message)
@@ -228,10 +254,17 @@ func (s *Source) read(ctx context.Context, ctrl *control, rot *rotator) error {
 type control struct {
 	mu   sync.Mutex
 	conn net.Conn
+	// version is the protocol version sends are written in.
+	version atomic.Int32
+	// agreed is set once the hub's first frame fixed the version; only
+	// the reader touches it.
+	agreed bool
 }
 
-func (c *control) send(msg any) error {
-	frame, err := wire.Encode(msg)
+func (c *control) send(msg any) error { return c.sendAs(int(c.version.Load()), msg) }
+
+func (c *control) sendAs(v int, msg any) error {
+	frame, err := wire.EncodeAs(v, msg)
 	if err != nil {
 		return err
 	}

@@ -70,6 +70,12 @@ func (s *Source) retryDelay(err error, attempt *int, lastSession time.Time) time
 		return busy.after + time.Duration(rand.Int64N(int64(busy.after)))
 	}
 	ceiling := s.opts.MaxBackoff
+	if _, ok := errors.AsType[*unsupportedError](err); ok {
+		// Only an upgrade of one side helps: no quick retries for it.
+		d := backoff(*attempt, ceiling)
+		*attempt++
+		return d
+	}
 	if !lastSession.IsZero() && time.Since(lastSession) < 5*time.Minute {
 		ceiling = min(ceiling, 10*time.Second)
 	}

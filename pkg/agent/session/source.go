@@ -144,6 +144,9 @@ func (s *Source) Run(ctx context.Context, updates chan<- Update) {
 		case errors.Is(err, errUnknownHost):
 			s.announce("the hub has no EdgeHost for this host; waiting for it (a restored hub?)")
 		}
+		if _, ok := errors.AsType[*unsupportedError](err); ok {
+			s.log.Error(err, "The hub and this agent share no protocol version: the host keeps running as it is until one of them is upgraded")
+		}
 		if time.Since(started) > time.Minute {
 			attempt = 0 // the last session was healthy: start backing off afresh
 		}

@@ -70,30 +70,30 @@ func (t *Server) serve(st *yamux.Stream) {
 	_ = st.SetDeadline(time.Now().Add(DialTimeout))
 	frame, err := wire.ReadFrame(st, wire.MaxTunnelFrameSize)
 	if err != nil {
-		t.refuse(st, wire.ErrBadFrame, "reading the tunnel request: "+err.Error())
+		t.refuse(st, 1, wire.ErrBadFrame, "reading the tunnel request: "+err.Error())
 		return
 	}
-	msg, err := wire.Decode(frame)
+	msg, v, err := wire.DecodeVersion(frame)
 	if err != nil {
 		var we *wire.Error
 		if errors.As(err, &we) {
-			t.refuse(st, we.Code, we.Message)
+			t.refuse(st, 1, we.Code, we.Message)
 		}
 		return
 	}
 	req, ok := msg.(*wire.Tunnel)
 	if !ok {
-		t.refuse(st, wire.ErrUnexpected, "a stream opened by the hub must start with Tunnel")
+		t.refuse(st, v, wire.ErrUnexpected, "a stream opened by the hub must start with Tunnel")
 		return
 	}
 	addrs, err := t.Targets(req.Target)
 	if err != nil {
-		t.refuse(st, wire.ErrForbidden, err.Error())
+		t.refuse(st, v, wire.ErrForbidden, err.Error())
 		return
 	}
 	if n := t.open.Add(1); n > MaxOpen {
 		t.open.Add(-1)
-		t.refuse(st, wire.ErrRejected, fmt.Sprintf("this agent already carries %d tunnels", MaxOpen))
+		t.refuse(st, v, wire.ErrRejected, fmt.Sprintf("this agent already carries %d tunnels", MaxOpen))
 		return
 	}
 	defer t.open.Add(-1)
@@ -101,11 +101,11 @@ func (t *Server) serve(st *yamux.Stream) {
 	conn, err := dialFirst(addrs)
 	if err != nil {
 		t.Log.Info("Tunnel dial failed", "target", req.Target, "error", err.Error())
-		_ = writeMsg(st, &wire.Error{Code: wire.ErrDialFailed, Message: err.Error()})
+		_ = writeMsg(st, v, &wire.Error{Code: wire.ErrDialFailed, Message: err.Error()})
 		return
 	}
 	defer conn.Close()
-	if err := writeMsg(st, &wire.TunnelReady{Address: conn.RemoteAddr().String()}); err != nil {
+	if err := writeMsg(st, v, &wire.TunnelReady{Address: conn.RemoteAddr().String()}); err != nil {
 		return
 	}
 	_ = st.SetDeadline(time.Time{})
@@ -113,14 +113,15 @@ func (t *Server) serve(st *yamux.Stream) {
 	transport.Pipe(st, conn, IdleTimeout, HalfCloseTimeout)
 }
 
-func (t *Server) refuse(st net.Conn, code wire.ErrorCode, msg string) {
+// refuse answers in protocol version v, the version the hub asked in.
+func (t *Server) refuse(st net.Conn, v int, code wire.ErrorCode, msg string) {
 	t.refused.Add(1)
 	t.Log.Info("Refused a tunnel", "code", string(code), "reason", msg)
-	_ = writeMsg(st, &wire.Error{Code: code, Message: msg})
+	_ = writeMsg(st, v, &wire.Error{Code: code, Message: msg})
 }
 
-func writeMsg(c net.Conn, msg any) error {
-	frame, err := wire.Encode(msg)
+func writeMsg(c net.Conn, v int, msg any) error {
+	frame, err := wire.EncodeAs(v, msg)
 	if err != nil {
 		return err
 	}

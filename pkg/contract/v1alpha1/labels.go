@@ -171,6 +171,20 @@ const (
 	// ordered.
 	AgentCannotUpgradeReason = "AgentCannotUpgrade"
 
+	// AgentVersionUnsupportedCondition on an EdgeHost is True while the
+	// hub refuses its agent's sessions because the two share no protocol
+	// version (docs/PROTOCOL.md, "Version skew"); False once an agent of
+	// the host is served again. Hosts never refused do not carry it.
+	AgentVersionUnsupportedCondition = "AgentVersionUnsupported"
+	// AgentTooOldReason: the agent speaks only protocol versions older
+	// than the hub's; upgrade the agent.
+	AgentTooOldReason = "AgentTooOld"
+	// AgentTooNewReason: the agent speaks only protocol versions newer
+	// than the hub's; upgrade the hub (hubs go first).
+	AgentTooNewReason = "AgentTooNew"
+	// AgentVersionSupportedReason: the host's agent is served again.
+	AgentVersionSupportedReason = "AgentVersionSupported"
+
 	// LinkDegradedCondition on an EdgeHost is True while the link health
 	// its agent reports is over the hub's thresholds (retransmissions to
 	// the hub per minute, round-trip time), Unknown before any report.

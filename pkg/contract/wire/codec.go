@@ -39,18 +39,41 @@ type Envelope struct {
 // ErrTooLarge is returned for frames over the size limit.
 var ErrTooLarge = errors.New("frame exceeds size limit")
 
-// Encode wraps msg in an envelope. msg must be one of this package's
-// message types (by value or pointer).
-func Encode(msg any) ([]byte, error) {
+// Encode wraps msg in an envelope of version 1. msg must be one of this
+// package's message types (by value or pointer).
+func Encode(msg any) ([]byte, error) { return EncodeAs(1, msg) }
+
+// EncodeAs wraps msg in an envelope of protocol version v: one this
+// release speaks and msg's type is part of. Hello and Error, whose shape
+// never changes, can be written in any version, so a side can tell a peer
+// it shares no version with why.
+func EncodeAs(v int, msg any) ([]byte, error) {
 	t, err := TypeOf(msg)
 	if err != nil {
 		return nil, err
+	}
+	frozen := t == TypeHello || t == TypeError
+	if v < 1 || !frozen && (v < MinProtocol || v > MaxProtocol) || v < Since(t) {
+		return nil, fmt.Errorf("wire: %s cannot be written in protocol %s", t, ProtocolName(v))
 	}
 	payload, err := json.Marshal(msg)
 	if err != nil {
 		return nil, fmt.Errorf("encoding %s: %w", t, err)
 	}
-	return json.Marshal(Envelope{Protocol: Protocol, Type: t, Payload: payload})
+	return json.Marshal(Envelope{Protocol: ProtocolName(v), Type: t, Payload: payload})
+}
+
+// versionOf is the version an envelope names, 0 when it names none.
+func versionOf(protocol string) int {
+	n, ok := strings.CutPrefix(protocol, ProtocolGroup+"/v")
+	if !ok || n == "" || len(n) > 4 || n[0] == '0' {
+		return 0
+	}
+	v, err := strconv.Atoi(n)
+	if err != nil {
+		return 0
+	}
+	return v
 }
 
 // TypeOf is the envelope type of msg, one of this package's message types
@@ -73,6 +96,8 @@ func TypeOf(msg any) (Type, error) {
 		return TypeTunnel, nil
 	case TunnelReady, *TunnelReady:
 		return TypeTunnelReady, nil
+	case Welcome, *Welcome:
+		return TypeWelcome, nil
 	default:
 		return "", fmt.Errorf("wire: %T is not a message type", msg)
 	}
@@ -81,16 +106,37 @@ func TypeOf(msg any) (Type, error) {
 // Decode parses one frame into a pointer to its message. Errors are *Error
 // values whose code says what was wrong, ready to send back to the peer.
 func Decode(frame []byte) (any, error) {
+	msg, _, err := DecodeVersion(frame)
+	return msg, err
+}
+
+// DecodeVersion is Decode that also returns the protocol version the
+// frame is written in: one this release speaks, or for Hello and Error
+// (whose shape never changes) any version.
+func DecodeVersion(frame []byte) (any, int, error) {
 	if len(frame) > MaxFrameSize {
-		return nil, &Error{Code: ErrFrameTooLarge, Message: fmt.Sprintf("frame of %d bytes exceeds %d", len(frame), MaxFrameSize)}
+		return nil, 0, &Error{Code: ErrFrameTooLarge, Message: fmt.Sprintf("frame of %d bytes exceeds %d", len(frame), MaxFrameSize)}
 	}
 	var env Envelope
 	if err := json.Unmarshal(frame, &env); err != nil {
-		return nil, &Error{Code: ErrBadFrame, Message: "envelope: " + err.Error()}
+		return nil, 0, &Error{Code: ErrBadFrame, Message: "envelope: " + err.Error()}
 	}
-	if env.Protocol != Protocol {
-		return nil, &Error{Code: ErrUnsupportedProtocol, Message: fmt.Sprintf("protocol %q, this side speaks %q", env.Protocol, Protocol)}
+	v := versionOf(env.Protocol)
+	frozen := env.Type == TypeHello || env.Type == TypeError
+	if v == 0 || !frozen && (v < MinProtocol || v > MaxProtocol) {
+		return nil, 0, &Error{Code: ErrUnsupportedProtocol, Message: fmt.Sprintf("protocol %q, this side speaks %s", env.Protocol, Speaks)}
 	}
+	if v < Since(env.Type) {
+		return nil, 0, &Error{Code: ErrUnexpected, Message: fmt.Sprintf("%s is not part of protocol %s", env.Type, env.Protocol)}
+	}
+	msg, err := decodePayload(env)
+	if err != nil {
+		return nil, 0, err
+	}
+	return msg, v, nil
+}
+
+func decodePayload(env Envelope) (any, error) {
 	var msg any
 	switch env.Type {
 	case TypeHello:
@@ -109,6 +155,8 @@ func Decode(frame []byte) (any, error) {
 		msg = &Tunnel{}
 	case TypeTunnelReady:
 		msg = &TunnelReady{}
+	case TypeWelcome:
+		msg = &Welcome{}
 	default:
 		return nil, &Error{Code: ErrUnknownType, Message: fmt.Sprintf("unknown message type %q", env.Type)}
 	}
@@ -134,6 +182,9 @@ func validate(msg any) error {
 	case *Hello:
 		if m.ObservedGeneration < 0 {
 			return bad("Hello.observedGeneration is negative")
+		}
+		if p := m.Protocols; p != nil && (p.Min < 1 || p.Max < p.Min) {
+			return bad("Hello.protocols %d–%d is not a range of versions", p.Min, p.Max)
 		}
 	case *DesiredState:
 		if m.Generation < 0 {

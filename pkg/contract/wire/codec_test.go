@@ -26,6 +26,9 @@ func samples() map[string]any {
 	expiry := metav1.NewTime(time.Date(2027, 3, 1, 12, 0, 0, 0, time.UTC))
 	return map[string]any{
 		"hello": &Hello{AgentVersion: "v0.1.0", Host: "store-0042", ObservedGeneration: 3},
+		"hello-protocols": &Hello{AgentVersion: "v0.2.0", Host: "store-0042", ObservedGeneration: 3,
+			Capabilities: []string{CapabilityTunnel}, Protocols: &ProtocolRange{Min: 1, Max: 2}},
+		"welcome": &Welcome{HubVersion: "v0.2.0"},
 		"desiredstate-assignment": &DesiredState{Generation: 4, Assignment: &Assignment{
 			ClaimUID: "0b4f8a9e-1f0e-4a55-9d7f-6a4b0a2b3c4d", MachineName: "demo-md-0-x7k2p",
 			ProviderID: "edge://default/store-0042", BootstrapFormat: "cloud-config",
@@ -61,7 +64,11 @@ func samples() map[string]any {
 func TestGoldenFixtures(t *testing.T) {
 	for name, msg := range samples() {
 		t.Run(name, func(t *testing.T) {
-			got, err := Encode(msg)
+			typ, err := TypeOf(msg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := EncodeAs(Since(typ), msg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -115,6 +122,12 @@ func TestDecodeRefusals(t *testing.T) {
 		{"stage from a file", `{"protocol":"fleet.edgefleet.io/v1","type":"DesiredState","payload":{"generation":2,"stage":[{"version":"v1.36.3","url":"file:///etc/shadow","sha256":"%[1]s"}]}}`, ErrBadFrame},
 		{"staging without a state", `{"protocol":"fleet.edgefleet.io/v1","type":"Status","payload":{"staging":[{"version":"v1.36.3"}]}}`, ErrBadFrame},
 		{"error without code", `{"protocol":"fleet.edgefleet.io/v1","type":"Error","payload":{"message":"x"}}`, ErrBadFrame},
+		{"a version not spoken", `{"protocol":"fleet.edgefleet.io/v9","type":"Status","payload":{}}`, ErrUnsupportedProtocol},
+		{"another group", `{"protocol":"example.com/v1","type":"Hello","payload":{}}`, ErrUnsupportedProtocol},
+		{"a version with a leading zero", `{"protocol":"fleet.edgefleet.io/v01","type":"Hello","payload":{}}`, ErrUnsupportedProtocol},
+		{"Welcome in version 1", `{"protocol":"fleet.edgefleet.io/v1","type":"Welcome","payload":{"hubVersion":"v1"}}`, ErrUnexpected},
+		{"protocols upside down", `{"protocol":"fleet.edgefleet.io/v1","type":"Hello","payload":{"protocols":{"min":3,"max":2}}}`, ErrBadFrame},
+		{"protocols from zero", `{"protocol":"fleet.edgefleet.io/v1","type":"Hello","payload":{"protocols":{"min":0,"max":2}}}`, ErrBadFrame},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -129,6 +142,52 @@ func TestDecodeRefusals(t *testing.T) {
 	var we *Error
 	if _, err := Decode(big); !errors.As(err, &we) || we.Code != ErrFrameTooLarge {
 		t.Errorf("oversized frame: %v", err)
+	}
+}
+
+// Hello and Error read in any version, so releases that share none can
+// still say why; other messages only in a version this side speaks.
+func TestFrozenMessagesReadInAnyVersion(t *testing.T) {
+	for _, frame := range []string{
+		`{"protocol":"fleet.edgefleet.io/v9","type":"Hello","payload":{"host":"h","protocols":{"min":8,"max":9}}}`,
+		`{"protocol":"fleet.edgefleet.io/v9","type":"Error","payload":{"code":"UnsupportedProtocol","message":"x"}}`,
+	} {
+		msg, v, err := DecodeVersion([]byte(frame))
+		if err != nil || v != 9 {
+			t.Errorf("DecodeVersion(%s) = %T, %d, %v; want version 9", frame, msg, v, err)
+		}
+	}
+	if _, err := EncodeAs(MaxProtocol+1, &Status{}); err == nil {
+		t.Error("a Status was written in a version this release does not speak")
+	}
+	if _, err := EncodeAs(1, &Welcome{}); err == nil {
+		t.Error("a Welcome was written in version 1, which has none")
+	}
+	b, err := EncodeAs(MaxProtocol+7, &Error{Code: ErrUnsupportedProtocol, Message: "x"})
+	if err != nil || !strings.Contains(string(b), ProtocolName(MaxProtocol+7)) {
+		t.Errorf("an Error in a later version: %s %v", b, err)
+	}
+}
+
+func TestNegotiate(t *testing.T) {
+	for _, tt := range []struct {
+		a, b ProtocolRange
+		want int
+		ok   bool
+	}{
+		{ProtocolRange{1, 2}, ProtocolRange{1, 1}, 1, true},
+		{ProtocolRange{1, 2}, ProtocolRange{1, 3}, 2, true},
+		{ProtocolRange{2, 3}, ProtocolRange{1, 1}, 0, false},
+		{ProtocolRange{1, 1}, ProtocolRange{2, 4}, 0, false},
+		{ProtocolRange{2, 4}, ProtocolRange{3, 9}, 4, true},
+	} {
+		v, ok := Negotiate(tt.a, tt.b)
+		if ok != tt.ok || ok && v != tt.want {
+			t.Errorf("Negotiate(%v, %v) = %d, %v; want %d, %v", tt.a, tt.b, v, ok, tt.want, tt.ok)
+		}
+		if w, ok2 := Negotiate(tt.b, tt.a); ok2 != ok || w != v {
+			t.Errorf("Negotiate is not symmetric for %v, %v", tt.a, tt.b)
+		}
 	}
 }
 

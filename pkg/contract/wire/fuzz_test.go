@@ -26,27 +26,27 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`{"protocol":"fleet.edgefleet.io/v1","type":"Status","payload":{"addresses":[{}]}}`))
 	f.Add([]byte{0xff, 0xfe})
 	f.Fuzz(func(t *testing.T, frame []byte) {
-		msg, err := Decode(frame)
+		msg, v, err := DecodeVersion(frame)
 		if err != nil {
 			return
 		}
-		again, err := Encode(msg)
+		again, err := EncodeAs(v, msg)
 		if err != nil {
 			t.Fatalf("accepted %q but cannot encode it: %v", frame, err)
 		}
-		msg2, err := Decode(again)
-		if err != nil {
-			t.Fatalf("re-encoded %q does not decode: %v", again, err)
+		msg2, v2, err := DecodeVersion(again)
+		if err != nil || v2 != v {
+			t.Fatalf("re-encoded %q does not decode in version %d: %d, %v", again, v, v2, err)
 		}
-		if !equality.Semantic.DeepEqual(msg, msg2) && !bytes.Equal(again, mustEncode(t, msg2)) {
+		if !equality.Semantic.DeepEqual(msg, msg2) && !bytes.Equal(again, mustEncode(t, v, msg2)) {
 			t.Fatalf("round trip changed the message: %#v vs %#v", msg, msg2)
 		}
 	})
 }
 
-func mustEncode(t *testing.T, msg any) []byte {
+func mustEncode(t *testing.T, v int, msg any) []byte {
 	t.Helper()
-	b, err := Encode(msg)
+	b, err := EncodeAs(v, msg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"slices"
+	"strconv"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -9,9 +10,49 @@ import (
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 )
 
-// Protocol is the version of this protocol. A peer that speaks another
-// version gets an ErrUnsupportedProtocol error and a closed session.
-const Protocol = "fleet.edgefleet.io/v1"
+// Protocol versions are numbered; a frame's envelope names the version it
+// is written in, "fleet.edgefleet.io/v<N>". A session speaks the highest
+// version both sides speak (Negotiate). Hello and Error keep their shape
+// in every version, so two releases that share none can still say why.
+const (
+	// ProtocolGroup prefixes every version's name.
+	ProtocolGroup = "fleet.edgefleet.io"
+	// MinProtocol is the oldest version this release speaks.
+	MinProtocol = 1
+	// MaxProtocol is the newest version this release speaks. Version 2
+	// added Welcome, the hub's answer to Hello.
+	MaxProtocol = 2
+)
+
+// Protocol names version 1, the version a Hello is written in: hubs that
+// predate negotiation read no other.
+const Protocol = ProtocolGroup + "/v1"
+
+// ProtocolName is the envelope's name of version v.
+func ProtocolName(v int) string { return ProtocolGroup + "/v" + strconv.Itoa(v) }
+
+// ProtocolRange is the protocol versions one side speaks.
+type ProtocolRange struct {
+	Min int `json:"min"`
+	Max int `json:"max"`
+}
+
+// Speaks is the range this release speaks.
+var Speaks = ProtocolRange{Min: MinProtocol, Max: MaxProtocol}
+
+func (r ProtocolRange) String() string {
+	if r.Min == r.Max {
+		return "v" + strconv.Itoa(r.Min)
+	}
+	return "v" + strconv.Itoa(r.Min) + "–v" + strconv.Itoa(r.Max)
+}
+
+// Negotiate is the highest version both ranges hold; ok is false when they
+// share none.
+func Negotiate(a, b ProtocolRange) (version int, ok bool) {
+	v := min(a.Max, b.Max)
+	return v, v >= max(a.Min, b.Min) && v >= 1
+}
 
 // Type names a message type.
 type Type string
@@ -35,7 +76,16 @@ const (
 	TypeTunnel Type = "Tunnel"
 	// TypeTunnelReady answers a Tunnel: the dial worked, raw bytes follow.
 	TypeTunnelReady Type = "TunnelReady"
+	// TypeWelcome is the hub's answer to Hello, from version 2.
+	TypeWelcome Type = "Welcome"
 )
+
+// since is the first protocol version each message type is part of; a
+// side never writes a type into a session of an older version.
+var since = map[Type]int{TypeWelcome: 2}
+
+// Since is the first protocol version that has message type t.
+func Since(t Type) int { return max(since[t], 1) }
 
 // MaxTunnelFrameSize bounds a Tunnel or TunnelReady frame.
 const MaxTunnelFrameSize = 4 << 10
@@ -52,6 +102,26 @@ type Hello struct {
 	ObservedGeneration int64 `json:"observedGeneration"`
 	// Capabilities lists what this agent can do beyond the base protocol,
 	// so a hub never asks an older agent for something it cannot do.
+	Capabilities []string `json:"capabilities,omitempty"`
+	// Protocols is the range of protocol versions the agent speaks; agents
+	// that predate negotiation send none and speak version 1 alone.
+	Protocols *ProtocolRange `json:"protocols,omitempty"`
+}
+
+// Speaks is the range of versions the Hello's agent speaks.
+func (h *Hello) Speaks() ProtocolRange {
+	if h.Protocols == nil {
+		return ProtocolRange{Min: 1, Max: 1}
+	}
+	return *h.Protocols
+}
+
+// Welcome answers Hello on sessions of version 2 and later, in the
+// session's version (which its envelope names): who the hub is.
+type Welcome struct {
+	// HubVersion is the fleet-hub release.
+	HubVersion string `json:"hubVersion"`
+	// Capabilities lists what this hub can do beyond the base protocol.
 	Capabilities []string `json:"capabilities,omitempty"`
 }
 
@@ -207,7 +277,8 @@ const (
 	ErrBadFrame ErrorCode = "BadFrame"
 	// ErrFrameTooLarge: the frame exceeded the size limit. Fatal.
 	ErrFrameTooLarge ErrorCode = "FrameTooLarge"
-	// ErrUnsupportedProtocol: the peer speaks another protocol version. Fatal.
+	// ErrUnsupportedProtocol: the two sides share no protocol version, or
+	// the hub does not serve this agent's release. Fatal.
 	ErrUnsupportedProtocol ErrorCode = "UnsupportedProtocol"
 	// ErrUnknownType: a message type this side does not know. Fatal.
 	ErrUnknownType ErrorCode = "UnknownType"

@@ -26,6 +26,7 @@ const (
 	CertificateExpiryName = "fleet_cluster_certificates_expiry_days"
 	RemediatingName       = "fleet_machines_remediating"
 	RemediationsName      = "fleet_machine_remediations_total"
+	UnsupportedName       = "fleet_edgehosts_agent_unsupported"
 )
 
 var (
@@ -42,6 +43,9 @@ var (
 	remediatingDesc = prometheus.NewDesc(RemediatingName,
 		"Machines that a MachineHealthCheck marked for remediation (condition OwnerRemediated present) and that are not yet replaced.",
 		[]string{"namespace", "cluster"}, nil)
+	unsupportedDesc = prometheus.NewDesc(UnsupportedName,
+		"EdgeHosts whose agent the hub refuses for sharing no protocol version with it (the AgentVersionUnsupported condition True).",
+		[]string{"namespace"}, nil)
 	remediationsDesc = prometheus.NewDesc(RemediationsName,
 		"Machines this hub replica saw marked for remediation since it started.",
 		[]string{"namespace", "cluster"}, nil)
@@ -86,7 +90,7 @@ func Register(r client.Reader) error {
 
 // Describe sends every metric's description.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{hostsDesc, connectedDesc, disconnectedDesc, expiryDesc, remediatingDesc, remediationsDesc} {
+	for _, d := range []*prometheus.Desc{hostsDesc, connectedDesc, disconnectedDesc, unsupportedDesc, expiryDesc, remediatingDesc, remediationsDesc} {
 		ch <- d
 	}
 }
@@ -118,6 +122,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 func collectHosts(ch chan<- prometheus.Metric, hosts []infrav1.EdgeHost, now time.Time) {
 	byPhase := map[string]map[infrav1.EdgeHostPhase]float64{}
 	byConn := map[string]map[string]float64{}
+	unsupported := map[string]float64{}
 	for i := range hosts {
 		h := &hosts[i]
 		if byPhase[h.Namespace] == nil {
@@ -134,6 +139,9 @@ func collectHosts(ch chan<- prometheus.Metric, hosts []infrav1.EdgeHost, now tim
 			connected = "false"
 		}
 		byConn[h.Namespace][connected]++
+		if conditions.IsTrue(h, infrav1.AgentVersionUnsupportedCondition) {
+			unsupported[h.Namespace]++
+		}
 		if connected != "true" {
 			ch <- prometheus.MustNewConstMetric(disconnectedDesc, prometheus.GaugeValue, disconnectedFor(h, now).Seconds(),
 				h.Namespace, h.Name, boolString(h.Spec.ClaimRef != nil))
@@ -148,6 +156,7 @@ func collectHosts(ch chan<- prometheus.Metric, hosts []infrav1.EdgeHost, now tim
 		for conn, n := range byConn[ns] {
 			ch <- prometheus.MustNewConstMetric(connectedDesc, prometheus.GaugeValue, n, ns, conn)
 		}
+		ch <- prometheus.MustNewConstMetric(unsupportedDesc, prometheus.GaugeValue, unsupported[ns], ns)
 	}
 }
 

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"sync"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/edgefleet/fleet/pkg/contract/wire"
 	"github.com/edgefleet/fleet/pkg/hub/identity"
+	"github.com/edgefleet/fleet/pkg/hub/sessions"
 	"github.com/edgefleet/fleet/pkg/pki"
 	"github.com/edgefleet/fleet/pkg/transport"
 )
@@ -78,6 +80,19 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := ss.Handshake(s.opts.HelloTimeout); err != nil {
+		var unsupported *sessions.UnsupportedError
+		if errors.As(err, &unsupported) {
+			handshakes.WithLabelValues("unsupported_agent").Inc()
+			s.log.Info("Refused an agent that shares no protocol version with this hub", "EdgeHost", id.String(),
+				"agentVersion", ss.AgentVersion(), "reason", unsupported.Reason, "message", unsupported.Message)
+			ss.Close()
+			// Recorded once the session is closed: the write may wait for
+			// a place, and the agent has its answer already.
+			ctx, cancel := context.WithTimeout(context.Background(), s.opts.HelloTimeout)
+			defer cancel()
+			s.sessions.RecordUnsupported(ctx, id, unsupported.Reason, unsupported.Message)
+			return
+		}
 		handshakes.WithLabelValues("bad_hello").Inc()
 		s.log.Info("Rejected session", "EdgeHost", id.String(), "reason", err.Error())
 		ss.Close()

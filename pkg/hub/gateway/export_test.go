@@ -16,3 +16,12 @@ func (s *Server) ReachFor(ctx context.Context, h *infrav1.EdgeHost) *wire.Reach 
 func (s *Server) HasSession(namespace, name string) bool {
 	return s.sessions.Lookup(namespace, name) != nil
 }
+
+// SessionProtocol is the protocol version of the host's session here, 0
+// without one.
+func (s *Server) SessionProtocol(namespace, name string) int {
+	if ss := s.sessions.Lookup(namespace, name); ss != nil {
+		return ss.Protocol()
+	}
+	return 0
+}

@@ -128,6 +128,9 @@ type Options struct {
 	// AgentIdleTimeout closes a session that sent nothing for this long
 	// (default 4 × KeepAlive: agents ping every KeepAlive).
 	AgentIdleTimeout time.Duration
+	// MinAgentProtocol is the oldest protocol version served (0:
+	// wire.MinProtocol); agents that speak only older ones are refused.
+	MinAgentProtocol int
 	// DisconnectGrace is how long a host whose session ended still reads
 	// as connected (default 30 s; negative: recorded at once). An agent
 	// that comes back within it (a restart, a dropped connection, a hub
@@ -359,7 +362,7 @@ func newServer(c client.Client, apiReader client.Reader, recorder events.EventRe
 	s.resolver = reach.NewResolver(c, func(namespace, name string, seen time.Time) { s.sessions.Kick(namespace, name, seen) })
 	s.sessions = sessions.New(c, apiReader, opts.Logger, s.resolver, sessions.Options{
 		PushWorkers: opts.PushWorkers, LastSeenInterval: opts.LastSeenInterval, AgentIdleTimeout: opts.AgentIdleTimeout,
-		Mux: opts.SessionMux})
+		Mux: opts.SessionMux, MinAgentProtocol: opts.MinAgentProtocol})
 	s.status = hoststatus.New(c, apiReader, recorder, opts.Logger, s.sessions,
 		admission.NewPlaces(opts.MaxConcurrentStatusWrites), s.waves, hoststatus.Options{
 			ReplicaName: opts.ReplicaName, ReplicaProxy: opts.ReplicaProxy, LastSeenInterval: opts.LastSeenInterval, DisconnectGrace: opts.DisconnectGrace,

@@ -183,8 +183,9 @@ type hubOptions struct {
 	tlsHandshakes   int
 	rotationOverlap time.Duration
 	log             logr.Logger
-	// mux is SessionMux.
-	mux string
+	// mux is SessionMux; minAgentProtocol, MinAgentProtocol.
+	mux              string
+	minAgentProtocol int
 }
 
 func startHub(t *testing.T, o hubOptions) *hub {
@@ -221,7 +222,7 @@ func startHub(t *testing.T, o hubOptions) *hub {
 		DisconnectGrace: o.disconnectGrace, ReturnGrace: o.returnGrace,
 		LinkThresholds: linkhealth.DefaultThresholds(), MaxConcurrentStatusWrites: o.statusWrites,
 		MaxConcurrentTLSHandshakes: o.tlsHandshakes, RotationOverlap: o.rotationOverlap, Logger: o.log,
-		SessionMux: o.mux,
+		SessionMux: o.mux, MinAgentProtocol: o.minAgentProtocol,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -26,6 +26,7 @@ import (
 	"github.com/edgefleet/fleet/pkg/hub/admission"
 	"github.com/edgefleet/fleet/pkg/hub/identity"
 	"github.com/edgefleet/fleet/pkg/hub/linkhealth"
+	"github.com/edgefleet/fleet/pkg/pki"
 )
 
 // Reasons of the AgentConnected condition.
@@ -314,6 +315,9 @@ func (w *Writer) writeConnectivity(ctx context.Context, ss Session, connected bo
 		want.Status.HubReplica, want.Status.HubReplicaProxy = "", ""
 	}
 	meta.SetStatusCondition(&want.Status.Conditions, cond)
+	if connected {
+		supported(want)
+	}
 	now := metav1.NewTime(time.Now().Truncate(time.Second))
 	want.Status.LastSeenTime = &now
 	reports := ss.Reports()
@@ -366,6 +370,53 @@ func (w *Writer) linkEvent(before, after *infrav1.EdgeHost) {
 	}
 }
 
+// Unsupported records that the hub refused a session of id's host because
+// its agent shares no protocol version with the hub: AgentVersionUnsupported
+// True with reason and message, and a Warning event when it turns True. An
+// agent retrying with backoff costs no write while nothing changes.
+func (w *Writer) Unsupported(ctx context.Context, id pki.Identity, reason, message string) {
+	err := retry.OnError(connectivityBackoff, retriable, func() error {
+		return w.write(ctx, func() error {
+			host := &infrav1.EdgeHost{}
+			if err := w.client.Get(ctx, client.ObjectKey{Namespace: id.Namespace, Name: id.Name}, host); err != nil {
+				return client.IgnoreNotFound(err)
+			}
+			if string(host.UID) != id.UID {
+				return nil
+			}
+			was := meta.FindStatusCondition(host.Status.Conditions, infrav1.AgentVersionUnsupportedCondition)
+			if was != nil && was.Status == metav1.ConditionTrue && was.Reason == reason && was.Message == message {
+				skippedStatusWrites.WithLabelValues("unsupported").Inc()
+				return nil
+			}
+			want := host.DeepCopy()
+			meta.SetStatusCondition(&want.Status.Conditions, metav1.Condition{Type: infrav1.AgentVersionUnsupportedCondition,
+				Status: metav1.ConditionTrue, Reason: reason, Message: message, ObservedGeneration: host.Generation})
+			if err := w.client.Status().Patch(ctx, want, client.MergeFromWithOptions(host, client.MergeFromWithOptimisticLock{})); err != nil {
+				return err
+			}
+			statusWrites.WithLabelValues("unsupported").Inc()
+			if w.recorder != nil && (was == nil || was.Status != metav1.ConditionTrue) {
+				w.recorder.Eventf(want, nil, corev1.EventTypeWarning, reason, "Connect", "%s", message)
+			}
+			return nil
+		})
+	})
+	if err != nil && ctx.Err() == nil {
+		w.log.Error(err, "Recording an unsupported agent", "EdgeHost", id.String())
+	}
+}
+
+// supported turns a host's AgentVersionUnsupported False once its agent
+// is served; hosts never refused get no condition.
+func supported(host *infrav1.EdgeHost) {
+	if c := meta.FindStatusCondition(host.Status.Conditions, infrav1.AgentVersionUnsupportedCondition); c != nil && c.Status != metav1.ConditionFalse {
+		meta.SetStatusCondition(&host.Status.Conditions, metav1.Condition{Type: infrav1.AgentVersionUnsupportedCondition,
+			Status: metav1.ConditionFalse, Reason: infrav1.AgentVersionSupportedReason,
+			Message: "The host's agent speaks a protocol version this hub speaks", ObservedGeneration: host.Generation})
+	}
+}
+
 // write runs fn once a status-write place is free.
 func (w *Writer) write(ctx context.Context, fn func() error) error {
 	if err := w.places.Await(ctx); err != nil {
@@ -403,6 +454,9 @@ func (w *Writer) alreadyConnected(ctx context.Context, ss Session) bool {
 	}
 	host := &infrav1.EdgeHost{}
 	if err := w.client.Get(ctx, client.ObjectKey{Namespace: id.Namespace, Name: id.Name}, host); err != nil || string(host.UID) != id.UID {
+		return false
+	}
+	if meta.IsStatusConditionTrue(host.Status.Conditions, infrav1.AgentVersionUnsupportedCondition) {
 		return false
 	}
 	c := meta.FindStatusCondition(host.Status.Conditions, infrav1.AgentConnectedCondition)

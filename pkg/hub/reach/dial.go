@@ -154,7 +154,7 @@ func openTunnel(ctx context.Context, ss *sessions.Session, target string) (net.C
 		_ = conn.Close()
 		return nil, err
 	}
-	frame, err := wire.Encode(&wire.Tunnel{Target: target})
+	frame, err := wire.EncodeAs(ss.Protocol(), &wire.Tunnel{Target: target})
 	if err != nil {
 		return fail(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/edgefleet/fleet/pkg/contract/wire"
 	"github.com/edgefleet/fleet/pkg/hub/hoststatus"
 	"github.com/edgefleet/fleet/pkg/hub/identity"
+	"github.com/edgefleet/fleet/pkg/pki"
 )
 
 // Options configure a Registry.
@@ -31,6 +32,14 @@ type Options struct {
 	// Mux is the hub's end of the yamux protocol (hubmux.Kinds; "" is
 	// hubmux's own, one goroutine a session).
 	Mux string
+	// MinAgentProtocol is the oldest protocol version served (0:
+	// wire.MinProtocol).
+	MinAgentProtocol int
+}
+
+// speaks is the range of protocol versions the registry serves.
+func (o Options) speaks() wire.ProtocolRange {
+	return wire.ProtocolRange{Min: max(o.MinAgentProtocol, wire.MinProtocol), Max: wire.MaxProtocol}
 }
 
 // ReachResolver says how a host reaches its cluster's endpoint, from the
@@ -95,6 +104,14 @@ func (r *Registry) KickNamespace(namespace string) {
 	r.mu.Unlock()
 	for _, ss := range kick {
 		ss.kickPush(now)
+	}
+}
+
+// RecordUnsupported records on id's EdgeHost that its agent was refused
+// for sharing no protocol version with this hub.
+func (r *Registry) RecordUnsupported(ctx context.Context, id pki.Identity, reason, message string) {
+	if r.status != nil {
+		r.status.Unsupported(ctx, id, reason, message)
 	}
 }
 

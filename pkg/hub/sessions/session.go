@@ -12,6 +12,8 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/edgefleet/fleet/internal/version"
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
 	"github.com/edgefleet/fleet/pkg/hub/hoststatus"
 	"github.com/edgefleet/fleet/pkg/hub/identity"
@@ -65,6 +67,11 @@ type Session struct {
 
 	// tunnelCapable is the agent's Hello saying it serves tunnels.
 	tunnelCapable bool
+	// protocol is the version the session is written in: the Hello's
+	// until the two sides agree on one, then the highest both speak.
+	protocol int
+	// agentVersion is the agent's release, as its Hello says.
+	agentVersion string
 
 	// Touched only by the push worker that holds this session: the push
 	// queue never hands one session to two workers at once.
@@ -133,8 +140,27 @@ func (ss *Session) OpenStream(limit int32) (st net.Conn, release func(), err err
 	return s, func() { ss.streams.Add(-1) }, nil
 }
 
-// Handshake waits for the control stream and the agent's Hello, and checks
-// that the Hello is about the certificate's host.
+// UnsupportedError is the refusal of an agent that shares no protocol
+// version with this hub.
+type UnsupportedError struct {
+	// Reason is infrav1.AgentTooOldReason or AgentTooNewReason.
+	Reason string
+	// Message says what each side speaks and which to upgrade.
+	Message string
+}
+
+func (e *UnsupportedError) Error() string { return e.Message }
+
+// Protocol is the version the session speaks.
+func (ss *Session) Protocol() int { return ss.protocol }
+
+// AgentVersion is the agent's release, as its Hello said.
+func (ss *Session) AgentVersion() string { return ss.agentVersion }
+
+// Handshake waits for the control stream and the agent's Hello, checks
+// that the Hello is about the certificate's host, and agrees on the
+// protocol version: the highest both speak, which a Welcome announces
+// from version 2. An agent sharing none gets an UnsupportedError.
 func (ss *Session) Handshake(timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -159,8 +185,38 @@ func (ss *Session) Handshake(timeout time.Duration) error {
 		return fmt.Errorf("hello for %q on a certificate of %s", hello.Host, ss.id)
 	}
 	ss.tunnelCapable = slices.Contains(hello.Capabilities, wire.CapabilityTunnel)
+	ss.agentVersion = hello.AgentVersion
+	agent, served := hello.Speaks(), ss.reg.opts.speaks()
+	v, ok := wire.Negotiate(served, agent)
+	if !ok {
+		// Written in a version the agent reads: an Error's shape never
+		// changes.
+		ss.protocol = agent.Max
+		refusal := unsupported(hello.AgentVersion, agent, served)
+		ss.fail(&wire.Error{Code: wire.ErrUnsupportedProtocol, Message: refusal.Message})
+		return refusal
+	}
+	ss.protocol = v
+	if v >= wire.Since(wire.TypeWelcome) {
+		if err := ss.send(&wire.Welcome{HubVersion: version.Version}); err != nil {
+			return fmt.Errorf("sending Welcome: %w", err)
+		}
+	}
 	_ = stream.SetReadDeadline(time.Time{})
 	return nil
+}
+
+// unsupported says why an agent of release agentVersion speaking agent's
+// versions cannot be served by a hub serving served, and what to upgrade.
+func unsupported(agentVersion string, agent, served wire.ProtocolRange) *UnsupportedError {
+	e := &UnsupportedError{Reason: infrav1.AgentTooOldReason}
+	what := "upgrade fleet-agent on this host"
+	if agent.Min > served.Max {
+		e.Reason, what = infrav1.AgentTooNewReason, "upgrade the hub first: hubs are upgraded before agents"
+	}
+	e.Message = fmt.Sprintf("fleet-agent %s speaks protocol %s, this hub (fleet-hub %s) serves %s: %s (docs/PROTOCOL.md, \"Version skew\")",
+		agentVersion, agent, version.Version, served, what)
+	return e
 }
 
 // read reads and decodes one frame, counting and answering what is wrong.
@@ -173,7 +229,7 @@ func (ss *Session) read(maxSize int) (any, error) {
 		}
 		return nil, err
 	}
-	msg, err := wire.Decode(frame)
+	msg, v, err := wire.DecodeVersion(frame)
 	if err != nil {
 		var we *wire.Error
 		if errors.As(err, &we) {
@@ -182,13 +238,16 @@ func (ss *Session) read(maxSize int) (any, error) {
 		}
 		return nil, err
 	}
+	if ss.protocol == 0 {
+		ss.protocol = v // the Hello's, for answers before the agreement
+	}
 	messages.WithLabelValues("in", typeName(msg)).Inc()
 	return msg, nil
 }
 
 // send writes one message; writes are serialised and bounded in time.
 func (ss *Session) send(msg any) error {
-	frame, err := wire.Encode(msg)
+	frame, err := wire.EncodeAs(max(ss.protocol, 1), msg)
 	if err != nil {
 		return err
 	}
