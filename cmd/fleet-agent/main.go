@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"os/signal"
@@ -22,6 +23,7 @@ import (
 	"github.com/edgefleet/fleet/pkg/agent/kubestage"
 	"github.com/edgefleet/fleet/pkg/agent/kubeupgrade"
 	"github.com/edgefleet/fleet/pkg/agent/linkprobe"
+	"github.com/edgefleet/fleet/pkg/agent/logring"
 	"github.com/edgefleet/fleet/pkg/agent/provision"
 	"github.com/edgefleet/fleet/pkg/agent/sdnotify"
 	"github.com/edgefleet/fleet/pkg/agent/units"
@@ -91,6 +93,10 @@ func run(args []string) error {
 		return err
 	}
 
+	// The log goes to stderr (the journal, under systemd) and to a ring
+	// the hub can read through the session (`kubectl fleet host logs`).
+	ring := logring.New(0)
+	zopts.DestWriter = io.MultiWriter(os.Stderr, ring)
 	log := zap.New(zap.UseFlagOptions(&zopts)).WithName("fleet-agent")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -103,7 +109,7 @@ func run(args []string) error {
 		fmt.Println("enrolled")
 		return nil
 	}
-	return runAgent(ctx, cfg, log)
+	return runAgent(ctx, cfg, log, ring)
 }
 
 // configFrom reads the config file, lets the flags given on the command
@@ -148,7 +154,7 @@ func configFrom(fs *flag.FlagSet, file string) (agent.Config, error) {
 	return cfg, cfg.Validate()
 }
 
-func runAgent(ctx context.Context, cfg agent.Config, log logr.Logger) error {
+func runAgent(ctx context.Context, cfg agent.Config, log logr.Logger, ring *logring.Ring) error {
 	log.Info("Starting fleet-agent", "version", version.Version, "hub", cfg.Hub, "stateDir", cfg.StateDir)
 	opts := provision.Options{Root: cfg.RootDir, StateDir: cfg.StateDir, Runner: provision.ShellRunner{Dir: cfg.RootDir}}
 	if cfg.Sandbox {
@@ -163,6 +169,7 @@ func runAgent(ctx context.Context, cfg agent.Config, log logr.Logger) error {
 		opts.ResetCommands = append(opts.ResetCommands, cloudconfig.Command{Shell: c})
 	}
 	a := agent.New(cfg, provision.New(opts), log)
+	a.UseLogRing(ring)
 	if opts.Units != nil {
 		// Only an agent that can restart the host's kubelet upgrades it.
 		a.UseUpgrader(kubeupgrade.New(kubeupgrade.Options{Root: cfg.RootDir, StateDir: cfg.StateDir,

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/edgefleet/fleet/pkg/contract/hostaccess"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
 	"github.com/edgefleet/fleet/pkg/hub/linkhealth"
@@ -32,6 +33,7 @@ type options struct {
 	disableGateway bool
 	reach          reachOptions
 	hooks          hooksOptions
+	hostAccess     hostAccessOptions
 	zap            zap.Options
 	showVersion    bool
 }
@@ -73,6 +75,12 @@ type hooksOptions struct {
 	service  string
 }
 
+// hostAccessOptions configure the host-access API.
+type hostAccessOptions struct {
+	addr    string
+	service string
+}
+
 // addFlags binds every flag of the default command to o.
 func (o *options) addFlags(fs *pflag.FlagSet) {
 	addManagerFlags(fs, &o.manager)
@@ -81,6 +89,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.disableGateway, "disable-gateway", false, "Run only the reconcilers, without the agent gateway and edge reach.")
 	addReachFlags(fs, &o.reach)
 	addHooksFlags(fs, &o.hooks)
+	addHostAccessFlags(fs, &o.hostAccess)
 	addZapFlags(fs, &o.zap)
 	// controller-runtime registers --kubeconfig on the standard flag set.
 	fs.AddGoFlagSet(flag.CommandLine)
@@ -154,6 +163,11 @@ func addHooksFlags(fs *pflag.FlagSet, o *hooksOptions) {
 	fs.StringVar(&o.addr, "runtime-extension-bind-address", ":9444", "Address of the Runtime SDK extension serving Cluster API's in-place update hooks (TLS from the CA in Secret fleet-runtime-extension-ca, which Cluster API injects into the ExtensionConfig); \"0\" turns it off, and Cluster API then replaces Machines on every change.")
 	fs.StringVar(&o.service, "runtime-extension-service", "fleet-hub-runtime-extension", "Service (port 443, in the hub's namespace) through which Cluster API reaches the extension; the hub keeps the ExtensionConfig \"fleet\" pointing at it. Empty: the hub registers nothing (register it yourself).")
 	fs.StringSliceVar(&o.dnsNames, "runtime-extension-dns-names", nil, "DNS names Cluster API dials the extension by, put in its serving certificate (default: <--runtime-extension-service>.<hub namespace>.svc).")
+}
+
+func addHostAccessFlags(fs *pflag.FlagSet, o *hostAccessOptions) {
+	fs.StringVar(&o.addr, "host-access-bind-address", ":9445", "Address of the host-access API (kubectl fleet host logs|facts), which the Kubernetes API server's aggregation layer proxies to (TLS from the CA in Secret fleet-host-access-ca); \"0\" turns it off.")
+	fs.StringVar(&o.service, "host-access-service", "fleet-hub-host-access", "Service (in the hub's namespace) through which the aggregation layer reaches the host-access API; the hub keeps the APIService "+hostaccess.APIServiceName+" pointing at it. Empty: the hub registers nothing (register it yourself).")
 }
 
 // addZapFlags adds the --zap-* flags of controller-runtime's logger.

@@ -64,6 +64,8 @@ func TestFlagsKeepTheirNamesAndDefaults(t *testing.T) {
 		"runtime-extension-bind-address":     ":9444",
 		"runtime-extension-service":          "fleet-hub-runtime-extension",
 		"runtime-extension-dns-names":        "[]",
+		"host-access-bind-address":           ":9445",
+		"host-access-service":                "fleet-hub-host-access",
 		"kube-api-qps":                       "100",
 		"kube-api-burst":                     "200",
 		"gc-percent":                         "25",

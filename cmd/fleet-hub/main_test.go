@@ -59,6 +59,8 @@ func TestHubServesAndReconciles(t *testing.T) {
 		"--gateway-ips=127.0.0.1",
 		"--runtime-extension-bind-address=127.0.0.1:0",
 		"--runtime-extension-service=",
+		"--host-access-bind-address=127.0.0.1:0",
+		"--host-access-service=",
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/edgefleet/fleet/internal/version"
 	"github.com/edgefleet/fleet/pkg/fleetscheme"
 	"github.com/edgefleet/fleet/pkg/hub"
+	"github.com/edgefleet/fleet/pkg/hub/hostaccess"
 	"github.com/edgefleet/fleet/pkg/hub/inplace"
 )
 
@@ -122,6 +123,10 @@ func (o options) hubOptions() hub.Options {
 	rOpts := o.reach.SetupOptions
 	rOpts.Forward = o.reach.peerAddress != ""
 	hOpts.Reach = &rOpts
+	if o.hostAccess.addr != "0" {
+		hOpts.HostAccess = &hostaccess.Options{Addr: o.hostAccess.addr, Namespace: o.gateway.HubNamespace,
+			Register: o.hostAccess.service != "", Service: o.hostAccess.service, Forward: gOpts.ReplicaProxy != ""}
+	}
 	return hOpts
 }
 

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -9,10 +10,12 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/edgefleet/fleet/pkg/agent/hostaccess"
 	"github.com/edgefleet/fleet/pkg/agent/reach"
 	"github.com/edgefleet/fleet/pkg/agent/session"
 	"github.com/edgefleet/fleet/pkg/agent/state"
 	"github.com/edgefleet/fleet/pkg/agent/status"
+	"github.com/edgefleet/fleet/pkg/agent/streams"
 	"github.com/edgefleet/fleet/pkg/agent/tunnel"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
@@ -83,6 +86,9 @@ type Agent struct {
 	// and the tunnels the hub opens to it.
 	reach   *reach.Owner
 	tunnels *tunnel.Server
+	// Host access: the hub's requests for the agent's logs and facts.
+	hostAccess *hostaccess.Server
+	started    time.Time
 }
 
 // New makes an agent. cfg must be Completed and Validated.
@@ -106,9 +112,17 @@ func New(cfg Config, prov Provisioner, log logr.Logger) *Agent {
 	}
 	a.reach = reach.NewOwner(cfg.RootDir, log)
 	a.tunnels = &tunnel.Server{Targets: a.reach.DialTargets, Log: log}
+	a.started = time.Now()
+	a.hostAccess = &hostaccess.Server{Facts: a.factsReport, Log: log, Transcripts: map[wire.LogSource]string{
+		wire.LogBootstrap: filepath.Join(cfg.StateDir, BootstrapTranscript),
+		wire.LogReset:     filepath.Join(cfg.StateDir, ResetTranscript),
+	}}
+	mux := &streams.Mux{Handlers: a.hostAccess.Handlers(), Log: log}
+	mux.Handlers[wire.TypeTunnel] = a.tunnels.Handler
 	opts := sessionOptions(cfg)
 	opts.Generation = a.helloGeneration
-	opts.Streams = a.tunnels.Accept
+	opts.Streams = mux.Accept
+	opts.Capabilities = a.hostAccess.Capabilities()
 	opts.Announce = a.announce
 	a.session = session.New(opts, a.store, log)
 	return a

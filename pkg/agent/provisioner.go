@@ -28,6 +28,14 @@ type Provisioner interface {
 	Reset(ctx context.Context, claimUID types.UID, progress func(step string)) error
 }
 
+// Transcripts, files in the state directory: the whole output of the last
+// bootstrap and of the last reset. A Provisioner writes them; the hub's
+// host access reads them (redacted).
+const (
+	BootstrapTranscript = "bootstrap.log"
+	ResetTranscript     = "reset.log"
+)
+
 // CertificatesReader is a Provisioner that can read the expiry of the
 // host's control-plane certificates again after provisioning: they are
 // renewed (kubeadm certs renew, a kubeadm upgrade) while the host serves.

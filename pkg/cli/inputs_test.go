@@ -108,7 +108,7 @@ func TestRefusalsAreOneLine(t *testing.T) {
 	}{
 		{[]string{"gte", "hosts"}, `unknown command "gte" for "kubectl fleet": want completion, create, delete, describe, get, host, kubeconfig, scale, token, upgrade, version (did you mean "get"?)`},
 		{[]string{"create", "clusters", "x"}, `unknown command "clusters" for "kubectl fleet create": want cluster (did you mean "cluster"?)`},
-		{[]string{"host", "frob", "present"}, `unknown command "frob" for "kubectl fleet host": want approve, cordon, remove, retry, uncordon`},
+		{[]string{"host", "frob", "present"}, `unknown command "frob" for "kubectl fleet host": want approve, cordon, facts, logs, remove, retry, uncordon`},
 		{[]string{"completion", "tcsh"}, `unknown command "tcsh" for "kubectl fleet completion": want bash, fish, powershell, zsh`},
 		{[]string{"scale", "cluster"}, "kubectl fleet scale cluster takes NAME [--worker-machines M] [--control-plane-machines N] [--wait]; arguments given: none"},
 		{[]string{"get", "hosts", "extra"}, "kubectl fleet get takes (clusters|machines|hosts); arguments given: 2: hosts extra"},

@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
+	"github.com/edgefleet/fleet/pkg/hub/hostaccess"
 	"github.com/edgefleet/fleet/pkg/hub/inplace"
 	"github.com/edgefleet/fleet/pkg/hub/reach"
 	"github.com/edgefleet/fleet/pkg/hub/reconcilers"
@@ -29,6 +30,10 @@ type Options struct {
 	// InPlace serves Cluster API's in-place update hooks; nil serves
 	// none, and Cluster API replaces Machines for every change.
 	InPlace *inplace.Options
+	// HostAccess serves hosts' logs and facts through the aggregation
+	// layer (kubectl fleet host logs|facts); nil, or no Gateway, serves
+	// none.
+	HostAccess *hostaccess.Options
 }
 
 // Hub is what Setup added to the manager, for callers that talk to it.
@@ -37,6 +42,8 @@ type Hub struct {
 	Gateway *gateway.Server
 	// Proxy is nil unless edge reach runs.
 	Proxy *reach.Proxy
+	// HostAccess is nil unless the host-access API runs.
+	HostAccess *hostaccess.Server
 }
 
 // Setup adds the hub to mgr: the reconcilers, the in-place hooks, the
@@ -72,6 +79,15 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) (*Hub, error) {
 	}
 	if h.Proxy, err = setupReach(ctx, mgr, gw, o); err != nil {
 		return nil, err
+	}
+	if o.HostAccess != nil {
+		ha := *o.HostAccess
+		if ha.ReplicaName == "" {
+			ha.ReplicaName = o.Gateway.ReplicaName
+		}
+		if h.HostAccess, err = hostaccess.Setup(ctx, mgr, ha, gw); err != nil {
+			return nil, err
+		}
 	}
 	return h, nil
 }

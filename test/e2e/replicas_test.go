@@ -186,6 +186,7 @@ func startReplica(t *testing.T, bin, kubeconfigPath, ns, name, gatewayAddr, prox
 		// Each replica serves the in-place hooks on a port of its own; no
 		// ExtensionConfig is registered (no Service in this test).
 		"--runtime-extension-bind-address=127.0.0.1:0", "--runtime-extension-service=",
+		"--host-access-bind-address=127.0.0.1:0", "--host-access-service=",
 		"--zap-log-level=info")
 	r.cmd.Env = append(r.cmd.Environ(), "POD_NAME="+name)
 	r.cmd.Stdout, r.cmd.Stderr = r.log, r.log

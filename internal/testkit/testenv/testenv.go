@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -29,6 +30,7 @@ import (
 	fleetcrd "github.com/edgefleet/fleet/manifests/crd"
 	"github.com/edgefleet/fleet/pkg/hub"
 	"github.com/edgefleet/fleet/pkg/hub/embedded/clusterapi"
+	"github.com/edgefleet/fleet/pkg/hub/embedded/localkube"
 	"github.com/edgefleet/fleet/pkg/hub/inplace"
 	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
 )
@@ -49,11 +51,13 @@ type Env struct {
 	// Scheme knows core, Cluster API and fleet kinds.
 	Scheme *runtime.Scheme
 
-	env      *envtest.Environment
-	cancel   context.CancelFunc
-	done     chan error
-	managers int
-	webhooks *clusterapi.Webhooks
+	env *envtest.Environment
+	// frontProxyDir holds the aggregation layer's certificates.
+	frontProxyDir string
+	cancel        context.CancelFunc
+	done          chan error
+	managers      int
+	webhooks      *clusterapi.Webhooks
 	// providers are the Cluster API providers whose managers run here.
 	providers []clusterapi.Provider
 }
@@ -164,6 +168,14 @@ func startAPIServer(opts Options) (*Env, error) {
 	if opts.EtcdFsync {
 		e.env.ControlPlane.Etcd = &envtest.Etcd{}
 		e.env.ControlPlane.Etcd.Configure().Set("unsafe-no-fsync", "false")
+	}
+	// The aggregation layer, for the hub's host-access API.
+	if e.frontProxyDir, err = os.MkdirTemp("", "fleet-front-proxy-"); err != nil {
+		return nil, err
+	}
+	e.env.ControlPlane.APIServer = &envtest.APIServer{}
+	if err := localkube.EnableAggregation(e.env.ControlPlane.APIServer, e.frontProxyDir); err != nil {
+		return nil, err
 	}
 	cfg, err := e.env.Start()
 	if err != nil {
@@ -281,6 +293,7 @@ func (e *Env) Stop() error {
 	if err := e.env.Stop(); err != nil {
 		errs = append(errs, fmt.Errorf("stopping kube-apiserver and etcd: %w", err))
 	}
+	_ = os.RemoveAll(e.frontProxyDir)
 	return errors.Join(errs...)
 }
 
@@ -292,12 +305,33 @@ func (e *Env) CreateKubeconfigSecret(ctx context.Context, cluster *clusterv1.Clu
 	return e.Client.Create(ctx, kubeconfig.GenerateSecret(cluster, kubeconfig.FromEnvTestConfig(e.Config, cluster)))
 }
 
+// UserConfig is a rest config of a user named name in groups, with no
+// rights but those RBAC gives them, for tests of authorization.
+func (e *Env) UserConfig(name string, groups ...string) (*rest.Config, error) {
+	u, err := e.env.AddUser(envtest.User{Name: name, Groups: groups}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("adding user %s: %w", name, err)
+	}
+	return u.Config(), nil
+}
+
+// FrontProxyCertificate is the aggregation layer's client certificate,
+// for tests that call an extension API server as the API server does.
+func (e *Env) FrontProxyCertificate() (tls.Certificate, error) {
+	return tls.LoadX509KeyPair(filepath.Join(e.frontProxyDir, "front-proxy-client.crt"),
+		filepath.Join(e.frontProxyDir, "front-proxy-client.key"))
+}
+
 // WriteKubeconfig writes an administrator's kubeconfig for this API server
 // to path, for the binaries a test runs (clusterctl, fleet-hub).
-func (e *Env) WriteKubeconfig(path string) error {
+func (e *Env) WriteKubeconfig(path string) error { return WriteKubeconfigOf(e.Config, path) }
+
+// WriteKubeconfigOf writes a kubeconfig of cfg (a client certificate's) to
+// path.
+func WriteKubeconfigOf(cfg *rest.Config, path string) error {
 	kc := clientcmdapi.NewConfig()
-	kc.Clusters["hub"] = &clientcmdapi.Cluster{Server: e.Config.Host, CertificateAuthorityData: e.Config.CAData}
-	kc.AuthInfos["hub"] = &clientcmdapi.AuthInfo{ClientCertificateData: e.Config.CertData, ClientKeyData: e.Config.KeyData}
+	kc.Clusters["hub"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["hub"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
 	kc.Contexts["hub"] = &clientcmdapi.Context{Cluster: "hub", AuthInfo: "hub"}
 	kc.CurrentContext = "hub"
 	if err := clientcmd.WriteToFile(*kc, path); err != nil {

@@ -4,9 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -25,6 +23,7 @@ import (
 	"github.com/edgefleet/fleet/pkg/agent"
 	"github.com/edgefleet/fleet/pkg/agent/atomicfile"
 	"github.com/edgefleet/fleet/pkg/agent/cloudconfig"
+	"github.com/edgefleet/fleet/pkg/agent/facts"
 	"github.com/edgefleet/fleet/pkg/agent/units"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
 )
@@ -63,6 +62,9 @@ type UnitRestarter interface {
 // Provisioner runs CABPK's cloud-config. It implements agent.Provisioner.
 type Provisioner struct {
 	opts Options
+	// tr is the transcript of the bootstrap or reset under way; only the
+	// agent's worker provisions, one thing at a time.
+	tr *transcript
 }
 
 var (
@@ -152,6 +154,9 @@ func (p *Provisioner) Provision(ctx context.Context, a *wire.Assignment, progres
 	if err != nil {
 		return agent.Result{}, &StepError{Step: "parsing the bootstrap data", Err: err}
 	}
+	p.tr = p.openTranscript(agent.BootstrapTranscript)
+	defer func() { p.tr.close(); p.tr = nil }()
+	p.tr.note("bootstrap of %s (claim %s)", a.MachineName, a.ClaimUID)
 	// The record of what this bootstrap creates is written ahead of each
 	// file, so a crash mid-bootstrap still leaves the reset a full list.
 	rec := &written{ClaimUID: a.ClaimUID}
@@ -198,6 +203,7 @@ func (p *Provisioner) Provision(ctx context.Context, a *wire.Assignment, progres
 			return agent.Result{}, &StepError{Step: "sentinel", Command: SentinelFile, Err: err}
 		}
 	}
+	p.tr.note("bootstrap succeeded")
 	return agent.Result{
 		ProviderID:         a.ProviderID,
 		NodeName:           nodeName(root, hostname),
@@ -304,8 +310,21 @@ func (p *Provisioner) write(root *os.Root, f cloudconfig.File, record func(strin
 }
 
 func (p *Provisioner) run(ctx context.Context, step string, c cloudconfig.Command) error {
-	out, err := p.opts.Runner.Run(ctx, c)
+	if p.tr != nil {
+		p.tr.note("%s: %s", step, c.String())
+	}
+	var out []byte
+	var err error
+	if tr, ok := p.opts.Runner.(TranscriptRunner); ok && p.tr != nil {
+		out, err = tr.RunTo(ctx, c, p.tr)
+	} else {
+		out, err = p.opts.Runner.Run(ctx, c)
+		_, _ = p.tr.Write(out)
+	}
 	if err != nil {
+		if p.tr != nil {
+			p.tr.note("%s failed: %v", step, err)
+		}
 		return &StepError{Step: step, Command: c.String(), Output: string(out), Err: err}
 	}
 	return nil
@@ -314,6 +333,9 @@ func (p *Provisioner) run(ctx context.Context, step string, c cloudconfig.Comman
 // Reset undoes a bootstrap: the reset commands, then every file it wrote.
 // It is safe to repeat.
 func (p *Provisioner) Reset(ctx context.Context, claim types.UID, progress func(string)) error {
+	p.tr = p.openTranscript(agent.ResetTranscript)
+	defer func() { p.tr.close(); p.tr = nil }()
+	p.tr.note("reset (claim %s)", claim)
 	for i, c := range p.opts.ResetCommands {
 		step := fmt.Sprintf("reset %d/%d", i+1, len(p.opts.ResetCommands))
 		progress(step)
@@ -356,6 +378,7 @@ func (p *Provisioner) Reset(ctx context.Context, claim types.UID, progress func(
 	if err := os.Remove(path.Join(p.opts.StateDir, writtenFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("forgetting the bootstrap of claim %s: %w", claim, err)
 	}
+	p.tr.note("reset done")
 	return nil
 }
 
@@ -568,38 +591,12 @@ func nodeName(root *os.Root, hostname string) string {
 // earliestExpiry is the soonest NotAfter among the certificates (*.crt,
 // *.pem) under dirs, or nil when there are none.
 func earliestExpiry(root *os.Root, dirs []string) *time.Time {
-	var earliest *time.Time
-	for _, dir := range dirs {
-		_ = fs.WalkDir(root.FS(), rel(dir), func(p string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() || !(strings.HasSuffix(p, ".crt") || strings.HasSuffix(p, ".pem")) {
-				return nil
-			}
-			b, err := root.ReadFile(p)
-			if err != nil {
-				return nil
-			}
-			for {
-				var block *pem.Block
-				block, b = pem.Decode(b)
-				if block == nil {
-					break
-				}
-				if block.Type != "CERTIFICATE" {
-					continue
-				}
-				c, err := x509.ParseCertificate(block.Bytes)
-				if err != nil {
-					continue
-				}
-				if earliest == nil || c.NotAfter.Before(*earliest) {
-					t := c.NotAfter.UTC()
-					earliest = &t
-				}
-			}
-			return nil
-		})
+	certs := facts.Certificates(root.FS(), dirs)
+	if len(certs) == 0 {
+		return nil
 	}
-	return earliest
+	t := certs[0].NotAfter.UTC()
+	return &t
 }
 
 // sortedUnique is used by the reset to remove each file once.

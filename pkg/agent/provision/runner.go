@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"syscall"
@@ -33,6 +34,11 @@ type ShellRunner struct {
 
 // Run runs c.
 func (r ShellRunner) Run(ctx context.Context, c cloudconfig.Command) ([]byte, error) {
+	return r.RunTo(ctx, c, nil)
+}
+
+// RunTo runs c and copies its whole output to w.
+func (r ShellRunner) RunTo(ctx context.Context, c cloudconfig.Command, w io.Writer) ([]byte, error) {
 	timeout := r.Timeout
 	if timeout == 0 {
 		timeout = 30 * time.Minute
@@ -47,14 +53,15 @@ func (r ShellRunner) Run(ctx context.Context, c cloudconfig.Command) ([]byte, er
 	}
 	cmd.Dir = r.Dir
 	cmd.Env = append(os.Environ(), r.Env...)
-	return runGroup(ctx, cmd, r.OutputLimit, timeout)
+	return runGroup(ctx, cmd, r.OutputLimit, timeout, w)
 }
 
 // runGroup runs cmd in its own process group, killing the whole group when
 // ctx ends (kubeadm's children too), with its output going to a file rather
 // than a pipe, so a daemon a command leaves running cannot hold the step
-// open. It returns the last limit bytes of the output.
-func runGroup(ctx context.Context, cmd *exec.Cmd, limit int, timeout time.Duration) ([]byte, error) {
+// open. It returns the last limit bytes of the output, and copies all of
+// it to w (when not nil).
+func runGroup(ctx context.Context, cmd *exec.Cmd, limit int, timeout time.Duration, w io.Writer) ([]byte, error) {
 	out, err := os.CreateTemp("", "fleet-cmd-*.log")
 	if err != nil {
 		return nil, err
@@ -71,7 +78,9 @@ func runGroup(ctx context.Context, cmd *exec.Cmd, limit int, timeout time.Durati
 	} else if ctx.Err() != nil {
 		runErr = fmt.Errorf("interrupted: %w", ctx.Err())
 	}
-	return readTail(out, limit), runErr
+	tail := readTail(out, limit)
+	copyOutput(out, w)
+	return tail, runErr
 }
 
 // readTail reads the last limit bytes of f, marking what was dropped.

@@ -3,6 +3,7 @@ package provision
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -59,6 +60,11 @@ exec chroot "$R" /bin/sh -c "$FLEET_SANDBOX_CMD"
 
 // Run runs c in the sandbox.
 func (r ChrootRunner) Run(ctx context.Context, c cloudconfig.Command) ([]byte, error) {
+	return r.RunTo(ctx, c, nil)
+}
+
+// RunTo runs c in the sandbox and copies its whole output to w.
+func (r ChrootRunner) RunTo(ctx context.Context, c cloudconfig.Command, w io.Writer) ([]byte, error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("the sandbox runner needs root (mount namespaces and chroot)")
 	}
@@ -84,7 +90,7 @@ func (r ChrootRunner) Run(ctx context.Context, c cloudconfig.Command) ([]byte, e
 		"/bin/sh", "-c", sandboxScript)
 	cmd.Env = append([]string{"PATH=" + path, "HOME=/root", "LANG=C.UTF-8",
 		"FLEET_SANDBOX_ROOT=" + r.Root, "FLEET_SANDBOX_CMD=" + line}, r.Env...)
-	return runGroup(ctx, cmd, r.OutputLimit, timeout)
+	return runGroup(ctx, cmd, r.OutputLimit, timeout, w)
 }
 
 func shellQuote(s string) string {

@@ -185,7 +185,7 @@ func (s *Source) hello(mux *yamux.Session, id state.Identity) (*control, error) 
 	ctrl.version.Store(wire.MinProtocol)
 	speaks := wire.Speaks
 	if err := ctrl.sendAs(1, &wire.Hello{AgentVersion: version.Version, Host: id.Host, ObservedGeneration: generation,
-		Capabilities: []string{wire.CapabilityTunnel}, Protocols: &speaks}); err != nil {
+		Capabilities: append([]string{wire.CapabilityTunnel}, s.opts.Capabilities...), Protocols: &speaks}); err != nil {
 		return nil, fmt.Errorf("sending Hello: %w", err)
 	}
 	return ctrl, nil

@@ -41,6 +41,8 @@ type Options struct {
 	Generation func(hostUID types.UID) (int64, error)
 	// Streams serves the streams the hub opens on a session until it ends.
 	Streams func(ctx context.Context, mux *yamux.Session)
+	// Capabilities are announced in Hello besides tunnels.
+	Capabilities []string
 	// Announce hears a one-line status on every connection change.
 	Announce func(string)
 }

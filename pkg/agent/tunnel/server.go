@@ -1,7 +1,6 @@
 package tunnel
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -9,8 +8,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/hashicorp/yamux"
 
+	"github.com/edgefleet/fleet/pkg/agent/streams"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
 	"github.com/edgefleet/fleet/pkg/transport"
 )
@@ -54,38 +53,10 @@ func (t *Server) Served() int64 { return t.served.Load() }
 // Refused counts the tunnel requests turned down (wrong target, limit).
 func (t *Server) Refused() int64 { return t.refused.Load() }
 
-// Accept serves the streams the hub opens on mux until the session ends.
-func (t *Server) Accept(ctx context.Context, mux *yamux.Session) {
-	for {
-		st, err := mux.AcceptStreamWithContext(ctx)
-		if err != nil {
-			return
-		}
-		go t.serve(st)
-	}
-}
-
-func (t *Server) serve(st *yamux.Stream) {
+// Serve carries one tunnel: the stream's first frame, req, asked in
+// protocol version v. It closes st.
+func (t *Server) Serve(st net.Conn, v int, req *wire.Tunnel) {
 	defer st.Close()
-	_ = st.SetDeadline(time.Now().Add(DialTimeout))
-	frame, err := wire.ReadFrame(st, wire.MaxTunnelFrameSize)
-	if err != nil {
-		t.refuse(st, 1, wire.ErrBadFrame, "reading the tunnel request: "+err.Error())
-		return
-	}
-	msg, v, err := wire.DecodeVersion(frame)
-	if err != nil {
-		var we *wire.Error
-		if errors.As(err, &we) {
-			t.refuse(st, 1, we.Code, we.Message)
-		}
-		return
-	}
-	req, ok := msg.(*wire.Tunnel)
-	if !ok {
-		t.refuse(st, v, wire.ErrUnexpected, "a stream opened by the hub must start with Tunnel")
-		return
-	}
 	addrs, err := t.Targets(req.Target)
 	if err != nil {
 		t.refuse(st, v, wire.ErrForbidden, err.Error())
@@ -101,11 +72,11 @@ func (t *Server) serve(st *yamux.Stream) {
 	conn, err := dialFirst(addrs)
 	if err != nil {
 		t.Log.Info("Tunnel dial failed", "target", req.Target, "error", err.Error())
-		_ = writeMsg(st, v, &wire.Error{Code: wire.ErrDialFailed, Message: err.Error()})
+		streams.Refuse(st, v, wire.ErrDialFailed, err.Error())
 		return
 	}
 	defer conn.Close()
-	if err := writeMsg(st, v, &wire.TunnelReady{Address: conn.RemoteAddr().String()}); err != nil {
+	if err := streams.Write(st, v, &wire.TunnelReady{Address: conn.RemoteAddr().String()}); err != nil {
 		return
 	}
 	_ = st.SetDeadline(time.Time{})
@@ -113,20 +84,14 @@ func (t *Server) serve(st *yamux.Stream) {
 	transport.Pipe(st, conn, IdleTimeout, HalfCloseTimeout)
 }
 
+// Handler is Serve as a streams.Handler.
+func (t *Server) Handler(st net.Conn, v int, msg any) { t.Serve(st, v, msg.(*wire.Tunnel)) }
+
 // refuse answers in protocol version v, the version the hub asked in.
 func (t *Server) refuse(st net.Conn, v int, code wire.ErrorCode, msg string) {
 	t.refused.Add(1)
 	t.Log.Info("Refused a tunnel", "code", string(code), "reason", msg)
-	_ = writeMsg(st, v, &wire.Error{Code: code, Message: msg})
-}
-
-func writeMsg(c net.Conn, v int, msg any) error {
-	frame, err := wire.EncodeAs(v, msg)
-	if err != nil {
-		return err
-	}
-	_ = c.SetWriteDeadline(time.Now().Add(transport.WriteTimeout))
-	return wire.WriteFrame(c, frame)
+	streams.Refuse(st, v, code, msg)
 }
 
 func dialFirst(addrs []string) (net.Conn, error) {

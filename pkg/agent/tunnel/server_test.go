@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/edgefleet/fleet/pkg/agent/reach"
+	"github.com/edgefleet/fleet/pkg/agent/streams"
 	"github.com/edgefleet/fleet/pkg/agent/tunnel"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
 	"github.com/edgefleet/fleet/pkg/transport"
@@ -42,7 +43,8 @@ func tunnelPair(t *testing.T, a *edge) *hubmux.Session {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	go a.tunnels.Accept(ctx, agent)
+	m := &streams.Mux{Handlers: map[wire.Type]streams.Handler{wire.TypeTunnel: a.tunnels.Handler}, Log: logr.Discard()}
+	go m.Accept(ctx, agent)
 	t.Cleanup(func() { cancel(); hub.Close(); agent.Close() })
 	return hub
 }

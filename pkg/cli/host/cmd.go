@@ -13,7 +13,7 @@ import (
 
 // NewCmd returns `kubectl fleet host`.
 func NewCmd(flags *kube.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
-	cmd := &cobra.Command{Use: "host", Short: "Approve, cordon, uncordon, remove edge hosts or retry their reset"}
+	cmd := &cobra.Command{Use: "host", Short: "Approve, cordon, uncordon, remove edge hosts, retry their reset, read their logs and facts"}
 	for _, a := range []struct {
 		action Action
 		short  string
@@ -31,7 +31,58 @@ func NewCmd(flags *kube.ConfigFlags, streams genericiooptions.IOStreams) *cobra.
 			RunE:              command.RunE(o),
 		})
 	}
-	cmd.AddCommand(newRemoveCmd(flags, streams), newRetryCmd(flags, streams))
+	cmd.AddCommand(newRemoveCmd(flags, streams), newRetryCmd(flags, streams), newLogsCmd(flags, streams), newFactsCmd(flags, streams))
+	return cmd
+}
+
+func newLogsCmd(flags *kube.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
+	o := &LogsOptions{flags: flags, IOStreams: streams}
+	cmd := &cobra.Command{
+		Use:   "logs NAME [--bootstrap|--reset] [-f] [--since DURATION] [--tail N]",
+		Short: "Print a host's agent log, or the whole output of its last bootstrap or reset",
+		Long: `Print one of the logs a host's agent keeps, fetched through the hub over the agent's own session (the
+host needs no inbound connection): the agent's recent log (the default; --follow streams new lines), or
+the whole output of the last bootstrap (--bootstrap) or reset (--reset) the agent ran.
+
+Secrets the bootstrap carried (join tokens, certificate keys, private keys) are redacted on the host,
+before anything leaves it. Each read is recorded as an Event on the EdgeHost. It needs RBAC permission
+to get edgehosts/log in API group hostaccess.fleet.edgefleet.io (ClusterRole fleet-host-access).`,
+		Example: `  # Why did the bootstrap of kiosk-17 fail?
+  kubectl fleet host logs kiosk-17 --bootstrap
+
+  # Follow the agent's log, starting with the last 10 minutes
+  kubectl fleet host logs kiosk-17 -f --since 10m`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completion.Hosts(flags),
+		RunE:              command.RunE(o),
+	}
+	fs := cmd.Flags()
+	fs.BoolVar(&o.Bootstrap, "bootstrap", false, "Print the whole output of the last bootstrap (cloud-config commands, kubeadm).")
+	fs.BoolVar(&o.Reset, "reset", false, "Print the whole output of the last reset.")
+	fs.BoolVarP(&o.Follow, "follow", "f", false, "Keep streaming the agent's log as it grows.")
+	fs.DurationVar(&o.Since, "since", 0, "Only lines of the agent's log newer than this, e.g. 10m.")
+	fs.Int64Var(&o.Tail, "tail", -1, "Only the last lines; -1 prints all.")
+	fs.Int64Var(&o.LimitBytes, "limit-bytes", 0, "Stop after this many bytes (0: the hub's limit, 8 MiB, unless following).")
+	return cmd
+}
+
+func newFactsCmd(flags *kube.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
+	o := &FactsOptions{flags: flags, IOStreams: streams}
+	cmd := &cobra.Command{
+		Use:   "facts NAME [-o json|yaml]",
+		Short: "Show what a host's agent knows of its host: OS, kernel, addresses, disks, versions, link, certificates",
+		Long: `Ask a host's agent, through the hub over its own session, what it knows of its host now: OS and kernel,
+boot time, network interfaces and addresses, disks, the agent's and Kubernetes' versions, the link's
+health, and the dates of the host's Kubernetes certificates. Each read is recorded as an Event on the
+EdgeHost. It needs RBAC permission to get edgehosts/facts in API group hostaccess.fleet.edgefleet.io
+(ClusterRole fleet-host-access).`,
+		Example: `  kubectl fleet host facts kiosk-17
+  kubectl fleet host facts kiosk-17 -o yaml`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completion.Hosts(flags),
+		RunE:              command.RunE(o),
+	}
+	cmd.Flags().StringVarP(&o.Output, "output", "o", "", "Output format: json or yaml (default: a summary).")
 	return cmd
 }
 

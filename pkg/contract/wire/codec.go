@@ -98,6 +98,14 @@ func TypeOf(msg any) (Type, error) {
 		return TypeTunnelReady, nil
 	case Welcome, *Welcome:
 		return TypeWelcome, nil
+	case Logs, *Logs:
+		return TypeLogs, nil
+	case LogsReady, *LogsReady:
+		return TypeLogsReady, nil
+	case FactsRequest, *FactsRequest:
+		return TypeFactsRequest, nil
+	case FactsReport, *FactsReport:
+		return TypeFactsReport, nil
 	default:
 		return "", fmt.Errorf("wire: %T is not a message type", msg)
 	}
@@ -157,6 +165,14 @@ func decodePayload(env Envelope) (any, error) {
 		msg = &TunnelReady{}
 	case TypeWelcome:
 		msg = &Welcome{}
+	case TypeLogs:
+		msg = &Logs{}
+	case TypeLogsReady:
+		msg = &LogsReady{}
+	case TypeFactsRequest:
+		msg = &FactsRequest{}
+	case TypeFactsReport:
+		msg = &FactsReport{}
 	default:
 		return nil, &Error{Code: ErrUnknownType, Message: fmt.Sprintf("unknown message type %q", env.Type)}
 	}
@@ -185,6 +201,20 @@ func validate(msg any) error {
 		}
 		if p := m.Protocols; p != nil && (p.Min < 1 || p.Max < p.Min) {
 			return bad("Hello.protocols %d–%d is not a range of versions", p.Min, p.Max)
+		}
+	case *Logs:
+		switch m.Source {
+		case LogAgent, LogBootstrap, LogReset:
+		default:
+			return bad("Logs.source %q is none of agent, bootstrap, reset", m.Source)
+		}
+		if m.SinceSeconds < 0 || m.TailLines < 0 || m.LimitBytes < 0 || m.LimitBytes > MaxLogBytes {
+			return bad("Logs: sinceSeconds, tailLines and limitBytes must be ≥ 0, limitBytes ≤ %d", MaxLogBytes)
+		}
+	case *FactsReport:
+		if len(m.Interfaces) > MaxFactInterfaces || len(m.Disks) > MaxFactDisks || len(m.Certificates) > MaxFactCertificates {
+			return bad("FactsReport lists more than %d interfaces, %d disks or %d certificates",
+				MaxFactInterfaces, MaxFactDisks, MaxFactCertificates)
 		}
 	case *DesiredState:
 		if m.Generation < 0 {

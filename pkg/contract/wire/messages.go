@@ -78,6 +78,14 @@ const (
 	TypeTunnelReady Type = "TunnelReady"
 	// TypeWelcome is the hub's answer to Hello, from version 2.
 	TypeWelcome Type = "Welcome"
+	// TypeLogs is the first frame of a stream the hub opens to read one
+	// of the agent's logs; TypeLogsReady answers it, raw bytes follow.
+	TypeLogs      Type = "Logs"
+	TypeLogsReady Type = "LogsReady"
+	// TypeFactsRequest is the first frame of a stream the hub opens to
+	// learn what the agent knows of its host; TypeFactsReport answers.
+	TypeFactsRequest Type = "FactsRequest"
+	TypeFactsReport  Type = "FactsReport"
 )
 
 // since is the first protocol version each message type is part of; a

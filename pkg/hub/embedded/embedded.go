@@ -29,6 +29,7 @@ import (
 	"github.com/edgefleet/fleet/pkg/hub/embedded/clusterapi"
 	"github.com/edgefleet/fleet/pkg/hub/embedded/localkube"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
+	"github.com/edgefleet/fleet/pkg/hub/hostaccess"
 	"github.com/edgefleet/fleet/pkg/hub/inplace"
 	"github.com/edgefleet/fleet/pkg/hub/linkhealth"
 	"github.com/edgefleet/fleet/pkg/hub/reach"
@@ -259,6 +260,10 @@ func newManagers(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, 
 		// The in-place hooks on loopback, registered with the Cluster API
 		// reconcilers of this process.
 		InPlace: &inplace.Options{Addr: "127.0.0.1:0", Namespace: o.HubNamespace, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Register: true},
+		// Hosts' logs and facts, through this API server's aggregation
+		// layer, which reaches the hub on loopback.
+		HostAccess: &hostaccess.Options{Addr: "127.0.0.1:0", Namespace: o.HubNamespace, Register: true,
+			Service: "fleet-hub-host-access", ExternalName: "localhost"},
 	})
 	if err != nil {
 		return nil, nil, err

@@ -17,6 +17,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
@@ -24,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/internal/testkit"
+	"github.com/edgefleet/fleet/pkg/contract/hostaccess"
 	"github.com/edgefleet/fleet/pkg/hub/embedded/clusterapi"
 )
 
@@ -107,6 +109,7 @@ func TestRunServesEdgeReachAndKubeadmControlPlane(t *testing.T) {
 	}
 
 	checkWebhooks(t, progress.String())
+	checkHostAccess(t, progress.String())
 
 	for _, controller := range []string{"kubeadmcontrolplane", "machinehealthcheck"} {
 		testkit.Eventually(t, time.Minute, 200*time.Millisecond, "the "+controller+" controller started", func() error {
@@ -118,6 +121,32 @@ func TestRunServesEdgeReachAndKubeadmControlPlane(t *testing.T) {
 			return fmt.Errorf("no %s workers in the log yet", controller)
 		})
 	}
+}
+
+// checkHostAccess asks the embedded hub's API server for the host-access
+// API, which its aggregation layer serves from the hub.
+func checkHostAccess(t *testing.T, progress string) {
+	t.Helper()
+	_, rest, _ := strings.Cut(progress, "kubeconfig: ")
+	path, _, _ := strings.Cut(rest, "\n")
+	cfg, err := clientcmd.BuildConfigFromFlags("", strings.TrimSpace(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, time.Minute, 200*time.Millisecond, "the host-access API through the aggregation layer", func() error {
+		l, err := dc.ServerResourcesForGroupVersion(hostaccess.GroupVersion)
+		if err != nil {
+			return err
+		}
+		if len(l.APIResources) != 2 {
+			return fmt.Errorf("resources %v", l.APIResources)
+		}
+		return nil
+	})
 }
 
 // checkWebhooks asks the embedded hub's API server for what a real

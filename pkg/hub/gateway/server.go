@@ -385,6 +385,11 @@ func (s *Server) Addr() string { return s.listener.Addr().String() }
 // CA is the hub CA, once Ready.
 func (s *Server) CA() *pki.CA { return s.ca }
 
+// Session is the session this replica holds with the host's agent, or nil.
+func (s *Server) Session(namespace, name string) *sessions.Session {
+	return s.sessions.Lookup(namespace, name)
+}
+
 // DialCluster opens a tunnel to target through a connected agent of the
 // cluster (see reach.Dialer).
 func (s *Server) DialCluster(ctx context.Context, namespace, cluster, target string) (net.Conn, string, error) {

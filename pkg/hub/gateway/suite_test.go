@@ -34,8 +34,10 @@ import (
 	"github.com/edgefleet/fleet/internal/testkit/testenv"
 	"github.com/edgefleet/fleet/pkg/agent"
 	"github.com/edgefleet/fleet/pkg/agent/agenttest"
+	"github.com/edgefleet/fleet/pkg/agent/logring"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
+	"github.com/edgefleet/fleet/pkg/hub/hostaccess"
 	"github.com/edgefleet/fleet/pkg/hub/inventory"
 	"github.com/edgefleet/fleet/pkg/hub/linkhealth"
 	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
@@ -155,6 +157,7 @@ func (c *writeCounter) count(rt http.RoundTripper, r *http.Request) (*http.Respo
 // hub is one running hub replica: gateway plus reconcilers.
 type hub struct {
 	srv    *gateway.Server
+	access *hostaccess.Server
 	url    string
 	writes *writeCounter
 	cancel context.CancelFunc
@@ -186,6 +189,11 @@ type hubOptions struct {
 	// mux is SessionMux; minAgentProtocol, MinAgentProtocol.
 	mux              string
 	minAgentProtocol int
+	// hostAccess, when set, serves the host-access API (Namespace
+	// defaults to ns).
+	hostAccess *hostaccess.Options
+	// replica and replicaProxy name this replica and its peer address.
+	replica, replicaProxy string
 }
 
 func startHub(t *testing.T, o hubOptions) *hub {
@@ -222,10 +230,19 @@ func startHub(t *testing.T, o hubOptions) *hub {
 		DisconnectGrace: o.disconnectGrace, ReturnGrace: o.returnGrace,
 		LinkThresholds: linkhealth.DefaultThresholds(), MaxConcurrentStatusWrites: o.statusWrites,
 		MaxConcurrentTLSHandshakes: o.tlsHandshakes, RotationOverlap: o.rotationOverlap, Logger: o.log,
-		SessionMux: o.mux, MinAgentProtocol: o.minAgentProtocol,
+		SessionMux: o.mux, MinAgentProtocol: o.minAgentProtocol, ReplicaName: o.replica, ReplicaProxy: o.replicaProxy,
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if ha := o.hostAccess; ha != nil {
+		if ha.Namespace == "" {
+			ha.Namespace = o.ns
+		}
+		ha.ReplicaName = o.replica
+		if h.access, err = hostaccess.Setup(ctx, mgr, *ha, h.srv); err != nil {
+			t.Fatal(err)
+		}
 	}
 	go func() {
 		defer close(h.done)
@@ -284,6 +301,8 @@ type edge struct {
 	// upgrader and stager, when set, let the agent upgrade and stage.
 	upgrader agent.Upgrader
 	stager   agent.Stager
+	// ring, when set, is the agent's own log.
+	ring *logring.Ring
 }
 
 func newEdge(t *testing.T, hostname, hubURL, pin, token string) *edge {
@@ -317,6 +336,9 @@ func (e *edge) start() *edge {
 	e.agent = agent.New(e.cfg, e.rec, logr.Discard())
 	if e.link != nil || e.noLink != "" {
 		e.agent.UseLinkProbe(e.link, e.noLink)
+	}
+	if e.ring != nil {
+		e.agent.UseLogRing(e.ring)
 	}
 	if e.upgrader != nil {
 		e.agent.UseUpgrader(e.upgrader)

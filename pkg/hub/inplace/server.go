@@ -3,11 +3,9 @@ package inplace
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"net"
 	"strconv"
-	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -23,7 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/edgefleet/fleet/pkg/hub/identity"
-	"github.com/edgefleet/fleet/pkg/pki"
 )
 
 // ExtensionName names the ExtensionConfig that registers the hooks by
@@ -95,8 +92,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	if err != nil {
 		return fmt.Errorf("in-place hooks: %w", err)
 	}
-	certs := &servingCert{ca: ca, dnsNames: o.DNSNames, ips: o.IPs}
-	if _, err := certs.get(); err != nil {
+	certs := &identity.ServingCert{CA: ca, DNSNames: o.DNSNames, IPs: o.IPs, Validity: servingValidity, Name: "the in-place hooks"}
+	if _, err := certs.Get(); err != nil {
 		return err
 	}
 	catalog := runtimecatalog.New()
@@ -105,7 +102,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	}
 	srv, err := runtimeserver.New(runtimeserver.Options{Catalog: catalog, Host: host, Port: port,
 		TLSOpts: []func(*tls.Config){func(cfg *tls.Config) {
-			cfg.GetCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return certs.get() }
+			cfg.GetCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return certs.Get() }
 			// HTTP/1.1 only, as Cluster API's own servers: HTTP/2's rapid
 			// reset (CVE-2023-44487).
 			cfg.NextProtos = []string{"http/1.1"}
@@ -163,36 +160,6 @@ func freePort(host string) (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// servingCert issues this replica's serving certificate from the CA, and
-// again when it nears its end.
-type servingCert struct {
-	ca       *pki.CA
-	dnsNames []string
-	ips      []net.IP
-
-	mu   sync.Mutex
-	cert *tls.Certificate
-	leaf *x509.Certificate
-}
-
-func (s *servingCert) get() (*tls.Certificate, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.leaf != nil && time.Until(s.leaf.NotAfter) > servingValidity/12 {
-		return s.cert, nil
-	}
-	cert, err := s.ca.ServingCertificate(s.dnsNames, s.ips, servingValidity)
-	if err != nil {
-		return nil, fmt.Errorf("issuing the in-place hooks' serving certificate: %w", err)
-	}
-	leaf, err := x509.ParseCertificate(cert.Certificate[0])
-	if err != nil {
-		return nil, err
-	}
-	s.cert, s.leaf = &cert, leaf
-	return s.cert, nil
 }
 
 // register creates or corrects the ExtensionConfig, with Cluster API

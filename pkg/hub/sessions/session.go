@@ -65,8 +65,8 @@ type Session struct {
 	statusLimit *rate.Limiter
 	csrLimit    *rate.Limiter
 
-	// tunnelCapable is the agent's Hello saying it serves tunnels.
-	tunnelCapable bool
+	// capabilities are what the agent's Hello says it can do.
+	capabilities []string
 	// protocol is the version the session is written in: the Hello's
 	// until the two sides agree on one, then the highest both speak.
 	protocol int
@@ -117,7 +117,10 @@ func (ss *Session) Replaced() bool { return ss.replaced.Load() }
 func (ss *Session) Reports() *hoststatus.Reports { return &ss.reports }
 
 // TunnelCapable tells that the agent serves tunnels.
-func (ss *Session) TunnelCapable() bool { return ss.tunnelCapable }
+func (ss *Session) TunnelCapable() bool { return ss.Can(wire.CapabilityTunnel) }
+
+// Can tells that the agent's Hello announced capability c.
+func (ss *Session) Can(c string) bool { return slices.Contains(ss.capabilities, c) }
 
 // OpenStreams is the number of hub-opened streams open now.
 func (ss *Session) OpenStreams() int32 { return ss.streams.Load() }
@@ -184,7 +187,7 @@ func (ss *Session) Handshake(timeout time.Duration) error {
 			Message: fmt.Sprintf("this certificate belongs to EdgeHost %s, not %q", ss.id.Name, hello.Host)})
 		return fmt.Errorf("hello for %q on a certificate of %s", hello.Host, ss.id)
 	}
-	ss.tunnelCapable = slices.Contains(hello.Capabilities, wire.CapabilityTunnel)
+	ss.capabilities = slices.Clone(hello.Capabilities)
 	ss.agentVersion = hello.AgentVersion
 	agent, served := hello.Speaks(), ss.reg.opts.speaks()
 	v, ok := wire.Negotiate(served, agent)

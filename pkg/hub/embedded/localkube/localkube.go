@@ -110,6 +110,10 @@ func Start(o Options) (*Server, error) {
 		ControlPlaneStartTimeout: 2 * time.Minute,
 		ControlPlaneStopTimeout:  30 * time.Second,
 	}
+	if err := EnableAggregation(s.env.ControlPlane.APIServer, filepath.Join(certDir, "front-proxy")); err != nil {
+		s.release()
+		return nil, fmt.Errorf("setting up the aggregation layer: %w", err)
+	}
 	cfg, err := s.env.Start()
 	if err != nil {
 		_ = s.env.Stop()
