@@ -94,8 +94,8 @@ verify-tidy: ## Fail if `go mod tidy` would change go.mod or go.sum of fleet or 
 ##@ Build
 
 .PHONY: build
-build: ## Build fleet-hub, fleet-agent and kubectl-fleet into bin/.
-	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/fleet-hub ./cmd/fleet-agent ./cmd/kubectl-fleet
+build: ## Build fleet-hub, fleet-agent, kubectl-fleet and fleet-release into bin/.
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/fleet-hub ./cmd/fleet-agent ./cmd/kubectl-fleet ./cmd/fleet-release
 
 .PHONY: k8s
 k8s: $(K8S_CMD_BINS) node-images ## Build kube-apiserver, etcd, kubectl, kubelet, kubeadm, controller manager, scheduler, kube-proxy and CoreDNS into bin/k8s, and their images (minutes the first time).
@@ -262,7 +262,7 @@ test-image: k8s $(NFPM) ## Build the edge image the real-node tests and the demo
 .PHONY: demo
 demo: k8s ## Run fleet locally: the embedded hub, 3 real edge hosts (or simulated ones where they cannot run) and a cluster on them (needs root; installs the Debian packages real hosts lack unless DEMO_FLAGS=--no-install; DEMO_FLAGS=--nodes=simulated forces the simulator).
 	@echo ">> building fleet-hub, fleet-agent, kubectl-fleet, the node simulator, the demo and its workload into bin/ (about 3 minutes the first time)"
-	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/fleet-hub ./cmd/fleet-agent ./cmd/kubectl-fleet
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/fleet-hub ./cmd/fleet-agent ./cmd/kubectl-fleet ./cmd/fleet-release
 	$(GO) build -o $(BIN)/fleet-nodesim ./test/nodesim
 	$(GO) build -o $(BIN)/fleet-demo ./hack/demo
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/fleet-echoserver ./test/echoserver
