@@ -26,6 +26,7 @@ import (
 	"github.com/edgefleet/fleet/pkg/agent/logring"
 	"github.com/edgefleet/fleet/pkg/agent/provision"
 	"github.com/edgefleet/fleet/pkg/agent/sdnotify"
+	"github.com/edgefleet/fleet/pkg/agent/selfupdate"
 	"github.com/edgefleet/fleet/pkg/agent/units"
 )
 
@@ -47,6 +48,9 @@ func main() {
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "fleet-agent: %v\n", err)
+		if errors.Is(err, agent.ErrTrialExpired) {
+			os.Exit(selfupdate.ExitTrialExpired)
+		}
 		os.Exit(1)
 	}
 }
@@ -109,7 +113,21 @@ func run(args []string) error {
 		fmt.Println("enrolled")
 		return nil
 	}
-	return runAgent(ctx, cfg, log, ring)
+	// A committed or trial release in the state directory runs instead
+	// of this binary (docs/AGENT-RELEASES.md).
+	releases := selfupdate.Store{Dir: filepath.Join(cfg.StateDir, "releases")}
+	launcher := selfupdate.Launcher{Store: releases, Args: args, Systemd: underSystemd(), Installed: version.Version,
+		Log: func(msg string, kv ...any) { log.Info(msg, kv...) }}
+	if err := launcher.Launch(); err != nil {
+		return err
+	}
+	return runAgent(ctx, cfg, log, ring, releases)
+}
+
+// underSystemd tells that systemd runs this process as a service, and
+// so starts it again when it exits.
+func underSystemd() bool {
+	return os.Getenv("INVOCATION_ID") != "" && os.Getppid() == 1
 }
 
 // configFrom reads the config file, lets the flags given on the command
@@ -154,7 +172,7 @@ func configFrom(fs *flag.FlagSet, file string) (agent.Config, error) {
 	return cfg, cfg.Validate()
 }
 
-func runAgent(ctx context.Context, cfg agent.Config, log logr.Logger, ring *logring.Ring) error {
+func runAgent(ctx context.Context, cfg agent.Config, log logr.Logger, ring *logring.Ring, releases selfupdate.Store) error {
 	log.Info("Starting fleet-agent", "version", version.Version, "hub", cfg.Hub, "stateDir", cfg.StateDir)
 	opts := provision.Options{Root: cfg.RootDir, StateDir: cfg.StateDir, Runner: provision.ShellRunner{Dir: cfg.RootDir}}
 	if cfg.Sandbox {
@@ -170,6 +188,11 @@ func runAgent(ctx context.Context, cfg agent.Config, log logr.Logger, ring *logr
 	}
 	a := agent.New(cfg, provision.New(opts), log)
 	a.UseLogRing(ring)
+	if sha := os.Getenv(selfupdate.EnvTrial); sha != "" {
+		if t, ok := releases.Trial(); ok && t.SHA256 == sha {
+			a.UseTrial(t.Version, t.Deadline, func() error { return releases.Commit(t.Slot, time.Now()) })
+		}
+	}
 	if opts.Units != nil {
 		// Only an agent that can restart the host's kubelet upgrades it.
 		a.UseUpgrader(kubeupgrade.New(kubeupgrade.Options{Root: cfg.RootDir, StateDir: cfg.StateDir,

@@ -89,6 +89,8 @@ type Agent struct {
 	// Host access: the hub's requests for the agent's logs and facts.
 	hostAccess *hostaccess.Server
 	started    time.Time
+	// trial is set when this run is the trial of a new release.
+	trial *trialGate
 }
 
 // New makes an agent. cfg must be Completed and Validated.
@@ -172,6 +174,8 @@ func (a *Agent) Run(ctx context.Context, ready func()) error {
 	if ready != nil {
 		ready()
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var wg sync.WaitGroup
 	start := func(run func(context.Context)) {
 		wg.Add(1)
@@ -187,7 +191,11 @@ func (a *Agent) Run(ctx context.Context, ready func()) error {
 		start(a.linkSource)
 	}
 	a.syncLoop(ctx)
+	cancel()
 	wg.Wait()
+	if a.trial != nil && a.trial.expired {
+		return ErrTrialExpired
+	}
 	return nil
 }
 

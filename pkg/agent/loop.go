@@ -38,6 +38,9 @@ func (a *Agent) syncLoop(ctx context.Context) {
 			a.status.Resend()
 		case <-housekeeping.C:
 			a.checkHealth(time.Now())
+			if a.trialExpired(time.Now()) {
+				return
+			}
 		case <-certs.C:
 			a.refreshCertificates()
 		}
@@ -91,6 +94,9 @@ func (a *Agent) handleUpdate(u session.Update) {
 		wd := *d
 		wd.Stage = nil
 		a.handToWorker(&wd)
+		// A desired state means the session works end to end: the gate
+		// of a release on trial.
+		a.commitTrial()
 	}
 }
 
