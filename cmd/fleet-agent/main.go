@@ -188,6 +188,7 @@ func runAgent(ctx context.Context, cfg agent.Config, log logr.Logger, ring *logr
 	}
 	a := agent.New(cfg, provision.New(opts), log)
 	a.UseLogRing(ring)
+	a.UseReleases(releases.Report)
 	if sha := os.Getenv(selfupdate.EnvTrial); sha != "" {
 		if t, ok := releases.Trial(); ok && t.SHA256 == sha {
 			a.UseTrial(t.Version, t.Deadline, func() error { return releases.Commit(t.Slot, time.Now()) })

@@ -89,8 +89,10 @@ type Agent struct {
 	// Host access: the hub's requests for the agent's logs and facts.
 	hostAccess *hostaccess.Server
 	started    time.Time
-	// trial is set when this run is the trial of a new release.
-	trial *trialGate
+	// trial is set when this run is the trial of a new release;
+	// releases reports the agent's releases.
+	trial    *trialGate
+	releases func() *infrav1.AgentReleaseStatus
 }
 
 // New makes an agent. cfg must be Completed and Validated.

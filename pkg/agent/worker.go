@@ -270,6 +270,9 @@ func (a *Agent) refreshStatus() {
 		Upgrade:                cur.Upgrade,
 		Staging:                a.stagingStatus(),
 	}
+	if a.releases != nil {
+		st.AgentRelease = a.releases()
+	}
 	a.status.Set(st)
 }
 

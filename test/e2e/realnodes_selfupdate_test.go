@@ -66,9 +66,17 @@ func TestRealNodesAgentReleaseTrialUnderSystemd(t *testing.T) {
 	}
 	result := func(version, state string) {
 		t.Helper()
-		realEventually(t, "the trial of "+version+" "+state, func() error {
+		realEventually(t, "the trial of "+version+" "+state+", as the host and the hub see it", func() error {
 			if r, ok := store.LastResult(); !ok || r.Version != version || r.State != state {
-				return fmt.Errorf("last result %+v", r)
+				return fmt.Errorf("last result on the host %+v", r)
+			}
+			h := &infrav1.EdgeHost{}
+			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, h); err != nil {
+				return err
+			}
+			if r := h.Status.AgentRelease; r == nil || r.LastTrial == nil || r.LastTrial.Version != version || string(r.LastTrial.State) != state ||
+				r.Committed != "v0.9.2" || (state == selfupdate.RolledBack && r.LastTrial.Reason == "") {
+				return fmt.Errorf("status.agentRelease %+v", r)
 			}
 			return nil
 		})

@@ -69,10 +69,17 @@ func TestAgentReleaseTrialCommitsOrRollsBack(t *testing.T) {
 	}
 	result := func(version, state, reason string) {
 		t.Helper()
-		eventually(t, "the trial of "+version+" "+state, func() error {
-			r, ok := store.LastResult()
-			if !ok || r.Version != version || r.State != state || !strings.Contains(r.Reason, reason) {
-				return fmt.Errorf("last result %+v", r)
+		eventually(t, "the trial of "+version+" "+state+", as the host and the hub see it", func() error {
+			if r, ok := store.LastResult(); !ok || r.Version != version || r.State != state {
+				return fmt.Errorf("last result on the host %+v", r)
+			}
+			h := &infrav1.EdgeHost{}
+			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "upd-0"}, h); err != nil {
+				return err
+			}
+			if r := h.Status.AgentRelease; r == nil || r.LastTrial == nil || r.LastTrial.Version != version || string(r.LastTrial.State) != state ||
+				r.Committed != "v0.9.2" || !strings.Contains(r.LastTrial.Reason, reason) {
+				return fmt.Errorf("status.agentRelease %+v", r)
 			}
 			return nil
 		})

@@ -11,7 +11,10 @@ import (
 	"regexp"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/edgefleet/fleet/pkg/agent/atomicfile"
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/release"
 )
 
@@ -161,6 +164,22 @@ func (s Store) Trial() (Trial, bool) {
 func (s Store) LastResult() (Result, bool) {
 	var r Result
 	return r, s.load(resultFile, &r) == nil
+}
+
+// Report is the store's account for the EdgeHost's status.
+func (s Store) Report() *infrav1.AgentReleaseStatus {
+	r := &infrav1.AgentReleaseStatus{Floor: s.Floor()}
+	if c, ok := s.Current(); ok {
+		r.Committed = c.Version
+	}
+	if res, ok := s.LastResult(); ok {
+		r.LastTrial = &infrav1.AgentTrialStatus{Version: res.Version, From: res.From, State: infrav1.AgentTrialState(res.State),
+			Reason: res.Reason, Time: metav1.Time{Time: res.At}}
+	}
+	if *r == (infrav1.AgentReleaseStatus{}) {
+		return nil
+	}
+	return r
 }
 
 // Floor is the lowest version this host may run ("" for none yet).

@@ -79,7 +79,7 @@ func TestTrialThenCommitOrRollBack(t *testing.T) {
 		t.Fatalf("slot holds %q", b)
 	}
 	// The trial crashed: the next start rolls it back to the installed binary.
-	d, err = st.Decide(t0.Add(10 * time.Second), "v0.4.9")
+	d, err = st.Decide(t0.Add(10*time.Second), "v0.4.9")
 	if err != nil || d.Path != "" || d.RolledBack == nil || !strings.Contains(d.RolledBack.Reason, "stopped before it committed") {
 		t.Fatalf("start after a crashed trial: %+v %v", d, err)
 	}
@@ -109,7 +109,7 @@ func TestTrialThenCommitOrRollBack(t *testing.T) {
 	if d, _ := st.Decide(t0, "v0.4.9"); d.Path != st.Binary(v2) {
 		t.Fatal("the v0.6.0 trial did not run")
 	}
-	d, _ = st.Decide(t0.Add(2 * time.Minute), "v0.4.9")
+	d, _ = st.Decide(t0.Add(2*time.Minute), "v0.4.9")
 	if d.Path != st.Binary(v1) || d.RolledBack == nil || !strings.Contains(d.RolledBack.Reason, "did not reach the hub") {
 		t.Errorf("start after a trial past its deadline: %+v", d)
 	}

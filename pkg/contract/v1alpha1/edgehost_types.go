@@ -216,6 +216,11 @@ type EdgeHostStatus struct {
 	// +optional
 	Upgrade *HostUpgradeStatus `json:"upgrade,omitempty"`
 
+	// agentRelease is what the agent knows of its own releases: the one
+	// committed, the floor, and how the last trial of a new one ended.
+	// +optional
+	AgentRelease *AgentReleaseStatus `json:"agentRelease,omitempty"`
+
 	// staging is the agent's account of the Kubernetes versions it was
 	// told to fetch (EdgeKubernetesReleases selecting the host).
 	// +optional
@@ -269,6 +274,55 @@ type HostUpgradeStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=4096
 	Message string `json:"message,omitempty"`
+}
+
+// AgentReleaseStatus is the agent's account of its own releases.
+type AgentReleaseStatus struct {
+	// committed is the release committed after a trial; empty while the
+	// agent runs the binary it was installed with.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Committed string `json:"committed,omitempty"`
+	// floor is the lowest version the agent may run, from the releases it
+	// has verified.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Floor string `json:"floor,omitempty"`
+	// lastTrial is how the last trial of a new release ended.
+	// +optional
+	LastTrial *AgentTrialStatus `json:"lastTrial,omitempty"`
+}
+
+// AgentTrialState is how a trial of an agent release ended.
+// +kubebuilder:validation:Enum=Committed;RolledBack
+type AgentTrialState string
+
+// Trial states.
+const (
+	// AgentTrialCommitted: the release reached the hub and passed its
+	// checks in time; it runs from now on.
+	AgentTrialCommitted AgentTrialState = "Committed"
+	// AgentTrialRolledBack: it did not; the host went back by itself.
+	AgentTrialRolledBack AgentTrialState = "RolledBack"
+)
+
+// AgentTrialStatus is one trial of an agent release.
+type AgentTrialStatus struct {
+	// version on trial.
+	// +kubebuilder:validation:MaxLength=64
+	Version string `json:"version"`
+	// from is the version that ran before.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	From string `json:"from,omitempty"`
+	// state is how it ended.
+	State AgentTrialState `json:"state"`
+	// reason says why it was rolled back.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Reason string `json:"reason,omitempty"`
+	// time it ended.
+	Time metav1.Time `json:"time"`
 }
 
 // StagingState is where the fetch of a Kubernetes version is.

@@ -261,6 +261,9 @@ type Status struct {
 	Upgrade *infrav1.HostUpgradeStatus `json:"upgrade,omitempty"`
 	// Staging is how the fetches of the versions in Stage went.
 	Staging []infrav1.HostStagingStatus `json:"staging,omitempty"`
+	// AgentRelease is the agent's account of its own releases; agents
+	// that cannot replace themselves send none.
+	AgentRelease *infrav1.AgentReleaseStatus `json:"agentRelease,omitempty"`
 }
 
 // CertificateRequest asks for a new client certificate for the session's

@@ -148,6 +148,7 @@ func (w *Writer) reported(host *infrav1.EdgeHost, st *wire.Status) *infrav1.Edge
 	want.Status.KubernetesVersion = st.KubernetesVersion
 	want.Status.Upgrade = st.Upgrade
 	want.Status.Staging = st.Staging
+	want.Status.AgentRelease = st.AgentRelease
 	if st.Link != nil {
 		want.Status.Link = st.Link
 		w.setLinkDegraded(want, connectedNow(host))
