@@ -137,8 +137,12 @@ func (s *Server) subresource(w http.ResponseWriter, r *http.Request, ns, name, s
 			return fail(http.StatusForbidden, metav1.StatusReasonForbidden, "%v", err)
 		}
 	}
+	// The log's options, checked before anything is asked of anyone;
+	// nil for the facts.
+	var req *wire.Logs
 	if sub == hostaccess.SubresourceLog {
-		if _, err := logsRequest(r); err != nil {
+		var err error
+		if req, err = logsRequest(r); err != nil {
 			return fail(http.StatusBadRequest, metav1.StatusReasonBadRequest, "%v", err)
 		}
 	}
@@ -153,7 +157,7 @@ func (s *Server) subresource(w http.ResponseWriter, r *http.Request, ns, name, s
 	if ss == nil {
 		rep, peer := host.Status.HubReplica, host.Status.HubReplicaProxy
 		if !forwarded && s.forwarder != nil && rep != "" && rep != s.opts.ReplicaName && peer != "" {
-			s.recordAccess(r, host, sub, u)
+			s.recordAccess(r.Context(), host, u, req)
 			code, err := s.forwarder.forward(r.Context(), w, r, peer, u.Name)
 			if err == nil {
 				return code
@@ -175,37 +179,27 @@ func (s *Server) subresource(w http.ResponseWriter, r *http.Request, ns, name, s
 		return fail(http.StatusNotImplemented, metav1.StatusReasonMethodNotAllowed,
 			"fleet-agent %s on EdgeHost %s/%s cannot serve %s: upgrade it", ss.AgentVersion(), ns, name, sub)
 	}
-	if sub == hostaccess.SubresourceFacts {
-		if !forwarded {
-			s.recordAccess(r, host, sub, u)
-		}
-		return s.serveFacts(w, r, ss, host)
-	}
-	req, err := logsRequest(r)
-	if err != nil {
-		return fail(http.StatusBadRequest, metav1.StatusReasonBadRequest, "%v", err)
-	}
 	if !forwarded {
-		s.recordAccess(r, host, sub, u)
+		s.recordAccess(r.Context(), host, u, req)
+	}
+	if req == nil {
+		return s.serveFacts(w, r, ss, host)
 	}
 	return s.serveLog(w, r, ss, req)
 }
 
-// recordAccess records who read what of host.
-func (s *Server) recordAccess(r *http.Request, host *infrav1.EdgeHost, sub string, u *user) {
-	if sub == hostaccess.SubresourceFacts {
-		s.record(r.Context(), host, "HostFactsRead", u.Name+" read the host's facts")
-		return
-	}
-	req, err := logsRequest(r)
-	if err != nil {
+// recordAccess records who read what of host: its log as req asks, or
+// its facts when req is nil.
+func (s *Server) recordAccess(ctx context.Context, host *infrav1.EdgeHost, u *user, req *wire.Logs) {
+	if req == nil {
+		s.record(ctx, host, "HostFactsRead", u.Name+" read the host's facts")
 		return
 	}
 	how := ""
 	if req.Follow {
 		how = ", following it"
 	}
-	s.record(r.Context(), host, "HostLogRead", fmt.Sprintf("%s read the %s log%s", u.Name, req.Source, how))
+	s.record(ctx, host, "HostLogRead", fmt.Sprintf("%s read the %s log%s", u.Name, req.Source, how))
 }
 
 // record writes an Event of one access on the EdgeHost. Each is its own
