@@ -28,6 +28,7 @@ import (
 	"github.com/edgefleet/fleet/pkg/agent/sdnotify"
 	"github.com/edgefleet/fleet/pkg/agent/selfupdate"
 	"github.com/edgefleet/fleet/pkg/agent/units"
+	"github.com/edgefleet/fleet/pkg/release"
 )
 
 func main() {
@@ -45,6 +46,9 @@ func main() {
 		err = firstBoot(os.Args[2:])
 	default:
 		err = run(os.Args[1:])
+	}
+	if errors.Is(err, agent.ErrRestartForRelease) {
+		err = restartForRelease()
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "fleet-agent: %v\n", err)
@@ -83,6 +87,7 @@ func run(args []string) error {
 	fs.Duration("resync-interval", 0, "How often the full status is re-sent without changes (default 1m).")
 	fs.Duration("certificates-check-interval", 0, "How often the control-plane certificates' expiry is read again and reported (default 24h).")
 	fs.Duration("link-interval", 0, "Window of the link-health report (eBPF retransmission/drop counts, round-trip to the hub; default 1m); negative turns it off.")
+	fs.String("release-roots", "", "File of the release root keys that sign the agent releases this host runs (default <root-dir>"+agent.DefaultReleaseRoots+"); never taken from the hub.")
 	fs.Bool("sandbox", false, "Run bootstrap commands chrooted into --root-dir (tests and the local demo; needs root).")
 	zopts := zap.Options{}
 	zopts.BindFlags(fs)
@@ -124,6 +129,21 @@ func run(args []string) error {
 	return runAgent(ctx, cfg, log, ring, releases)
 }
 
+// restartForRelease starts the agent again so that the launcher runs the
+// release now staged: systemd or a supervising launcher does that when
+// this process exits; an installed binary that runs without either
+// executes itself anew.
+func restartForRelease() error {
+	if underSystemd() || os.Getenv(selfupdate.EnvLaunched) != "" {
+		os.Exit(0)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("restarting into the ordered release: %w", err)
+	}
+	return fmt.Errorf("restarting into the ordered release: %w", syscall.Exec(self, os.Args, os.Environ()))
+}
+
 // underSystemd tells that systemd runs this process as a service, and
 // so starts it again when it exits.
 func underSystemd() bool {
@@ -158,6 +178,8 @@ func configFrom(fs *flag.FlagSet, file string) (agent.Config, error) {
 			cfg.RootDir = v.(string)
 		case "sandbox":
 			cfg.Sandbox = v.(bool)
+		case "release-roots":
+			cfg.ReleaseRoots = v.(string)
 		case "resync-interval":
 			cfg.ResyncInterval = v.(time.Duration)
 		case "certificates-check-interval":
@@ -188,7 +210,16 @@ func runAgent(ctx context.Context, cfg agent.Config, log logr.Logger, ring *logr
 	}
 	a := agent.New(cfg, provision.New(opts), log)
 	a.UseLogRing(ring)
-	a.UseReleases(releases.Report)
+	rel := agent.Releases{Store: releases, Running: version.Version, Installed: os.Getenv(selfupdate.EnvInstalled)}
+	if rel.Installed == "" {
+		rel.Installed = version.Version
+	}
+	var err error
+	if rel.Roots, err = release.LoadRoots(cfg.ReleaseRoots); err != nil {
+		rel.RootsProblem = err.Error()
+		log.Info("No release root keys: this host runs no agent release the hub orders", "file", cfg.ReleaseRoots, "reason", err.Error())
+	}
+	a.UseReleases(rel)
 	if sha := os.Getenv(selfupdate.EnvTrial); sha != "" {
 		if t, ok := releases.Trial(); ok && t.SHA256 == sha {
 			a.UseTrial(t.Version, t.Deadline, func() error { return releases.Commit(t.Slot, time.Now()) })

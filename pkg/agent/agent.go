@@ -91,8 +91,9 @@ type Agent struct {
 	started    time.Time
 	// trial is set when this run is the trial of a new release;
 	// releases reports the agent's releases.
-	trial    *trialGate
-	releases func() *infrav1.AgentReleaseStatus
+	trial *trialGate
+	// rel runs the releases the hub orders; nil when the agent does not.
+	rel *releaseRoom
 }
 
 // New makes an agent. cfg must be Completed and Validated.
@@ -123,6 +124,7 @@ func New(cfg Config, prov Provisioner, log logr.Logger) *Agent {
 	}}
 	mux := &streams.Mux{Handlers: a.hostAccess.Handlers(), Log: log}
 	mux.Handlers[wire.TypeTunnel] = a.tunnels.Handler
+	mux.Handlers[wire.TypeReleaseData] = a.receiveRelease
 	opts := sessionOptions(cfg)
 	opts.Generation = a.helloGeneration
 	opts.Streams = mux.Accept
@@ -135,7 +137,7 @@ func New(cfg Config, prov Provisioner, log logr.Logger) *Agent {
 // sessionOptions is what the session source takes from cfg.
 func sessionOptions(cfg Config) session.Options {
 	return session.Options{Hub: cfg.Hub, Token: cfg.Token, TokenFile: cfg.TokenFile, CACertHash: cfg.CACertHash, RootDir: cfg.RootDir,
-		MaxBackoff: cfg.MaxBackoff, KeepAlive: cfg.KeepAlive, Dial: cfg.dialContext}
+		MaxBackoff: cfg.MaxBackoff, KeepAlive: cfg.KeepAlive, Dial: cfg.dialContext, Version: cfg.Version}
 }
 
 func (a *Agent) announce(text string) {
@@ -187,6 +189,12 @@ func (a *Agent) Run(ctx context.Context, ready func()) error {
 	if a.staging.stager != nil && a.upgrader != nil {
 		start(a.stagingWorker)
 	}
+	var restart error
+	if a.rel != nil {
+		start(func(ctx context.Context) {
+			a.releaseWorker(ctx, func(err error) { restart = err; cancel() })
+		})
+	}
 	start(a.status.Run)
 	start(func(ctx context.Context) { a.session.Run(ctx, a.updates) })
 	if a.linkEnabled && a.cfg.LinkInterval > 0 {
@@ -198,7 +206,7 @@ func (a *Agent) Run(ctx context.Context, ready func()) error {
 	if a.trial != nil && a.trial.expired {
 		return ErrTrialExpired
 	}
-	return nil
+	return restart
 }
 
 // restore loads what the agent had applied and received before a restart.

@@ -7,12 +7,15 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/edgefleet/fleet/internal/version"
 )
 
 // Config is the agent's configuration: /etc/fleet-agent/config.yaml,
@@ -57,6 +60,15 @@ type Config struct {
 	// LinkInterval is the window over which link health (retransmissions,
 	// drops, round-trip time to the hub) is measured and reported.
 	LinkInterval time.Duration `json:"linkInterval,omitempty"`
+	// ReleaseRoots is the file of release root keys installed with the
+	// agent (default <root dir>/usr/share/fleet-agent/release-roots): the
+	// agent runs only releases signed under one of them. Never from the
+	// hub; without the file, every release the hub orders is refused.
+	ReleaseRoots string `json:"releaseRoots,omitempty"`
+	// Version is the release this agent reports (default the binary's):
+	// load tests run agents of several releases in one process. It is
+	// not read from the config file.
+	Version string `json:"-"`
 	// LocalAddr is the address connections to the hub are made from (an
 	// IP, no port). Load tests spread thousands of agents over loopback
 	// addresses with it; it is not read from the config file.
@@ -124,6 +136,10 @@ type fileConfig struct {
 	CertificatesCheckInterval *metav1.Duration `json:"certificatesCheckInterval,omitempty"`
 }
 
+// DefaultReleaseRoots is where packages and images install the release
+// root keys, under the host's root.
+const DefaultReleaseRoots = "/usr/share/fleet-agent/release-roots"
+
 var pinRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 
 // Complete fills defaults and reads the token file.
@@ -148,6 +164,12 @@ func (c *Config) Complete() error {
 	}
 	if c.LinkInterval == 0 {
 		c.LinkInterval = time.Minute
+	}
+	if c.Version == "" {
+		c.Version = version.Version
+	}
+	if c.ReleaseRoots == "" {
+		c.ReleaseRoots = filepath.Join(c.RootDir, DefaultReleaseRoots)
 	}
 	// The token file is read again at every enrollment attempt (it may be
 	// dropped in after the agent started); here it must only be readable.

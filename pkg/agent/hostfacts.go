@@ -18,6 +18,7 @@ func (a *Agent) UseLogRing(ring *logring.Ring) { a.hostAccess.Ring = ring }
 func (a *Agent) factsReport() wire.FactsReport {
 	cur := a.Applied()
 	f := facts.Read(a.cfg.RootDir)
+	f.AgentVersion = a.cfg.Version
 	if a.upgrader != nil {
 		f.KubernetesVersions = a.upgrader.Staged()
 	}

@@ -77,8 +77,10 @@ func (a *Agent) handleUpdate(u session.Update) {
 	switch u.Op {
 	case session.OpConnected:
 		a.status.Attach(u.Report)
+		a.attachRelease(u.Send)
 	case session.OpDisconnected:
 		a.status.Attach(nil)
+		a.attachRelease(nil)
 	case session.OpDesired:
 		d := u.Desired
 		if a.OnDesired != nil {
@@ -88,11 +90,12 @@ func (a *Agent) handleUpdate(u session.Update) {
 		// resolves the endpoint through it.
 		a.reach.Set(d)
 		a.setStage(d.Stage)
+		a.setRelease(d.AgentRelease)
 		a.interruptIfReleased(d)
 		// Stage orders are the staging room's: a change to them is no
 		// news for the worker.
 		wd := *d
-		wd.Stage = nil
+		wd.Stage, wd.AgentRelease = nil, nil
 		a.handToWorker(&wd)
 		// A desired state means the session works end to end: the gate
 		// of a release on trial.

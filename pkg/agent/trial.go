@@ -3,8 +3,6 @@ package agent
 import (
 	"errors"
 	"time"
-
-	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 )
 
 // ErrTrialExpired ends a run of a release on trial that did not reach the
@@ -19,10 +17,6 @@ type trialGate struct {
 	done     bool
 	expired  bool
 }
-
-// UseReleases makes the agent report its own releases, as report says.
-// Call before Run.
-func (a *Agent) UseReleases(report func() *infrav1.AgentReleaseStatus) { a.releases = report }
 
 // UseTrial makes this run the trial of release version: commit is called
 // once the agent has had a desired state from the hub (a session through

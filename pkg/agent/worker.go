@@ -254,6 +254,7 @@ func (a *Agent) refreshStatus() {
 	defer a.refreshMu.Unlock()
 	cur := a.Applied()
 	hostFacts := facts.Read(a.cfg.RootDir)
+	hostFacts.AgentVersion = a.cfg.Version
 	if a.upgrader != nil {
 		hostFacts.KubernetesVersions = a.upgrader.Staged()
 	}
@@ -270,9 +271,7 @@ func (a *Agent) refreshStatus() {
 		Upgrade:                cur.Upgrade,
 		Staging:                a.stagingStatus(),
 	}
-	if a.releases != nil {
-		st.AgentRelease = a.releases()
-	}
+	st.AgentRelease = a.releaseStatus()
 	a.status.Set(st)
 }
 

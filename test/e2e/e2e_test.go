@@ -121,6 +121,12 @@ func startAgent(t *testing.T, name, agentBin, simBin, hubURL, pin, token string,
 // startAgentIn starts an agent inside an edge site (nil: on this host).
 func startAgentIn(t *testing.T, s *site, name, agentBin, simBin, hubURL, pin, token string, workloadKubeconfig []byte) *agentProc {
 	t.Helper()
+	return startAgentWith(t, s, name, agentBin, simBin, hubURL, pin, token, workloadKubeconfig)
+}
+
+// startAgentWith is startAgentIn with more arguments for the agent.
+func startAgentWith(t *testing.T, s *site, name, agentBin, simBin, hubURL, pin, token string, workloadKubeconfig []byte, extra ...string) *agentProc {
+	t.Helper()
 	root := t.TempDir()
 	files := map[string]string{
 		"etc/hostname":             name + "\n",
@@ -144,6 +150,7 @@ func startAgentIn(t *testing.T, s *site, name, agentBin, simBin, hubURL, pin, to
 		"--hub", hubURL, "--ca-cert-hash", pin, "--token", token,
 		"--root-dir", root, "--state-dir", filepath.Join(root, "var/lib/fleet-agent"),
 		"--sandbox", "--resync-interval", "2s"}
+	a.args = append(a.args, extra...)
 	a.bin = agentBin
 	a.restart(t)
 	t.Cleanup(func() { a.stop(t) })

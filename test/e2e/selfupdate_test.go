@@ -113,7 +113,7 @@ func TestAgentReleaseTrialCommitsOrRollsBack(t *testing.T) {
 func buildAgentVersion(t *testing.T, dir, version string) string {
 	t.Helper()
 	out := filepath.Join(dir, "fleet-agent-"+version)
-	cmd := exec.Command("go", "build", "-ldflags", "-X github.com/edgefleet/fleet/internal/version.Version="+version, "-o", out, "./cmd/fleet-agent")
+	cmd := exec.Command("go", "build", "-ldflags", "-s -w -X github.com/edgefleet/fleet/internal/version.Version="+version, "-o", out, "./cmd/fleet-agent")
 	cmd.Dir = filepath.Join("..", "..")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building fleet-agent %s: %v\n%s", version, err, b)
@@ -123,7 +123,7 @@ func buildAgentVersion(t *testing.T, dir, version string) string {
 
 type releaseSigner struct {
 	roots release.Roots
-	sign  func(binary []byte, version string) (*release.Bundle, error)
+	sign  func(binary []byte, version, minVersion string) (*release.Bundle, error)
 }
 
 func newReleaseSigner(t *testing.T) releaseSigner {
@@ -132,16 +132,23 @@ func newReleaseSigner(t *testing.T) releaseSigner {
 	pub, key, _ := release.GenerateKey()
 	cert, err := release.Certify(root, pub, time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour), "e2e")
 	must(t, err)
-	return releaseSigner{roots: release.Roots{rootPub}, sign: func(binary []byte, version string) (*release.Bundle, error) {
+	return releaseSigner{roots: release.Roots{rootPub}, sign: func(binary []byte, version, minVersion string) (*release.Bundle, error) {
 		sum, size, _ := release.Digest(bytes.NewReader(binary))
 		return release.Sign(key, cert, release.Artifact{Name: release.AgentName, Version: version, OS: "linux", Arch: runtime.GOARCH,
-			SHA256: sum, Size: size, Created: time.Now()})
+			SHA256: sum, Size: size, MinVersion: minVersion, Created: time.Now()})
 	}}
 }
 
 func (s releaseSigner) bundle(t *testing.T, binary []byte, version string) []byte {
 	t.Helper()
-	b, err := s.sign(binary, version)
+	return s.bundleWithFloor(t, binary, version, "")
+}
+
+// bundleWithFloor signs a release that raises the hosts' version floor to
+// minVersion once they commit it.
+func (s releaseSigner) bundleWithFloor(t *testing.T, binary []byte, version, minVersion string) []byte {
+	t.Helper()
+	b, err := s.sign(binary, version, minVersion)
 	must(t, err)
 	raw, err := json.Marshal(b)
 	must(t, err)

@@ -16,6 +16,9 @@ const (
 	EnvLaunched = "FLEET_AGENT_LAUNCHED"
 	// EnvTrial holds the sha256 of the release an agent runs on trial.
 	EnvTrial = "FLEET_AGENT_TRIAL"
+	// EnvInstalled holds the installed binary's version, which an agent
+	// ordered back to it switches to without a transfer.
+	EnvInstalled = "FLEET_AGENT_INSTALLED"
 )
 
 // ExitTrialExpired is the exit code of a trial that did not commit in
@@ -49,7 +52,7 @@ func (l Launcher) Launch() error {
 		if err != nil || d.Path == "" {
 			return err
 		}
-		env := append(os.Environ(), EnvLaunched+"=1")
+		env := append(os.Environ(), EnvLaunched+"=1", EnvInstalled+"="+l.Installed)
 		if d.Trial != nil {
 			env = append(env, EnvTrial+"="+d.Trial.SHA256)
 		}
@@ -95,7 +98,7 @@ func (l Launcher) supervise() error {
 		}
 		cmd := exec.Command(d.Path, l.Args...)
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-		cmd.Env = append(os.Environ(), EnvLaunched+"=1")
+		cmd.Env = append(os.Environ(), EnvLaunched+"=1", EnvInstalled+"="+l.Installed)
 		var deadline <-chan time.Time
 		if d.Trial != nil {
 			cmd.Env = append(cmd.Env, EnvTrial+"="+d.Trial.SHA256)

@@ -123,6 +123,41 @@ func (s Store) Stage(r io.Reader, bundle []byte, p release.Policy) (*release.Art
 	return a, nil
 }
 
+// StageFile is Stage for a binary already in the store's file system, at
+// path: it is checked where it lies, then moved into its slot, not copied.
+// A refused binary is left where it is.
+func (s Store) StageFile(path string, bundle []byte, p release.Policy) (*release.Artifact, error) {
+	a, err := s.Check(bundle, p)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	err = release.VerifyBinary(a, f)
+	_ = f.Close()
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(s.Dir, slotsDir, a.SHA256)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	err = os.Chmod(path, 0o755)
+	if err == nil {
+		err = atomicfile.Write(filepath.Join(dir, bundleName), bundle, 0o600)
+	}
+	if err == nil {
+		err = os.Rename(path, filepath.Join(dir, binaryName))
+	}
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	return a, nil
+}
+
 // BeginTrial makes the next start run slot on trial, to commit within
 // the given time of that start.
 func (s Store) BeginTrial(slot Slot, from string, within time.Duration) error {
@@ -252,4 +287,64 @@ func (s Store) remove(name string) error {
 		return err
 	}
 	return nil
+}
+
+// partialDir holds binaries on their way, by sha256.
+const partialDir = "partial"
+
+// Partial is the path of the part of the binary of sha256 received so
+// far.
+func (s Store) Partial(sha string) string {
+	return filepath.Join(s.Dir, partialDir, sha)
+}
+
+// Check verifies bundle against p (and the floor this host recorded)
+// before anything is fetched.
+func (s Store) Check(bundle []byte, p release.Policy) (*release.Artifact, error) {
+	b, err := release.ParseBundle(bundle)
+	if err != nil {
+		return nil, err
+	}
+	if p.Floor == "" {
+		p.Floor = s.Floor()
+	}
+	return release.VerifyBundle(b, p)
+}
+
+// SlotOf is the staged release of version, if the host holds one.
+func (s Store) SlotOf(version string) (Slot, bool) {
+	entries, err := os.ReadDir(filepath.Join(s.Dir, slotsDir))
+	if err != nil {
+		return Slot{}, false
+	}
+	for _, e := range entries {
+		if !shaRE.MatchString(e.Name()) {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join(s.Dir, slotsDir, e.Name(), bundleName))
+		if err != nil {
+			continue
+		}
+		b, err := release.ParseBundle(raw)
+		if err != nil {
+			continue
+		}
+		var a release.Artifact
+		if json.Unmarshal(b.Artifact, &a) != nil || a.Version != version || a.SHA256 != e.Name() {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(s.Dir, slotsDir, e.Name(), binaryName)); err == nil {
+			return Slot{SHA256: a.SHA256, Version: a.Version}, true
+		}
+	}
+	return Slot{}, false
+}
+
+// UseInstalled makes the next start run the installed binary: the
+// committed release is forgotten (its slot stays).
+func (s Store) UseInstalled() error {
+	if err := s.remove(trialFile); err != nil {
+		return err
+	}
+	return s.remove(currentFile)
 }

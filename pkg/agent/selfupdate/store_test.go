@@ -168,3 +168,60 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// A binary received into the store is checked where it lies and moved
+// into its slot; one that is not what its bundle signs stays out; the
+// store finds a slot by version, and going back to the installed binary
+// forgets the committed release.
+func TestStageFileSlotOfAndUseInstalled(t *testing.T) {
+	st := Store{Dir: t.TempDir()}
+	s := newSigner(t)
+	path := st.Partial("x")
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("v2 binary"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.StageFile(path, s.release(t, []byte("another binary"), "v0.2.0", ""), s.policy()); err == nil {
+		t.Fatal("staged a binary its bundle does not sign")
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("a refused binary was not left where it was: %v", err)
+	}
+	a, err := st.StageFile(path, s.release(t, []byte("v2 binary"), "v0.2.0", ""), s.policy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); err == nil {
+		t.Error("the staged binary was copied, not moved")
+	}
+	slot, ok := st.SlotOf("v0.2.0")
+	if !ok || slot.SHA256 != a.SHA256 {
+		t.Fatalf("SlotOf(v0.2.0) = %+v, %v", slot, ok)
+	}
+	if fi, err := os.Stat(st.Binary(slot)); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Fatalf("slot binary %v %v", fi, err)
+	}
+	if _, ok := st.SlotOf("v0.3.0"); ok {
+		t.Error("SlotOf found a version the store does not hold")
+	}
+	if err := st.BeginTrial(slot, "v0.1.0", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Decide(t0, "v0.1.0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Commit(slot, t0); err != nil {
+		t.Fatal(err)
+	}
+	if cur, ok := st.Current(); !ok || cur != slot {
+		t.Fatalf("current %+v", cur)
+	}
+	if err := st.UseInstalled(); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := st.Decide(t0, "v0.1.0"); err != nil || d.Path != "" {
+		t.Fatalf("after UseInstalled the start runs %q (%v), want the installed binary", d.Path, err)
+	}
+}

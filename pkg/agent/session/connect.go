@@ -71,7 +71,8 @@ func (s *Source) connectOnce(ctx context.Context) error {
 	sessCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() { <-sessCtx.Done(); _ = mux.Close() }()
-	if !s.send(ctx, Update{Op: OpConnected, Report: func(st *wire.Status) error { return ctrl.send(st) }}) {
+	if !s.send(ctx, Update{Op: OpConnected, Report: func(st *wire.Status) error { return ctrl.send(st) },
+		Send: func(msg any) error { return ctrl.send(msg) }}) {
 		return ctx.Err()
 	}
 	rot := newRotator(s, ctrl, creds.leaf)
@@ -184,8 +185,8 @@ func (s *Source) hello(mux *yamux.Session, id state.Identity) (*control, error) 
 	ctrl := &control{conn: stream}
 	ctrl.version.Store(wire.MinProtocol)
 	speaks := wire.Speaks
-	if err := ctrl.sendAs(1, &wire.Hello{AgentVersion: version.Version, Host: id.Host, ObservedGeneration: generation,
-		Capabilities: append([]string{wire.CapabilityTunnel}, s.opts.Capabilities...), Protocols: &speaks}); err != nil {
+	if err := ctrl.sendAs(1, &wire.Hello{AgentVersion: s.opts.Version, Host: id.Host, ObservedGeneration: generation,
+		Capabilities: append(append([]string{wire.CapabilityTunnel}, s.opts.Capabilities...), s.extra...), Protocols: &speaks}); err != nil {
 		return nil, fmt.Errorf("sending Hello: %w", err)
 	}
 	return ctrl, nil

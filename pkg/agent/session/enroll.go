@@ -106,6 +106,7 @@ func (s *Source) Enroll(ctx context.Context) error {
 		return err
 	}
 	hostFacts := facts.Read(s.opts.RootDir)
+	hostFacts.AgentVersion = s.opts.Version
 	keyPEM, err := s.store.EnrollKey()
 	if err != nil {
 		return fmt.Errorf("host key for enrolling: %w", err)

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/yamux"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/edgefleet/fleet/internal/version"
 	"github.com/edgefleet/fleet/pkg/agent/state"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
 )
@@ -45,6 +46,8 @@ type Options struct {
 	Capabilities []string
 	// Announce hears a one-line status on every connection change.
 	Announce func(string)
+	// Version is the release the agent reports (default the binary's).
+	Version string
 }
 
 // Op says what an Update is.
@@ -67,6 +70,8 @@ type Update struct {
 	Desired *wire.DesiredState
 	// Report sends a status on the new session (OpConnected).
 	Report func(*wire.Status) error
+	// Send sends another request on it (OpConnected).
+	Send func(msg any) error
 }
 
 // Source keeps the agent's session to the hub.
@@ -83,10 +88,18 @@ type Source struct {
 	sessions    atomic.Int64
 	connected   atomic.Bool
 	rotations   atomic.Int64
+	// extra capabilities, added after New.
+	extra []string
 }
+
+// AddCapability announces c in the Hellos from now on. Call before Run.
+func (s *Source) AddCapability(c string) { s.extra = append(s.extra, c) }
 
 // New makes a session source for the host whose state is in store.
 func New(opts Options, store state.Store, log logr.Logger) *Source {
+	if opts.Version == "" {
+		opts.Version = version.Version
+	}
 	if opts.Dial == nil {
 		opts.Dial = (&net.Dialer{Timeout: 15 * time.Second}).DialContext
 	}

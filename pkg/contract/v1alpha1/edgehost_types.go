@@ -217,7 +217,10 @@ type EdgeHostStatus struct {
 	Upgrade *HostUpgradeStatus `json:"upgrade,omitempty"`
 
 	// agentRelease is what the agent knows of its own releases: the one
-	// committed, the floor, and how the last trial of a new one ended.
+	// committed, the floor, how the last trial of a new one ended and how
+	// getting the ordered one goes. Present, if empty, from every agent
+	// that runs the releases an EdgeAgentRollout orders; absent from
+	// agents that cannot.
 	// +optional
 	AgentRelease *AgentReleaseStatus `json:"agentRelease,omitempty"`
 
@@ -291,6 +294,45 @@ type AgentReleaseStatus struct {
 	// lastTrial is how the last trial of a new release ended.
 	// +optional
 	LastTrial *AgentTrialStatus `json:"lastTrial,omitempty"`
+	// transfer is how getting the ordered release goes, until it runs.
+	// +optional
+	Transfer *AgentTransferStatus `json:"transfer,omitempty"`
+}
+
+// AgentTransferState is where getting an ordered agent release is.
+// +kubebuilder:validation:Enum=Fetching;Refused
+type AgentTransferState string
+
+// Transfer states.
+const (
+	// AgentTransferFetching: the binary is on its way from the hub.
+	AgentTransferFetching AgentTransferState = "Fetching"
+	// AgentTransferRefused: the agent will not run this release (its
+	// signature, its platform, the version floor, or a binary that does
+	// not match its bundle); it keeps the one it runs.
+	AgentTransferRefused AgentTransferState = "Refused"
+)
+
+// AgentTransferStatus is how getting an ordered release goes.
+type AgentTransferStatus struct {
+	// version ordered.
+	// +kubebuilder:validation:MaxLength=64
+	Version string `json:"version"`
+	// state of the transfer.
+	State AgentTransferState `json:"state"`
+	// bytes received of totalBytes.
+	// +optional
+	Bytes int64 `json:"bytes,omitempty"`
+	// +optional
+	TotalBytes int64 `json:"totalBytes,omitempty"`
+	// reason of a refusal, one word (BadSignature, BelowFloor, ...).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Reason string `json:"reason,omitempty"`
+	// message says what went wrong.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
 }
 
 // AgentTrialState is how a trial of an agent release ended.

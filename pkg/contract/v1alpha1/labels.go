@@ -55,6 +55,11 @@ const (
 	// CLUSTER --rotate-credential`) retires a leaked credential.
 	ReachCredentialEpochAnnotation = "fleet.edgefleet.io/reach-credential-epoch"
 
+	// AgentReleaseAnnotation on an EdgeHost holds, as JSON, the order of
+	// the EdgeAgentRollout that moves it (AgentReleaseOrder): the agent
+	// release the host must run. Written by the roll-out controller alone.
+	AgentReleaseAnnotation = "fleet.edgefleet.io/agent-release"
+
 	// EdgeClusterFinalizer lets the hub clean up before an EdgeCluster goes.
 	EdgeClusterFinalizer = "edgecluster.infrastructure.cluster.x-k8s.io"
 

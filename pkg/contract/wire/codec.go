@@ -106,6 +106,10 @@ func TypeOf(msg any) (Type, error) {
 		return TypeFactsRequest, nil
 	case FactsReport, *FactsReport:
 		return TypeFactsReport, nil
+	case ReleaseRequest, *ReleaseRequest:
+		return TypeReleaseRequest, nil
+	case ReleaseData, *ReleaseData:
+		return TypeReleaseData, nil
 	default:
 		return "", fmt.Errorf("wire: %T is not a message type", msg)
 	}
@@ -173,6 +177,10 @@ func decodePayload(env Envelope) (any, error) {
 		msg = &FactsRequest{}
 	case TypeFactsReport:
 		msg = &FactsReport{}
+	case TypeReleaseRequest:
+		msg = &ReleaseRequest{}
+	case TypeReleaseData:
+		msg = &ReleaseData{}
 	default:
 		return nil, &Error{Code: ErrUnknownType, Message: fmt.Sprintf("unknown message type %q", env.Type)}
 	}
@@ -247,6 +255,11 @@ func validate(msg any) error {
 				return bad("DesiredState.stage: %v", err)
 			}
 		}
+		if o := m.AgentRelease; o != nil {
+			if err := o.validate(); err != nil {
+				return bad("DesiredState.agentRelease: %v", err)
+			}
+		}
 	case *Status:
 		if m.ObservedGeneration < 0 {
 			return bad("Status.observedGeneration is negative")
@@ -264,6 +277,14 @@ func validate(msg any) error {
 			if !versionPattern.MatchString(st.Version) || len(st.Version) > 64 || st.State == "" {
 				return bad("Status.staging: %q needs a version vX.Y.Z and a state", st.Version)
 			}
+		}
+	case *ReleaseRequest:
+		if err := validRange(m.SHA256, m.Offset, 0); err != nil {
+			return bad("ReleaseRequest: %v", err)
+		}
+	case *ReleaseData:
+		if err := validRange(m.SHA256, m.Offset, m.Size); err != nil || m.Offset > m.Size {
+			return bad("ReleaseData: offset %d of %d bytes is not a range of a release of at most %d bytes (sha256 %q)", m.Offset, m.Size, MaxReleaseSize, m.SHA256)
 		}
 	case *CertificateRequest:
 		if len(m.CSR) == 0 {

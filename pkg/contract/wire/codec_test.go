@@ -41,6 +41,10 @@ func samples() map[string]any {
 			BootstrapData: []byte("#cloud-config\n"),
 		}},
 		"desiredstate-nothing": &DesiredState{Generation: 1},
+		"desiredstate-agentrelease": &DesiredState{Generation: 1, AgentRelease: &AgentReleaseOrder{Version: "v0.9.2",
+			Bundle: []byte(`{"apiVersion":"release.fleet.edgefleet.io/v1"}`), SHA256: strings.Repeat("ab", 32), Size: 12448009, TrialSeconds: 300}},
+		"releaserequest": &ReleaseRequest{SHA256: strings.Repeat("ab", 32), Offset: 6258688},
+		"releasedata":    &ReleaseData{SHA256: strings.Repeat("ab", 32), Offset: 6258688, Size: 12448009},
 		"status": &Status{
 			ObservedGeneration: 4,
 			Facts: infrav1.HostFacts{Hostname: "store-0042", MachineID: "9f86d081884c7d659a2feaa0c55ad015",

@@ -163,6 +163,10 @@ type DesiredState struct {
 	// staged, from the EdgeKubernetesReleases that select it. Like Reach it
 	// changes without a new generation; agents act on the latest one.
 	Stage []StageOrder `json:"stage,omitempty"`
+	// AgentRelease, sent only to agents with CapabilitySelfUpdate, is the
+	// fleet-agent release the host must run. Like Reach it changes without
+	// a new generation; agents act on the latest one.
+	AgentRelease *AgentReleaseOrder `json:"agentRelease,omitempty"`
 }
 
 // MaxStageOrders bounds DesiredState.Stage (and Status.Staging).

@@ -23,6 +23,7 @@ import (
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
 	"github.com/edgefleet/fleet/pkg/hub/admission"
+	"github.com/edgefleet/fleet/pkg/hub/delivery"
 	"github.com/edgefleet/fleet/pkg/hub/enrollment"
 	"github.com/edgefleet/fleet/pkg/hub/eventnote"
 	"github.com/edgefleet/fleet/pkg/hub/hoststatus"
@@ -171,6 +172,8 @@ type Options struct {
 	// (its LinkDegraded verdict changed) rather than with lastSeenTime;
 	// they must be the EdgeHost reconciler's.
 	LinkThresholds linkhealth.Thresholds
+	// Releases bound the agent release transfers of this replica.
+	Releases delivery.Options
 }
 
 // Defaults fills unset options.
@@ -348,6 +351,18 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Server, error)
 	}); err != nil {
 		return nil, fmt.Errorf("gateway: EdgeKubernetesRelease event handler: %w", err)
 	}
+	// So are its agent releases (AgentRelease).
+	agentReleases, err := mgr.GetCache().GetInformer(ctx, &infrav1.EdgeAgentRelease{})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: EdgeAgentRelease informer: %w", err)
+	}
+	if _, err := agentReleases.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    kickNamespace,
+		UpdateFunc: func(_, obj any) { kickNamespace(obj) },
+		DeleteFunc: kickNamespace,
+	}); err != nil {
+		return nil, fmt.Errorf("gateway: EdgeAgentRelease event handler: %w", err)
+	}
 	if err := mgr.Add(s); err != nil {
 		return nil, err
 	}
@@ -369,6 +384,8 @@ func newServer(c client.Client, apiReader client.Reader, recorder events.EventRe
 			WaveStatusDelay: opts.WaveStatusDelay, LinkThresholds: opts.LinkThresholds})
 	s.sessions.SetStatusWriter(s.status)
 	s.sessions.SetStageResolver(&staging.Resolver{Client: c})
+	orders := &delivery.Orders{Client: c}
+	s.sessions.SetReleaseDelivery(releaseDelivery{orders: orders, server: delivery.NewServer(orders, opts.Logger, opts.Releases)})
 	s.dialer = reach.NewDialer(c, s.resolver, s.sessions)
 	return s
 }

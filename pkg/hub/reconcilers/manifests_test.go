@@ -61,7 +61,7 @@ func TestDeployManifestsApply(t *testing.T) {
 			t.Errorf("%s %s rejected by the API server: %v", u.GetKind(), u.GetName(), err)
 		}
 	}
-	for kind, n := range map[string]int{"CustomResourceDefinition": 6, "Deployment": 1, "ServiceAccount": 1, "Namespace": 1} {
+	for kind, n := range map[string]int{"CustomResourceDefinition": 8, "Deployment": 1, "ServiceAccount": 1, "Namespace": 1} {
 		if kinds[kind] != n {
 			t.Errorf("%d %s objects, want %d (all kinds: %v)", kinds[kind], kind, n, kinds)
 		}

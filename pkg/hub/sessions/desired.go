@@ -59,6 +59,9 @@ func (ss *Session) push() (retry bool) {
 	if desired == nil || ss.lastPushed != nil && equality.Semantic.DeepEqual(ss.lastPushed, desired) {
 		return false
 	}
+	// Before the send: the agent may ask for the ordered release as soon
+	// as the desired state reaches it.
+	ss.pushedRelease.Store(desired.AgentRelease)
 	if err := ss.send(desired); err != nil {
 		ss.Close()
 		return false
@@ -81,23 +84,27 @@ func (ss *Session) nextDesired(ctx context.Context, host *infrav1.EdgeHost) (*wi
 	if ss.reg.stage != nil {
 		stage = ss.reg.stage.For(ctx, host)
 	}
+	var agentRelease *wire.AgentReleaseOrder
+	if ss.reg.releases != nil && ss.Can(wire.CapabilitySelfUpdate) {
+		agentRelease = ss.reg.releases.For(ctx, host)
+	}
 	switch {
 	case ss.lastPushed != nil && sameIntent(ss.lastPushed, host) && wire.SameReach(ss.lastPushed.Reach, reach) &&
-		slices.Equal(ss.lastPushed.Stage, stage):
+		slices.Equal(ss.lastPushed.Stage, stage) && equality.Semantic.DeepEqual(ss.lastPushed.AgentRelease, agentRelease):
 		return nil, nil
 	case ss.lastPushed != nil && sameIntent(ss.lastPushed, host):
-		// Only the cluster's endpoint, its control plane or the stage
-		// orders moved: the same state with the new ones, without reading
-		// the bootstrap Secret again.
+		// Only the cluster's endpoint, its control plane, the stage or the
+		// release orders moved: the same state with the new ones, without
+		// reading the bootstrap Secret again.
 		d := *ss.lastPushed
-		d.Reach, d.Stage = reach, stage
+		d.Reach, d.Stage, d.AgentRelease = reach, stage, agentRelease
 		return &d, nil
 	}
 	desired, err := ss.reg.desiredFor(ctx, host)
 	if err != nil {
 		return nil, err
 	}
-	desired.Reach, desired.Stage = reach, stage
+	desired.Reach, desired.Stage, desired.AgentRelease = reach, stage, agentRelease
 	return desired, nil
 }
 

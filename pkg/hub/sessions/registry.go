@@ -54,6 +54,13 @@ type StageResolver interface {
 	For(ctx context.Context, h *infrav1.EdgeHost) []wire.StageOrder
 }
 
+// ReleaseDelivery says which agent release each host must run and
+// carries the binaries (see package delivery).
+type ReleaseDelivery interface {
+	For(ctx context.Context, h *infrav1.EdgeHost) *wire.AgentReleaseOrder
+	Serve(ss *Session, req *wire.ReleaseRequest, ordered *wire.AgentReleaseOrder) error
+}
+
 // Registry holds this replica's sessions, one per host, and pushes their
 // desired states.
 type Registry struct {
@@ -67,6 +74,7 @@ type Registry struct {
 	status    *hoststatus.Writer
 	reach     ReachResolver
 	stage     StageResolver
+	releases  ReleaseDelivery
 
 	// pushes holds sessions whose desired state may have changed; the
 	// push workers drain it. One session is never pushed by two workers
@@ -89,6 +97,10 @@ func New(c client.Client, apiReader client.Reader, log logr.Logger, reach ReachR
 // SetStageResolver sets where stage orders come from; without one, hosts
 // are told to fetch nothing. Call before Start.
 func (r *Registry) SetStageResolver(s StageResolver) { r.stage = s }
+
+// SetReleaseDelivery sets where agent release orders and binaries come
+// from; without one, agents are ordered to run nothing. Call before Start.
+func (r *Registry) SetReleaseDelivery(d ReleaseDelivery) { r.releases = d }
 
 // KickNamespace asks every session of the namespace's hosts to recompute
 // its desired state (an EdgeKubernetesRelease there changed).

@@ -76,7 +76,10 @@ type Session struct {
 	// Touched only by the push worker that holds this session: the push
 	// queue never hands one session to two workers at once.
 	lastPushed *wire.DesiredState
-	reports    hoststatus.Reports
+	// pushedRelease is lastPushed's release order, for the session's
+	// reader: only that release's binary is served to the agent.
+	pushedRelease atomic.Pointer[wire.AgentReleaseOrder]
+	reports       hoststatus.Reports
 }
 
 // NewSession makes the session of peer over an upgraded connection; the
@@ -367,6 +370,8 @@ func (ss *Session) serve(ctx context.Context, msg any) bool {
 		return ss.serveStatus(ctx, m)
 	case *wire.CertificateRequest:
 		return ss.serveCertificateRequest(ctx, m)
+	case *wire.ReleaseRequest:
+		return ss.serveReleaseRequest(m)
 	default:
 		rejectedFrames.WithLabelValues(string(wire.ErrUnexpected)).Inc()
 		ss.fail(&wire.Error{Code: wire.ErrUnexpected, Message: fmt.Sprintf("%s is not expected from an agent here", typeName(msg))})
@@ -428,6 +433,19 @@ func (ss *Session) serveCertificateRequest(ctx context.Context, m *wire.Certific
 	ss.expires.Store(rot.NotAfter.UnixNano())
 	ss.setKey(rot.Key)
 	return ss.send(&wire.Certificate{Certificate: rot.Certificate}) == nil
+}
+
+func (ss *Session) serveReleaseRequest(m *wire.ReleaseRequest) bool {
+	ordered := ss.pushedRelease.Load()
+	if ss.reg.releases == nil || ordered == nil {
+		rejectedFrames.WithLabelValues("ReleaseNotOrdered").Inc()
+		return ss.send(&wire.Error{Code: wire.ErrRejected, Message: "release request refused: this host is ordered to run no release"}) == nil
+	}
+	if err := ss.reg.releases.Serve(ss, m, ordered); err != nil {
+		rejectedFrames.WithLabelValues("ReleaseRefused").Inc()
+		return ss.send(&wire.Error{Code: wire.ErrRejected, Message: "release request refused: " + err.Error()}) == nil
+	}
+	return true
 }
 
 // startHousekeeping refreshes lastSeenTime every LastSeenInterval on a

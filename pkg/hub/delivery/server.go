@@ -1,0 +1,266 @@
+package delivery
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"golang.org/x/sync/singleflight"
+	"golang.org/x/time/rate"
+
+	"github.com/edgefleet/fleet/pkg/contract/wire"
+	"github.com/edgefleet/fleet/pkg/transport"
+)
+
+// Options bound what a replica spends on transfers.
+type Options struct {
+	// CacheDir keeps the binaries fetched from their urls, by sha256.
+	CacheDir string
+	// MaxTransfers run at once; more wait for a place.
+	MaxTransfers int
+	// BytesPerSecond is the replica's total rate to agents; 0 is unbounded.
+	BytesPerSecond int64
+	// SourceTimeout bounds one fetch of a binary from its url.
+	SourceTimeout time.Duration
+	// HTTPClient fetches from urls (nil: a default one).
+	HTTPClient *http.Client
+}
+
+// Defaults of Options.
+const (
+	DefaultMaxTransfers   = 32
+	DefaultBytesPerSecond = 64 << 20
+)
+
+// chunk is the unit of a transfer's writes and of the rate limiter.
+const chunk = 32 << 10
+
+// Server carries release binaries to agents.
+type Server struct {
+	orders  *Orders
+	opts    Options
+	log     logr.Logger
+	limiter *rate.Limiter
+	places  chan struct{}
+	fetches singleflight.Group
+
+	mu sync.Mutex
+	// active holds the hosts ("namespace/name") with a transfer queued or
+	// under way: one at a time each.
+	active map[string]bool
+}
+
+// NewServer returns a Server reading releases through orders.
+func NewServer(orders *Orders, log logr.Logger, opts Options) *Server {
+	if opts.MaxTransfers <= 0 {
+		opts.MaxTransfers = DefaultMaxTransfers
+	}
+	if opts.SourceTimeout <= 0 {
+		opts.SourceTimeout = 10 * time.Minute
+	}
+	if opts.HTTPClient == nil {
+		opts.HTTPClient = &http.Client{Timeout: opts.SourceTimeout}
+	}
+	if opts.CacheDir == "" {
+		opts.CacheDir = filepath.Join(os.TempDir(), "fleet-hub-releases")
+	}
+	limit := rate.Inf
+	if opts.BytesPerSecond > 0 {
+		limit = rate.Limit(opts.BytesPerSecond)
+	}
+	return &Server{orders: orders, opts: opts, log: log.WithName("delivery"), limiter: rate.NewLimiter(limit, chunk),
+		places: make(chan struct{}, opts.MaxTransfers), active: map[string]bool{}}
+}
+
+// Session is what a transfer needs of the agent's session.
+type Session struct {
+	// Host is "namespace/name"; Namespace is the host's.
+	Host, Namespace string
+	// Open opens a stream to the agent; release gives its place back.
+	Open func() (st net.Conn, release func(), err error)
+	// Done is closed when the session ends.
+	Done <-chan struct{}
+	// Protocol is the session's protocol version.
+	Protocol int
+}
+
+// ErrNotOrdered refuses a request for a binary the host was not ordered
+// to run: an agent gets only its own host's release.
+var ErrNotOrdered = errors.New("this host is not ordered to run a release with that sha256")
+
+// Serve starts the transfer req asks for, unless one for the host is
+// under way (the agent asks again when that one ends). ordered is the
+// release order last pushed to the host.
+func (s *Server) Serve(ss Session, req *wire.ReleaseRequest, ordered *wire.AgentReleaseOrder) error {
+	if ordered == nil || ordered.SHA256 == "" || ordered.SHA256 != req.SHA256 {
+		transfers.WithLabelValues("refused").Inc()
+		return ErrNotOrdered
+	}
+	if req.Offset > ordered.Size {
+		transfers.WithLabelValues("refused").Inc()
+		return fmt.Errorf("offset %d is past the end of the %d-byte binary", req.Offset, ordered.Size)
+	}
+	s.mu.Lock()
+	if s.active[ss.Host] {
+		s.mu.Unlock()
+		return nil
+	}
+	s.active[ss.Host] = true
+	s.mu.Unlock()
+	transfersActive.Inc()
+	go func() {
+		defer func() {
+			s.mu.Lock()
+			delete(s.active, ss.Host)
+			s.mu.Unlock()
+			transfersActive.Dec()
+		}()
+		result, err := s.transfer(ss, req, ordered.Size)
+		transfers.WithLabelValues(result).Inc()
+		if err != nil {
+			s.log.Info("A release transfer ended early; the agent asks again", "EdgeHost", ss.Host, "result", result, "reason", err.Error())
+		}
+	}()
+	return nil
+}
+
+func (s *Server) transfer(ss Session, req *wire.ReleaseRequest, size int64) (string, error) {
+	select {
+	case s.places <- struct{}{}:
+		defer func() { <-s.places }()
+	case <-ss.Done:
+		return "cut", errors.New("the session ended while the transfer waited for a place")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-ss.Done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	path, err := s.cached(ss.Namespace, req.SHA256, size)
+	if err != nil {
+		return "source_failed", err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return "source_failed", err
+	}
+	defer f.Close()
+	st, release, err := ss.Open()
+	if err != nil {
+		return "cut", err
+	}
+	defer release()
+	defer st.Close()
+	frame, err := wire.EncodeAs(ss.Protocol, &wire.ReleaseData{SHA256: req.SHA256, Offset: req.Offset, Size: size})
+	if err != nil {
+		return "cut", err
+	}
+	_ = st.SetWriteDeadline(time.Now().Add(transport.WriteTimeout))
+	if err := wire.WriteFrame(st, frame); err != nil {
+		return "cut", err
+	}
+	if _, err := f.Seek(req.Offset, io.SeekStart); err != nil {
+		return "source_failed", err
+	}
+	buf := make([]byte, chunk)
+	for sent := req.Offset; sent < size; {
+		n, err := f.Read(buf[:min(int64(chunk), size-sent)])
+		if n == 0 && err != nil {
+			return "source_failed", fmt.Errorf("reading the cached binary: %w", err)
+		}
+		if err := s.limiter.WaitN(ctx, n); err != nil {
+			return "cut", err
+		}
+		_ = st.SetWriteDeadline(time.Now().Add(transport.WriteTimeout))
+		if _, err := st.Write(buf[:n]); err != nil {
+			return "cut", err
+		}
+		transferBytes.Add(float64(n))
+		sent += int64(n)
+	}
+	return "complete", nil
+}
+
+// cached is the path of the binary of sha256, fetched from its release's
+// url the first time and checked against the bundle's sha256 and size.
+func (s *Server) cached(namespace, sha string, size int64) (string, error) {
+	path := filepath.Join(s.opts.CacheDir, sha)
+	if fi, err := os.Stat(path); err == nil && fi.Size() == size {
+		return path, nil
+	}
+	_, err, _ := s.fetches.Do(sha, func() (any, error) {
+		// Not the asking session's context: other sessions wait on this
+		// fetch, and it is worth finishing if the first one goes.
+		ctx := context.Background()
+		url, want, err := s.orders.source(ctx, namespace, sha)
+		if err != nil {
+			return nil, err
+		}
+		if want != size {
+			return nil, fmt.Errorf("the release says %d bytes, the order %d", want, size)
+		}
+		err = s.fetch(ctx, url, path, sha, size)
+		if err != nil {
+			sourceFetches.WithLabelValues("failed").Inc()
+			s.log.Error(err, "Cannot fetch a release binary into the hub's cache", "url", url, "sha256", sha)
+			return nil, err
+		}
+		sourceFetches.WithLabelValues("ok").Inc()
+		s.log.Info("Fetched a release binary into the hub's cache", "url", url, "sha256", sha, "bytes", size)
+		return nil, nil
+	})
+	return path, err
+}
+
+func (s *Server) fetch(ctx context.Context, url, path, sha string, size int64) error {
+	if err := os.MkdirAll(s.opts.CacheDir, 0o700); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.SourceTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := s.opts.HTTPClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("fetching %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("fetching %s: %s", url, resp.Status)
+	}
+	tmp, err := os.CreateTemp(s.opts.CacheDir, ".fetch-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(resp.Body, size+1))
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	switch {
+	case err != nil:
+		return fmt.Errorf("fetching %s: %w", url, err)
+	case n != size:
+		return fmt.Errorf("%s holds %d bytes or more; its bundle says %d", url, n, size)
+	case hex.EncodeToString(h.Sum(nil)) != sha:
+		return fmt.Errorf("%s is not the binary its bundle signs (sha256 %s, want %s)", url, hex.EncodeToString(h.Sum(nil)), sha)
+	}
+	return os.Rename(tmp.Name(), path)
+}

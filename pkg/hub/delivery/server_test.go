@@ -1,0 +1,154 @@
+package delivery
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/contract/wire"
+	"github.com/edgefleet/fleet/pkg/fleetscheme"
+	"github.com/edgefleet/fleet/pkg/release"
+)
+
+// fixture is a hub with one release whose binary an HTTP server holds.
+type fixture struct {
+	server  *Server
+	order   *wire.AgentReleaseOrder
+	binary  []byte
+	fetches atomic.Int32
+}
+
+func newFixture(t *testing.T, served []byte) *fixture {
+	t.Helper()
+	f := &fixture{binary: bytes.Repeat([]byte("fleet-agent "), 20000)}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		f.fetches.Add(1)
+		_, _ = w.Write(served)
+	}))
+	t.Cleanup(srv.Close)
+	if served == nil {
+		served = f.binary
+	}
+	_, root, _ := release.GenerateKey()
+	pub, key, _ := release.GenerateKey()
+	cert, _ := release.Certify(root, pub, time.Now().Add(-time.Hour), time.Now().Add(time.Hour), "")
+	sum := sha256.Sum256(f.binary)
+	b, err := release.Sign(key, cert, release.Artifact{Name: release.AgentName, Version: "v0.9.2", OS: "linux", Arch: runtime.GOARCH,
+		SHA256: hex.EncodeToString(sum[:]), Size: int64(len(f.binary)), Created: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(b)
+	rel := &infrav1.EdgeAgentRelease{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "ns"},
+		Spec: infrav1.EdgeAgentReleaseSpec{Version: "v0.9.2", Artifacts: []infrav1.AgentArtifact{{Arch: runtime.GOARCH, URL: srv.URL, Bundle: string(raw)}}}}
+	c := fake.NewClientBuilder().WithScheme(fleetscheme.New()).WithObjects(rel).Build()
+	orders := &Orders{Client: c}
+	f.server = NewServer(orders, logr.Discard(), Options{CacheDir: t.TempDir()})
+	h := &infrav1.EdgeHost{ObjectMeta: metav1.ObjectMeta{Name: "h", Namespace: "ns", Annotations: map[string]string{
+		infrav1.AgentReleaseAnnotation: `{"version":"v0.9.2","rollout":"x","wave":0,"since":"2026-12-06T00:00:00Z"}`}}}
+	h.Status.Facts.Arch = runtime.GOARCH
+	f.order = orders.For(t.Context(), h)
+	if f.order == nil || f.order.SHA256 != hex.EncodeToString(sum[:]) || f.order.Size != int64(len(f.binary)) {
+		t.Fatalf("order %+v", f.order)
+	}
+	return f
+}
+
+// session is an agent's end: what the hub sends on the streams it opens.
+func (f *fixture) session(t *testing.T, done chan struct{}) (Session, <-chan []byte) {
+	got := make(chan []byte, 4)
+	return Session{Host: "ns/h", Namespace: "ns", Protocol: 2, Done: done, Open: func() (net.Conn, func(), error) {
+		hub, agent := net.Pipe()
+		go func() {
+			frame, err := wire.ReadFrame(agent, wire.MaxTunnelFrameSize)
+			if err != nil {
+				got <- nil
+				return
+			}
+			if _, err := wire.Decode(frame); err != nil {
+				got <- nil
+				return
+			}
+			b, _ := io.ReadAll(agent)
+			got <- b
+		}()
+		return hub, func() {}, nil
+	}}, got
+}
+
+// The hub serves the ordered binary from the offset asked, fetched once
+// into its cache; it refuses another binary and an offset past the end.
+func TestServeTheOrderedBinaryFromAnOffset(t *testing.T) {
+	f := newFixture(t, nil)
+	done := make(chan struct{})
+	defer close(done)
+	ss, got := f.session(t, done)
+	if err := f.server.Serve(ss, &wire.ReleaseRequest{SHA256: f.order.SHA256, Offset: 1000}, f.order); err != nil {
+		t.Fatal(err)
+	}
+	if b := <-got; !bytes.Equal(b, f.binary[1000:]) {
+		t.Fatalf("sent %d bytes, want the %d after offset 1000", len(b), len(f.binary)-1000)
+	}
+	if err := f.server.Serve(ss, &wire.ReleaseRequest{SHA256: f.order.SHA256}, f.order); err != nil {
+		t.Fatal(err)
+	}
+	if b := <-got; !bytes.Equal(b, f.binary) {
+		t.Fatalf("sent %d bytes, want all %d", len(b), len(f.binary))
+	}
+	if n := f.fetches.Load(); n != 1 {
+		t.Errorf("the hub fetched the binary %d times, want once", n)
+	}
+	other := strings.Repeat("0", 64)
+	if err := f.server.Serve(ss, &wire.ReleaseRequest{SHA256: other}, f.order); err != ErrNotOrdered {
+		t.Errorf("a binary not ordered: %v", err)
+	}
+	if err := f.server.Serve(ss, &wire.ReleaseRequest{SHA256: f.order.SHA256, Offset: f.order.Size + 1}, f.order); err == nil {
+		t.Error("an offset past the end was served")
+	}
+}
+
+// A url that serves something else than the bundle signs is never passed
+// on: the stream is not even opened.
+func TestServeRefusesABinaryThatIsNotTheBundles(t *testing.T) {
+	f := newFixture(t, []byte("something else"))
+	done := make(chan struct{})
+	defer close(done)
+	opened := make(chan struct{}, 1)
+	ss, _ := f.session(t, done)
+	open := ss.Open
+	ss.Open = func() (net.Conn, func(), error) { opened <- struct{}{}; return open() }
+	if err := f.server.Serve(ss, &wire.ReleaseRequest{SHA256: f.order.SHA256}, f.order); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		f.server.mu.Lock()
+		busy := f.server.active["ns/h"]
+		f.server.mu.Unlock()
+		if !busy {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the transfer did not end")
+		}
+	}
+	select {
+	case <-opened:
+		t.Fatal("the hub opened a stream for a binary it could not verify")
+	default:
+	}
+}
