@@ -30,7 +30,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newKeygenCmd(), newCertifyCmd(), newSignCmd(), newVerifyCmd())
+	root.AddCommand(newKeygenCmd(), newCertifyCmd(), newSignCmd(), newVerifyCmd(), newManifestCmd())
 	return root
 }
 

@@ -55,3 +55,41 @@ func TestKeygenCertifySignVerify(t *testing.T) {
 		t.Errorf("signed with the root key and the signing key's certificate: %v", err)
 	}
 }
+
+// manifest turns bundles into the EdgeAgentRelease a hub serves.
+func TestManifest(t *testing.T) {
+	d := t.TempDir()
+	p := func(name string) string { return filepath.Join(d, name) }
+	for _, args := range [][]string{{"keygen", "--out", p("root")}, {"keygen", "--out", p("signing")},
+		{"certify", "--root-key", p("root.key"), "--public-key", p("signing.pub"), "--out", p("signing.cert")}} {
+		if err := run(t, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, arch := range []string{"amd64", "arm64"} {
+		if err := os.WriteFile(p("fleet-agent-"+arch), []byte("binary for "+arch), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := run(t, "sign", "--key", p("signing.key"), "--cert", p("signing.cert"), "--binary", p("fleet-agent-"+arch),
+			"--version", "v0.9.2", "--os", "linux", "--arch", arch, "--out", p(arch+".bundle")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out strings.Builder
+	cmd := newRootCommand()
+	cmd.SetOut(&out)
+	cmd.SetArgs([]string{"manifest", "-n", "stores", "--bundle", p("amd64.bundle"), "--url", "https://r.example/amd64",
+		"--bundle", p("arm64.bundle"), "--url", "https://r.example/arm64"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"kind: EdgeAgentRelease", "name: fleet-agent-v0-9-2", "namespace: stores", "version: v0.9.2",
+		"arch: amd64", "arch: arm64", "url: https://r.example/arm64"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("manifest lacks %q:\n%s", want, out.String())
+		}
+	}
+	if err := run(t, "manifest", "--bundle", p("amd64.bundle")); err == nil || !strings.Contains(err.Error(), "one --url per --bundle") {
+		t.Errorf("a bundle without its url: %v", err)
+	}
+}

@@ -242,7 +242,7 @@ func TestGetHosts(t *testing.T) {
 	if err != nil || !strings.Contains(stderr, "No resources found in empty-ns namespace.") {
 		t.Errorf("empty namespace: %v %q", err, stderr)
 	}
-	if _, _, err := fleet(t, "get", "widgets"); err == nil || !strings.Contains(err.Error(), "want clusters, machines or hosts") {
+	if _, _, err := fleet(t, "get", "widgets"); err == nil || !strings.Contains(err.Error(), "want clusters, machines, hosts, rollouts or releases") {
 		t.Errorf("unknown kind: %v", err)
 	}
 }

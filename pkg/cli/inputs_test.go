@@ -43,6 +43,12 @@ func TestInputsAreCheckedBeforeSending(t *testing.T) {
 		{[]string{"get", "hosts", "-l", "site in (a"}, `invalid --selector "site in (a"`},
 		{[]string{"token", "revoke", "NOT-AN-ID"}, `invalid token id "NOT-AN-ID"`},
 		{[]string{"token", "create", "--labels", "fleet.edgefleet.io/cordoned=true"}, `invalid --labels key "fleet.edgefleet.io/cordoned"`},
+		{[]string{"agent", "upgrade", "--version", "0.9"}, `--version "0.9": want vMAJOR.MINOR.PATCH, e.g. v0.9.2`},
+		{[]string{"agent", "upgrade", "--version", "v0.9.2", "--max-unavailable", "0", "--wave-size", "150%"},
+			`--wave-size "150%": want a percentage from 1% to 100%; --max-unavailable "0": want at least 1`},
+		{[]string{"agent", "upgrade", "--version", "v0.9.2", "-l", "site in (a"}, `invalid -l "site in (a"`},
+		{[]string{"agent", "abort", "Bad_Name"}, `invalid roll-out name "Bad_Name"`},
+		{[]string{"describe", "rollout", "Bad_Name"}, `invalid roll-out name "Bad_Name"`},
 	} {
 		for _, server := range []string{"", "https://127.0.0.1:1"} {
 			args := append([]string{"-n", ns}, tc.args...)
@@ -55,7 +61,7 @@ func TestInputsAreCheckedBeforeSending(t *testing.T) {
 			}
 		}
 	}
-	for _, l := range []client.ObjectList{&clusterv1.ClusterList{}, &infrav1.EdgeClusterList{}, &infrav1.EdgeMachineTemplateList{}} {
+	for _, l := range []client.ObjectList{&clusterv1.ClusterList{}, &infrav1.EdgeClusterList{}, &infrav1.EdgeMachineTemplateList{}, &infrav1.EdgeAgentRolloutList{}} {
 		if err := env.Client.List(context.Background(), l, client.InNamespace(ns)); err != nil {
 			t.Fatal(err)
 		}
@@ -106,12 +112,12 @@ func TestRefusalsAreOneLine(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"gte", "hosts"}, `unknown command "gte" for "kubectl fleet": want completion, create, delete, describe, get, host, kubeconfig, scale, token, upgrade, version (did you mean "get"?)`},
+		{[]string{"gte", "hosts"}, `unknown command "gte" for "kubectl fleet": want agent, completion, create, delete, describe, get, host, kubeconfig, scale, token, upgrade, version (did you mean "get"?)`},
 		{[]string{"create", "clusters", "x"}, `unknown command "clusters" for "kubectl fleet create": want cluster (did you mean "cluster"?)`},
 		{[]string{"host", "frob", "present"}, `unknown command "frob" for "kubectl fleet host": want approve, cordon, facts, logs, remove, retry, uncordon`},
 		{[]string{"completion", "tcsh"}, `unknown command "tcsh" for "kubectl fleet completion": want bash, fish, powershell, zsh`},
 		{[]string{"scale", "cluster"}, "kubectl fleet scale cluster takes NAME [--worker-machines M] [--control-plane-machines N] [--wait]; arguments given: none"},
-		{[]string{"get", "hosts", "extra"}, "kubectl fleet get takes (clusters|machines|hosts); arguments given: 2: hosts extra"},
+		{[]string{"get", "hosts", "extra"}, "kubectl fleet get takes (clusters|machines|hosts|rollouts|releases); arguments given: 2: hosts extra"},
 		{[]string{"host", "cordon"}, "kubectl fleet host cordon takes NAME...; arguments given: none"},
 		{[]string{"token", "list", "x"}, "kubectl fleet token list takes no arguments; arguments given: 1: x"},
 		{[]string{"get", "hosts", "--bogus"}, "unknown flag: --bogus"},
@@ -125,6 +131,9 @@ func TestRefusalsAreOneLine(t *testing.T) {
 		{[]string{"get", "hosts", "--sort-by", ".spec.nope"}, `couldn't find any field with path "{.spec.nope}" in the list of objects`},
 		{[]string{"describe", "cluster", "nope"}, fmt.Sprintf("cluster %q not found in namespace %s", "nope", ns)},
 		{[]string{"host", "retry", "nope"}, fmt.Sprintf("host %q not found in namespace %s", "nope", ns)},
+		{[]string{"agent", "upgrade", "--version", "v9.9.9"}, fmt.Sprintf("no EdgeAgentRelease of namespace %s has fleet-agent v9.9.9 (it has: none)", ns)},
+		{[]string{"agent", "approve", "nope"}, fmt.Sprintf("edgeagentrollout %q not found in namespace %s", "nope", ns)},
+		{[]string{"describe", "rollout", "nope"}, fmt.Sprintf("edgeagentrollout %q not found in namespace %s", "nope", ns)},
 		// Nothing half applied: a missing host leaves the others as they were.
 		{[]string{"host", "cordon", "present", "gone-1", "gone-2"}, fmt.Sprintf(`host "gone-1" not found in namespace %[1]s (see `+
 			"`kubectl fleet get hosts`); host \"gone-2\" not found in namespace %[1]s", ns)},

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
+	"github.com/edgefleet/fleet/pkg/cli/agent"
 	"github.com/edgefleet/fleet/pkg/cli/create"
 	fleetdelete "github.com/edgefleet/fleet/pkg/cli/delete"
 	"github.com/edgefleet/fleet/pkg/cli/describe"
@@ -40,6 +41,7 @@ func NewRootCmd(streams genericiooptions.IOStreams) *cobra.Command {
 		create.NewCmd(flags, streams),
 		scale.NewCmd(flags, streams),
 		upgrade.NewCmd(flags, streams),
+		agent.NewCmd(flags, streams),
 		fleetdelete.NewCmd(flags, streams),
 		describe.NewCmd(flags, streams),
 		get.NewCmd(flags, streams),

@@ -23,7 +23,16 @@ func NewCmd(flags *kube.ConfigFlags, streams genericiooptions.IOStreams) *cobra.
 	}
 	cluster.Flags().StringVarP(&o.Output, "output", "o", "", "json or yaml: the same tree as data.")
 	cluster.Flags().BoolVar(&o.ShowConditions, "show-conditions", false, "Show every condition of every object.")
-	cmd := &cobra.Command{Use: "describe", Short: "Describe a cluster"}
-	cmd.AddCommand(cluster)
+	ro := &RolloutOptions{flags: flags, IOStreams: streams, Now: time.Now}
+	rollout := &cobra.Command{
+		Use:     "rollout NAME",
+		Short:   "Show an agent roll-out: its policy, every wave, the hosts not done and why",
+		Example: `  kubectl fleet describe rollout agent-v0-9-2-x7k2p`,
+		Args:    cobra.ExactArgs(1),
+		RunE:    command.RunE(ro),
+	}
+	rollout.Flags().StringVarP(&ro.Output, "output", "o", "", "json or yaml: the EdgeAgentRollout as data.")
+	cmd := &cobra.Command{Use: "describe", Short: "Describe a cluster or an agent roll-out"}
+	cmd.AddCommand(cluster, rollout)
 	return cmd
 }

@@ -12,17 +12,18 @@ import (
 func NewCmd(flags *kube.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
 	o := NewOptions(flags, streams)
 	cmd := &cobra.Command{
-		Use:   "get (clusters|machines|hosts)",
-		Short: "List clusters, machines or edge hosts as tables",
+		Use:   "get (clusters|machines|hosts|rollouts|releases)",
+		Short: "List clusters, machines, edge hosts, agent roll-outs or agent releases as tables",
 		Long: "The tables have the columns of the kinds' CRDs, as `kubectl get` shows them; -o wide adds the wide columns and the labels.\n" +
 			"-w prints the list, then a row for every change (added, changed or deleted) until Ctrl-C, as `kubectl get -w` does.",
-		ValidArgs: []string{"clusters", "machines", "hosts"},
+		ValidArgs: []string{"clusters", "machines", "hosts", "rollouts", "releases"},
 		Args:      cobra.ExactArgs(1),
 		Example: `  kubectl fleet get hosts
   kubectl fleet get hosts -A -l 'site in (store-17,store-18)' -o wide
   kubectl fleet get machines -o yaml
   kubectl fleet get hosts --sort-by .metadata.creationTimestamp --no-headers
-  kubectl fleet get machines -w`,
+  kubectl fleet get machines -w
+  kubectl fleet get rollouts`,
 		RunE: command.RunE(o),
 	}
 	cmd.Flags().BoolVarP(&o.AllNamespaces, "all-namespaces", "A", false, "List across all namespaces.")

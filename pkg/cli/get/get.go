@@ -35,6 +35,8 @@ var kinds = map[string]kind{
 	"clusters": newKind(clusterv1.GroupVersion.WithKind("Cluster"), func() kube.ObjectList { return &clusterv1.ClusterList{} }),
 	"machines": newKind(infrav1.GroupVersion.WithKind("EdgeMachine"), func() kube.ObjectList { return &infrav1.EdgeMachineList{} }),
 	"hosts":    newKind(infrav1.GroupVersion.WithKind("EdgeHost"), func() kube.ObjectList { return &infrav1.EdgeHostList{} }),
+	"rollouts": newKind(infrav1.GroupVersion.WithKind("EdgeAgentRollout"), func() kube.ObjectList { return &infrav1.EdgeAgentRolloutList{} }),
+	"releases": newKind(infrav1.GroupVersion.WithKind("EdgeAgentRelease"), func() kube.ObjectList { return &infrav1.EdgeAgentReleaseList{} }),
 }
 
 // Options is `kubectl fleet get`.
@@ -87,10 +89,14 @@ func (o *Options) Validate() error {
 		name = "machines"
 	case "host", "edgehost":
 		name = "hosts"
+	case "rollout", "edgeagentrollout", "agentrollout":
+		name = "rollouts"
+	case "release", "edgeagentrelease", "agentrelease":
+		name = "releases"
 	}
 	k, ok := kinds[name]
 	if !ok {
-		return fmt.Errorf("unknown kind %q: want clusters, machines or hosts", o.kindArg)
+		return fmt.Errorf("unknown kind %q: want clusters, machines, hosts, rollouts or releases", o.kindArg)
 	}
 	o.kind = k
 	if o.Selector != "" {

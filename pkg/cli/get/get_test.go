@@ -21,7 +21,7 @@ func TestValidate(t *testing.T) {
 		{"EdgeHost", "", "", ""},
 		{"machine", "!spare", "json", ""},
 		{"clusters", "", "name", ""},
-		{"widgets", "", "", "want clusters, machines or hosts"},
+		{"widgets", "", "", "want clusters, machines, hosts, rollouts or releases"},
 		{"hosts", "site in (a", "", `invalid --selector "site in (a"`},
 		{"hosts", "", "table", `unable to match a printer suitable for the output format "table"`},
 	} {

@@ -31,6 +31,11 @@ func HostName(name string) error {
 	return check("host name", name, validation.IsDNS1123Subdomain(name))
 }
 
+// RolloutName checks the name of an EdgeAgentRollout.
+func RolloutName(name string) error {
+	return check("roll-out name", name, validation.IsDNS1123Subdomain(name))
+}
+
 // Namespace checks a namespace given with flag.
 func Namespace(flag, ns string) error {
 	return check(flag, ns, validation.IsDNS1123Label(ns))

@@ -14,6 +14,7 @@ import (
 
 	"github.com/edgefleet/fleet/pkg/hub/eventnote"
 	"github.com/edgefleet/fleet/pkg/hub/fleetmetrics"
+	"github.com/edgefleet/fleet/pkg/hub/reconcilers/agentrollout"
 	"github.com/edgefleet/fleet/pkg/hub/reconcilers/edgecluster"
 	"github.com/edgefleet/fleet/pkg/hub/reconcilers/edgehost"
 	"github.com/edgefleet/fleet/pkg/hub/reconcilers/edgemachine"
@@ -84,6 +85,10 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	}
 	if err := (&kubernetesrelease.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr, copts); err != nil {
 		return fmt.Errorf("setting up EdgeKubernetesRelease reconciler: %w", err)
+	}
+	if err := (&agentrollout.Reconciler{Client: mgr.GetClient(),
+		Recorder: eventnote.Recorder(mgr.GetEventRecorder("edgeagentrollout-controller"))}).SetupWithManager(mgr, copts); err != nil {
+		return fmt.Errorf("setting up EdgeAgentRollout reconciler: %w", err)
 	}
 	// From the cache the reconcilers fill anyway: a scrape costs no API call.
 	return fleetmetrics.Register(mgr.GetCache())
