@@ -303,10 +303,15 @@ bench: k8s k8s-prev test-image ## Run every benchmark against a real API server 
 	$(GO) test ./bench -run '^$$' -bench 'InPlaceUpgrade' -benchtime 1x -count 1 -timeout 30m
 	$(GO) test ./test/edgeimage -run '^$$' -bench 'EdgeImageBuild' -benchtime 1x -count 1 -timeout 30m
 	$(GO) test ./bench -run '^$$' -bench 'HubReplicas' -benchtime 1x -count 1 -timeout 60m -args -replica-agents=1000
+	$(GO) test ./bench -run '^$$' -bench 'AgentRollout' -benchtime 1x -count 1 -timeout 60m -args -rollout-agents=1000
 	$(GO) test ./bench -run '^$$' -bench 'ManyClusters' -benchtime 1x -count 1 -timeout 120m -args -clusters=$(BENCH_CLUSTERS) -clusters-idle=$(BENCH_CLUSTERS_IDLE)
 	$(GO) run ./bench/report
 
-.PHONY: bench-clusters bench-upgrade
+.PHONY: bench-clusters bench-upgrade bench-rollout
+bench-rollout: k8s ## Run only BenchmarkAgentRollout: 1,000 agents to a new fleet-agent release through one hub in waves of 10 %; updates docs/PERFORMANCE.md.
+	$(GO) test ./bench -run '^$$' -bench 'AgentRollout' -benchtime 1x -count 1 -timeout 60m -args -rollout-agents=1000
+	$(GO) run ./bench/report
+
 bench-upgrade: k8s k8s-prev test-image ## Run only BenchmarkInPlaceUpgrade: a one-host site from v1.35.4 to v1.36.3 in place, its steps and the API server's unavailability; updates docs/PERFORMANCE.md.
 	$(GO) test ./bench -run '^$$' -bench 'InPlaceUpgrade' -benchtime 1x -count 1 -timeout 30m
 	$(GO) run ./bench/report

@@ -30,10 +30,12 @@ import (
 
 	"github.com/edgefleet/fleet/pkg/agent"
 	"github.com/edgefleet/fleet/pkg/agent/agenttest"
+	"github.com/edgefleet/fleet/pkg/agent/selfupdate"
 	"github.com/edgefleet/fleet/pkg/agent/state"
 	"github.com/edgefleet/fleet/pkg/contract/hubinfo"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
+	"github.com/edgefleet/fleet/pkg/release"
 )
 
 // RaiseFileLimit lifts the soft limit on open files to the hard one:
@@ -288,6 +290,7 @@ type Agents struct {
 
 	onDesired   func(int, *wire.DesiredState)
 	provisioner func(int, agent.Config) agent.Provisioner
+	releases    *Releases
 	perToken    int
 	// Disconnects counts why the agents' sessions ended.
 	Disconnects Reasons
@@ -328,11 +331,23 @@ type AgentOptions struct {
 	// Provisioner makes agent i's provisioner (default agenttest.Recorder:
 	// it records assignments and writes nothing).
 	Provisioner func(i int, cfg agent.Config) agent.Provisioner
+	// Releases, when set, lets the agents run the releases the hub
+	// orders: each keeps its own release store and restarts into a
+	// release as fleet-agent's launcher would, reporting its version.
+	Releases *Releases
+}
+
+// Releases is how the agents take agent releases.
+type Releases struct {
+	// Roots are the release root keys the agents hold.
+	Roots release.Roots
+	// Installed is the version the agents start with.
+	Installed string
 }
 
 // NewAgents prepares n agents (state dirs, and enrollment tokens, one per PerToken agents).
 func NewAgents(ctx context.Context, c client.Client, hub *Hub, o AgentOptions) (*Agents, error) {
-	a := &Agents{dir: o.Dir, hubURL: hub.URL, pin: hub.Pin, onDesired: o.OnDesired, provisioner: o.Provisioner}
+	a := &Agents{dir: o.Dir, hubURL: hub.URL, pin: hub.Pin, onDesired: o.OnDesired, provisioner: o.Provisioner, releases: o.Releases}
 	sources := max(o.Sources, 1)
 	perToken := o.PerToken
 	if perToken <= 0 {
@@ -410,21 +425,56 @@ func (a *Agents) Start(spread time.Duration) {
 		if a.provisioner != nil {
 			prov = a.provisioner(i, e.cfg)
 		}
-		ag := agent.New(e.cfg, prov, a.Disconnects.logger())
+		go func(done chan struct{}) {
+			defer close(done)
+			<-gate
+			a.run(ctx, i, e, prov)
+		}(e.done)
+		if step > 0 {
+			time.Sleep(step)
+		}
+	}
+}
+
+// run runs agent i until ctx ends; with releases, it starts it again
+// with the release the launcher's rules choose whenever it stops to run
+// another (a trial that did not commit in time is rolled back then).
+func (a *Agents) run(ctx context.Context, i int, e *edge, prov agent.Provisioner) {
+	cfg := e.cfg
+	var store selfupdate.Store
+	var trial *selfupdate.Trial
+	if a.releases != nil {
+		store = selfupdate.Store{Dir: filepath.Join(cfg.StateDir, "releases")}
+		cfg.Version = a.releases.Installed
+	}
+	for {
+		ag := agent.New(cfg, prov, a.Disconnects.logger())
 		ag.OnDesired = func(d *wire.DesiredState) {
 			e.desiredAt.Store(time.Now().UnixNano())
 			if a.onDesired != nil {
 				a.onDesired(i, d)
 			}
 		}
+		if a.releases != nil {
+			ag.UseReleases(agent.Releases{Store: store, Roots: a.releases.Roots, Running: cfg.Version, Installed: a.releases.Installed})
+		}
+		if t := trial; t != nil {
+			ag.UseTrial(t.Version, t.Deadline, func() error { return store.Commit(t.Slot, time.Now()) })
+		}
+		a.mu.Lock()
 		e.ag = ag
-		go func(done chan struct{}) {
-			defer close(done)
-			<-gate
-			_ = ag.Run(ctx, nil)
-		}(e.done)
-		if step > 0 {
-			time.Sleep(step)
+		a.mu.Unlock()
+		err := ag.Run(ctx, nil)
+		if ctx.Err() != nil || a.releases == nil || !errors.Is(err, agent.ErrRestartForRelease) && !errors.Is(err, agent.ErrTrialExpired) {
+			return
+		}
+		d, err := store.Decide(time.Now(), a.releases.Installed)
+		if err != nil {
+			return
+		}
+		cfg.Version, trial = a.releases.Installed, d.Trial
+		if d.Path != "" {
+			cfg.Version = d.Slot.Version
 		}
 	}
 }
