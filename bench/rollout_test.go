@@ -97,8 +97,10 @@ func agentRollout(b *testing.B, bin string, n int) {
 	// A hundred sites; hosts named in order fall on sites in turn, so a
 	// wave spreads over them as an operator's selector would.
 	agents, err := load.NewAgents(ctx, env.Client, hub, load.AgentOptions{N: n, Dir: filepath.Join(dir, "agents"), Sources: 1 + n/250, NamePrefix: ns,
-		HostLabels: func(i int) map[string]string { return map[string]string{infrav1.ZoneLabel: fmt.Sprintf("site-%02d", i%100)} },
-		Releases:   &load.Releases{Roots: release.Roots{rootPub}, Installed: "v0.9.1"}})
+		HostLabels: func(i int) map[string]string {
+			return map[string]string{infrav1.ZoneLabel: fmt.Sprintf("site-%02d", i%100)}
+		},
+		Releases: &load.Releases{Roots: release.Roots{rootPub}, Installed: "v0.9.1"}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -195,7 +195,11 @@ func configFrom(fs *flag.FlagSet, file string) (agent.Config, error) {
 }
 
 func runAgent(ctx context.Context, cfg agent.Config, log logr.Logger, ring *logring.Ring, releases selfupdate.Store) error {
-	log.Info("Starting fleet-agent", "version", version.Version, "hub", cfg.Hub, "stateDir", cfg.StateDir)
+	if v := os.Getenv(selfupdate.EnvRelease); v != "" {
+		// A release the launcher started is the version its bundle signs.
+		cfg.Version = v
+	}
+	log.Info("Starting fleet-agent", "version", cfg.Version, "binary", version.Version, "hub", cfg.Hub, "stateDir", cfg.StateDir)
 	opts := provision.Options{Root: cfg.RootDir, StateDir: cfg.StateDir, Runner: provision.ShellRunner{Dir: cfg.RootDir}}
 	if cfg.Sandbox {
 		opts.Runner = provision.ChrootRunner{Root: cfg.RootDir, Path: "/opt/fleet/bin"}
@@ -210,7 +214,7 @@ func runAgent(ctx context.Context, cfg agent.Config, log logr.Logger, ring *logr
 	}
 	a := agent.New(cfg, provision.New(opts), log)
 	a.UseLogRing(ring)
-	rel := agent.Releases{Store: releases, Running: version.Version, Installed: os.Getenv(selfupdate.EnvInstalled)}
+	rel := agent.Releases{Store: releases, Running: cfg.Version, Installed: os.Getenv(selfupdate.EnvInstalled)}
 	if rel.Installed == "" {
 		rel.Installed = version.Version
 	}

@@ -59,7 +59,7 @@ func (a *Agent) UseReleases(r Releases) {
 	if r.Installed == "" {
 		r.Installed = r.Running
 	}
-	a.rel = &releaseRoom{Releases: r, kick: make(chan struct{}, 1), progress: make(chan struct{}, 1), refused: map[string]bool{}}
+	a.rel = &releaseRoom{Releases: r, kick: make(chan struct{}, 1), progress: make(chan struct{}, 1), refused: map[string]infrav1.AgentTransferStatus{}}
 	a.session.AddCapability(wire.CapabilitySelfUpdate)
 }
 
@@ -75,8 +75,9 @@ type releaseRoom struct {
 	want     *wire.AgentReleaseOrder
 	send     func(any) error
 	transfer *infrav1.AgentTransferStatus
-	// refused holds the bundles (by sha256) this host will not run.
-	refused map[string]bool
+	// refused holds the orders (by sha256 and version) this host will
+	// not carry out, with what it reported: it reports it again.
+	refused map[string]infrav1.AgentTransferStatus
 	// receiving is set while a stream writes the partial binary.
 	receiving bool
 }
@@ -123,6 +124,7 @@ func (a *Agent) releaseStatus() *infrav1.AgentReleaseStatus {
 	if st == nil {
 		st = &infrav1.AgentReleaseStatus{}
 	}
+	st.OnTrial = a.onTrial()
 	r.mu.Lock()
 	if t := r.transfer; t != nil {
 		tc := *t
@@ -145,11 +147,12 @@ func (a *Agent) setTransfer(t *infrav1.AgentTransferStatus) {
 
 func (a *Agent) refuseRelease(o *wire.AgentReleaseOrder, reason, msg string) {
 	r := a.rel
+	st := infrav1.AgentTransferStatus{Version: o.Version, State: infrav1.AgentTransferRefused, Reason: reason, Message: truncate(msg, 1000)}
 	r.mu.Lock()
-	r.refused[o.SHA256+"/"+o.Version] = true
+	r.refused[o.SHA256+"/"+o.Version] = st
 	r.mu.Unlock()
 	a.log.Info("Refused the ordered fleet-agent release; keeping the one that runs", "version", o.Version, "reason", reason, "message", msg)
-	a.setTransfer(&infrav1.AgentTransferStatus{Version: o.Version, State: infrav1.AgentTransferRefused, Reason: reason, Message: truncate(msg, 1000)})
+	a.setTransfer(&st)
 }
 
 // releaseWorker acts on the latest order until it hands over to a new
@@ -181,6 +184,17 @@ func (a *Agent) releaseWorker(ctx context.Context, stop func(error)) {
 				case <-time.After(time.Second):
 				}
 			}
+			r.mu.Lock()
+			still := r.want != nil && o != nil && r.want.Version == o.Version && r.want.SHA256 == o.SHA256
+			r.mu.Unlock()
+			if !still {
+				// Withdrawn meanwhile (an abort): not started after all.
+				if err := r.Store.CancelTrial(); err != nil {
+					a.log.Error(err, "Cannot cancel the trial of a release no longer ordered", "version", o.Version)
+				}
+				r.wake()
+				continue
+			}
 			stop(ErrRestartForRelease)
 			return
 		case err != nil && ctx.Err() == nil:
@@ -203,15 +217,17 @@ func (a *Agent) runOrdered(ctx context.Context, o *wire.AgentReleaseOrder) (done
 		return false, nil
 	}
 	r.mu.Lock()
-	refused := r.refused[o.SHA256+"/"+o.Version]
+	refused, ok := r.refused[o.SHA256+"/"+o.Version]
 	r.mu.Unlock()
-	if refused {
+	if ok {
+		// Said again: the order may come from a new roll-out.
+		a.setTransfer(&refused)
 		return false, nil
 	}
 	if last, ok := r.Store.LastResult(); ok && last.State == selfupdate.RolledBack && last.Version == o.Version {
 		// Tried and rolled back: never again by itself, or a broken
 		// release would be restarted into for ever.
-		a.setTransfer(nil)
+		a.refuseRelease(o, "RolledBack", fmt.Sprintf("fleet-agent %s rolled back on trial on this host (%s); it is not tried again", o.Version, last.Reason))
 		return false, nil
 	}
 	if floor := r.Store.Floor(); floor != "" {
@@ -259,6 +275,7 @@ func (a *Agent) runOrdered(ctx context.Context, o *wire.AgentReleaseOrder) (done
 		return false, err
 	}
 	if err := a.fetchRelease(ctx, o); errors.Is(err, errOrderChanged) {
+		a.setTransfer(nil)
 		return false, nil
 	} else if err != nil {
 		return false, err
@@ -267,7 +284,7 @@ func (a *Agent) runOrdered(ctx context.Context, o *wire.AgentReleaseOrder) (done
 	if errors.As(err, &re) {
 		_ = os.Remove(r.Store.Partial(o.SHA256))
 		// The bytes are not what the bundle signs: a hub (or its cache)
-		// serves something else. Refused until a new order.
+		// serves something else. Refused for as long as this run lasts.
 		a.refuseRelease(o, re.Reason, err.Error())
 		return false, nil
 	} else if err != nil {

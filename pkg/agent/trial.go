@@ -2,6 +2,7 @@ package agent
 
 import (
 	"errors"
+	"sync/atomic"
 	"time"
 )
 
@@ -14,8 +15,9 @@ type trialGate struct {
 	version  string
 	deadline time.Time
 	commit   func() error
-	done     bool
-	expired  bool
+	// done is read by status reports from other goroutines.
+	done    atomic.Bool
+	expired bool
 }
 
 // UseTrial makes this run the trial of release version: commit is called
@@ -29,14 +31,14 @@ func (a *Agent) UseTrial(version string, deadline time.Time, commit func() error
 // commitTrial commits the trial, once, when the agent is healthy.
 func (a *Agent) commitTrial() {
 	t := a.trial
-	if t == nil || t.done || t.expired || a.stuck {
+	if t == nil || t.done.Load() || t.expired || a.stuck {
 		return
 	}
 	if err := t.commit(); err != nil {
 		a.log.Error(err, "Cannot commit the release on trial; trying again at the next desired state", "version", t.version)
 		return
 	}
-	t.done = true
+	t.done.Store(true)
 	a.log.Info("Committed the release on trial: it reached the hub and passed its checks", "version", t.version)
 	a.refreshStatus()
 }
@@ -44,10 +46,19 @@ func (a *Agent) commitTrial() {
 // trialExpired tells the sync loop to stop a trial past its deadline.
 func (a *Agent) trialExpired(now time.Time) bool {
 	t := a.trial
-	if t == nil || t.done || !now.After(t.deadline) {
+	if t == nil || t.done.Load() || !now.After(t.deadline) {
 		return false
 	}
 	t.expired = true
 	a.log.Info("The release on trial did not reach the hub and pass its checks in time; stopping", "version", t.version, "deadline", t.deadline)
 	return true
+}
+
+// onTrial is the version this run tries, until it commits ("" when it
+// runs no trial).
+func (a *Agent) onTrial() string {
+	if t := a.trial; t != nil && !t.done.Load() {
+		return t.version
+	}
+	return ""
 }

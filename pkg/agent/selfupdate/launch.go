@@ -19,6 +19,10 @@ const (
 	// EnvInstalled holds the installed binary's version, which an agent
 	// ordered back to it switches to without a transfer.
 	EnvInstalled = "FLEET_AGENT_INSTALLED"
+	// EnvRelease holds the version of the release a launcher started, as
+	// its signed bundle names it (the binary's own may differ: a build
+	// without the version stamped reports "dev").
+	EnvRelease = "FLEET_AGENT_RELEASE"
 )
 
 // ExitTrialExpired is the exit code of a trial that did not commit in
@@ -52,7 +56,7 @@ func (l Launcher) Launch() error {
 		if err != nil || d.Path == "" {
 			return err
 		}
-		env := append(os.Environ(), EnvLaunched+"=1", EnvInstalled+"="+l.Installed)
+		env := append(os.Environ(), EnvLaunched+"=1", EnvInstalled+"="+l.Installed, EnvRelease+"="+d.Slot.Version)
 		if d.Trial != nil {
 			env = append(env, EnvTrial+"="+d.Trial.SHA256)
 		}
@@ -98,7 +102,7 @@ func (l Launcher) supervise() error {
 		}
 		cmd := exec.Command(d.Path, l.Args...)
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-		cmd.Env = append(os.Environ(), EnvLaunched+"=1", EnvInstalled+"="+l.Installed)
+		cmd.Env = append(os.Environ(), EnvLaunched+"=1", EnvInstalled+"="+l.Installed, EnvRelease+"="+d.Slot.Version)
 		var deadline <-chan time.Time
 		if d.Trial != nil {
 			cmd.Env = append(cmd.Env, EnvTrial+"="+d.Trial.SHA256)

@@ -173,6 +173,16 @@ func (s Store) BeginTrial(slot Slot, from string, within time.Duration) error {
 	return s.save(trialFile, Trial{Slot: slot, From: from, Within: within})
 }
 
+// CancelTrial forgets a trial that has not started (its release is no
+// longer ordered); one that started is the start rules' to end.
+func (s Store) CancelTrial() error {
+	t, ok := s.Trial()
+	if !ok || t.Starts > 0 {
+		return nil
+	}
+	return s.remove(trialFile)
+}
+
 // Current is the committed release; ok is false when none is (the agent
 // runs the binary it was installed with).
 func (s Store) Current() (Slot, bool) {

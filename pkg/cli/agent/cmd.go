@@ -68,7 +68,7 @@ then moves the hosts already moved back.`,
 	fs.StringVar(&o.WaveSize, "wave-size", "25%", "Hosts in each wave after the canary: a number, or a percentage of the hosts selected.")
 	fs.StringVar(&o.MaxUnavailable, "max-unavailable", "25%", "Hosts of one group that may move at once: a number, or a percentage of the group (at least 1).")
 	fs.StringVar(&o.GroupBy, "group-by", "topology.kubernetes.io/zone", "Label whose value groups hosts for --max-unavailable (a site, a shop).")
-	fs.StringVar(&o.SuccessThreshold, "success-threshold", "100%", "Share of a wave's hosts that must run the release for the roll-out to go on.")
+	fs.StringVar(&o.SuccessThreshold, "success-threshold", "100%", "Share of a wave's hosts that must run the release for the roll-out to go on (at least 1 or 1%).")
 	fs.DurationVar(&o.TrialDeadline, "trial-deadline", 5*time.Minute, "How long a host's new agent has to reach the hub before the host rolls back by itself.")
 	fs.BoolVar(&o.RequireApproval, "require-approval", false, "Hold each wave after the canary until `kubectl fleet agent approve`.")
 	fs.BoolVar(&o.Wait, "wait", false, "Wait until the roll-out completes, showing each wave; fail if it stops.")

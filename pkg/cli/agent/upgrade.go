@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
@@ -66,7 +67,7 @@ func (o *UpgradeOptions) Validate() error {
 		errs = append(errs, err)
 	}
 	if o.Name == "" && o.Version != "" {
-		o.Name = "agent-" + strings.NewReplacer(".", "-", "+", "-").Replace(strings.ToLower(o.Version)) + "-" + rand.String(5)
+		o.Name = "agent-" + nameSafe.ReplaceAllString(strings.ToLower(o.Version), "-") + "-" + rand.String(5)
 	}
 	if o.Name != "" {
 		errs = append(errs, validate.RolloutName(o.Name))
@@ -78,7 +79,7 @@ func (o *UpgradeOptions) Validate() error {
 		flag, v string
 		into    *intstr.IntOrString
 		least   int
-	}{{"--wave-size", o.WaveSize, &o.waveSize, 1}, {"--max-unavailable", o.MaxUnavailable, &o.maxUnavail, 1}, {"--success-threshold", o.SuccessThreshold, &o.threshold, 0}} {
+	}{{"--wave-size", o.WaveSize, &o.waveSize, 1}, {"--max-unavailable", o.MaxUnavailable, &o.maxUnavail, 1}, {"--success-threshold", o.SuccessThreshold, &o.threshold, 1}} {
 		v, err := countOrPercent(f.v, f.least)
 		if err != nil {
 			bad("%s %q: %v", f.flag, f.v, err)
@@ -96,6 +97,9 @@ func (o *UpgradeOptions) Validate() error {
 	}
 	return validate.Join(errs...)
 }
+
+// nameSafe matches what an object name cannot hold.
+var nameSafe = regexp.MustCompile(`[^a-z0-9-]+`)
 
 // countOrPercent parses "3" or "25%".
 func countOrPercent(s string, least int) (intstr.IntOrString, error) {

@@ -39,7 +39,7 @@ type EdgeAgentReleaseSpec struct {
 	// version of fleet-agent the artifacts hold.
 	// +required
 	// +kubebuilder:validation:MaxLength=64
-	// +kubebuilder:validation:Pattern=`^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)([-+].*)?$`
+	// +kubebuilder:validation:Pattern=`^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)([-+][0-9A-Za-z.+-]*)?$`
 	Version string `json:"version"`
 
 	// artifacts, one per architecture.
@@ -88,12 +88,14 @@ type EdgeAgentReleaseList struct {
 
 // EdgeAgentRolloutSpec says which hosts move to which agent release, and
 // how carefully.
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.abort) || !oldSelf.abort || (has(self.abort) && self.abort)",message="an aborted roll-out stays aborted"
+// +kubebuilder:validation:XValidation:rule="self.version == oldSelf.version",message="a roll-out's version cannot change: create another roll-out"
 type EdgeAgentRolloutSpec struct {
 	// version of fleet-agent to run; an EdgeAgentRelease of the namespace
 	// must have it.
 	// +required
 	// +kubebuilder:validation:MaxLength=64
-	// +kubebuilder:validation:Pattern=`^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)([-+].*)?$`
+	// +kubebuilder:validation:Pattern=`^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)([-+][0-9A-Za-z.+-]*)?$`
 	Version string `json:"version"`
 
 	// selector picks the EdgeHosts of the namespace to move; empty picks
@@ -108,7 +110,7 @@ type EdgeAgentRolloutSpec struct {
 	Canary *int32 `json:"canary,omitempty"`
 
 	// waveSize is the number of hosts in each wave after the canary, or a
-	// percentage of the hosts selected when the roll-out started.
+	// percentage of the hosts to move when the roll-out started.
 	// +optional
 	// +kubebuilder:default="25%"
 	// +kubebuilder:validation:XIntOrString
@@ -162,7 +164,6 @@ type EdgeAgentRolloutSpec struct {
 	// back to the release each ran before, the last wave first. It cannot
 	// be unset.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="oldSelf == false || self == true",message="an aborted roll-out stays aborted"
 	Abort bool `json:"abort,omitempty"`
 }
 
@@ -207,7 +208,7 @@ type AgentRolloutWave struct {
 	// hosts the wave took.
 	// +optional
 	Hosts int32 `json:"hosts"`
-	// updated: hosts that run the new release, connected.
+	// updated: hosts that run the new release, committed.
 	// +optional
 	Updated int32 `json:"updated"`
 	// failed: hosts that rolled back or refused the release.
@@ -240,7 +241,7 @@ type EdgeAgentRolloutStatus struct {
 	// phase sums the conditions up.
 	// +optional
 	Phase AgentRolloutPhase `json:"phase,omitempty"`
-	// hosts selected, updated (running the version, connected), failed.
+	// hosts selected, updated (running the version, committed), failed.
 	// +optional
 	Hosts int32 `json:"hosts"`
 	// +optional

@@ -297,6 +297,10 @@ type AgentReleaseStatus struct {
 	// transfer is how getting the ordered release goes, until it runs.
 	// +optional
 	Transfer *AgentTransferStatus `json:"transfer,omitempty"`
+	// onTrial is the release running on trial, until it commits.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	OnTrial string `json:"onTrial,omitempty"`
 }
 
 // AgentTransferState is where getting an ordered agent release is.

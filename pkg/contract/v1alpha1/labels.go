@@ -57,7 +57,8 @@ const (
 
 	// AgentReleaseAnnotation on an EdgeHost holds, as JSON, the order of
 	// the EdgeAgentRollout that moves it (AgentReleaseOrder): the agent
-	// release the host must run. Written by the roll-out controller alone.
+	// release the host must run. The roll-out controller writes it; the
+	// gateway sends it only while that roll-out is under way.
 	AgentReleaseAnnotation = "fleet.edgefleet.io/agent-release"
 
 	// EdgeClusterFinalizer lets the hub clean up before an EdgeCluster goes.

@@ -62,6 +62,10 @@ type ReleaseData struct {
 	Size   int64  `json:"size"`
 }
 
+// Validate checks what an agent will check before it accepts the order:
+// a hub must not send one it refuses, or the agent drops the session.
+func (o *AgentReleaseOrder) Validate() error { return o.validate() }
+
 func (o *AgentReleaseOrder) validate() error {
 	switch {
 	case !versionPattern.MatchString(o.Version) || len(o.Version) > 64:

@@ -35,19 +35,42 @@ type Orders struct{ Client client.Reader }
 
 // For is h's release order, or nil. A version no EdgeAgentRelease of the
 // namespace has goes without a bundle: the agent runs it only if it holds
-// it (a revert to the release it was installed with).
+// it (a revert to the release it was installed with). Only roll-outs
+// under way give orders (and an aborted one its orders back): an ended
+// roll-out's orders stay on the hosts as a record, but a host that comes
+// back later is not moved by them, nor one updated since by a package.
 func (o *Orders) For(ctx context.Context, h *infrav1.EdgeHost) *wire.AgentReleaseOrder {
 	order := infrav1.AgentReleaseOrderOf(h)
-	if order == nil {
+	if order == nil || !o.inForce(ctx, h.Namespace, order) {
 		return nil
 	}
-	out := &wire.AgentReleaseOrder{Version: order.Version, TrialSeconds: order.TrialSeconds}
+	out := &wire.AgentReleaseOrder{Version: order.Version, TrialSeconds: max(order.TrialSeconds, 0)}
 	if art := o.artifact(ctx, h.Namespace, order.Version, h.Status.Facts.Arch); art != nil {
 		if a, err := Artifact(art.Bundle); err == nil && a.Version == order.Version {
 			out.Bundle, out.SHA256, out.Size = []byte(art.Bundle), a.SHA256, a.Size
 		}
 	}
+	if err := out.Validate(); err != nil {
+		// The agent would refuse the whole desired state, and with it
+		// the session: no order is better.
+		return nil
+	}
 	return out
+}
+
+// inForce tells whether order's roll-out still gives it.
+func (o *Orders) inForce(ctx context.Context, namespace string, order *infrav1.AgentReleaseOrder) bool {
+	ro := &infrav1.EdgeAgentRollout{}
+	if err := o.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: order.Rollout}, ro); err != nil || !ro.DeletionTimestamp.IsZero() {
+		return false
+	}
+	switch ro.Status.Phase {
+	case infrav1.AgentRolloutComplete, infrav1.AgentRolloutFailed:
+		return ro.Spec.Abort && order.Revert
+	case infrav1.AgentRolloutAborted:
+		return order.Revert
+	}
+	return true
 }
 
 // artifact is the first (by name) EdgeAgentRelease of namespace with

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"golang.org/x/sync/singleflight"
 	"golang.org/x/time/rate"
 
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
 	"github.com/edgefleet/fleet/pkg/transport"
 )
@@ -135,6 +137,12 @@ func (s *Server) Serve(ss Session, req *wire.ReleaseRequest, ordered *wire.Agent
 }
 
 func (s *Server) transfer(ss Session, req *wire.ReleaseRequest, size int64) (string, error) {
+	// The source first: a slow url must not hold a place other hosts'
+	// transfers could use.
+	path, err := s.cached(ss.Namespace, req.SHA256, size)
+	if err != nil {
+		return "source_failed", err
+	}
 	select {
 	case s.places <- struct{}{}:
 		defer func() { <-s.places }()
@@ -150,10 +158,6 @@ func (s *Server) transfer(ss Session, req *wire.ReleaseRequest, size int64) (str
 		case <-ctx.Done():
 		}
 	}()
-	path, err := s.cached(ss.Namespace, req.SHA256, size)
-	if err != nil {
-		return "source_failed", err
-	}
 	f, err := os.Open(path)
 	if err != nil {
 		return "source_failed", err
@@ -195,14 +199,16 @@ func (s *Server) transfer(ss Session, req *wire.ReleaseRequest, size int64) (str
 	return "complete", nil
 }
 
-// cached is the path of the binary of sha256, fetched from its release's
-// url the first time and checked against the bundle's sha256 and size.
+// cached is the path of the binary of sha256 for namespace's hosts,
+// fetched from that namespace's release's url the first time and checked
+// against the bundle's sha256 and size. Each namespace has its own copy:
+// knowing another namespace's sha256 gets nobody its bytes.
 func (s *Server) cached(namespace, sha string, size int64) (string, error) {
-	path := filepath.Join(s.opts.CacheDir, sha)
+	path := filepath.Join(s.opts.CacheDir, namespace, sha)
 	if fi, err := os.Stat(path); err == nil && fi.Size() == size {
 		return path, nil
 	}
-	_, err, _ := s.fetches.Do(sha, func() (any, error) {
+	_, err, _ := s.fetches.Do(namespace+"/"+sha, func() (any, error) {
 		// Not the asking session's context: other sessions wait on this
 		// fetch, and it is worth finishing if the first one goes.
 		ctx := context.Background()
@@ -221,13 +227,39 @@ func (s *Server) cached(namespace, sha string, size int64) (string, error) {
 		}
 		sourceFetches.WithLabelValues("ok").Inc()
 		s.log.Info("Fetched a release binary into the hub's cache", "url", url, "sha256", sha, "bytes", size)
+		s.prune(ctx)
 		return nil, nil
 	})
 	return path, err
 }
 
+// prune removes the cached binaries no EdgeAgentRelease names any more.
+func (s *Server) prune(ctx context.Context) {
+	list := &infrav1.EdgeAgentReleaseList{}
+	if err := s.orders.Client.List(ctx, list); err != nil {
+		return
+	}
+	keep := map[string]bool{}
+	for _, r := range list.Items {
+		for _, art := range r.Spec.Artifacts {
+			if a, err := Artifact(art.Bundle); err == nil {
+				keep[filepath.Join(r.Namespace, a.SHA256)] = true
+			}
+		}
+	}
+	namespaces, _ := os.ReadDir(s.opts.CacheDir)
+	for _, ns := range namespaces {
+		files, _ := os.ReadDir(filepath.Join(s.opts.CacheDir, ns.Name()))
+		for _, f := range files {
+			if !f.IsDir() && !strings.HasPrefix(f.Name(), ".") && !keep[filepath.Join(ns.Name(), f.Name())] {
+				_ = os.Remove(filepath.Join(s.opts.CacheDir, ns.Name(), f.Name()))
+			}
+		}
+	}
+}
+
 func (s *Server) fetch(ctx context.Context, url, path, sha string, size int64) error {
-	if err := os.MkdirAll(s.opts.CacheDir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.SourceTimeout)
@@ -244,7 +276,7 @@ func (s *Server) fetch(ctx context.Context, url, path, sha string, size int64) e
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("fetching %s: %s", url, resp.Status)
 	}
-	tmp, err := os.CreateTemp(s.opts.CacheDir, ".fetch-*")
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".fetch-*")
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
@@ -56,7 +57,8 @@ func newFixture(t *testing.T, served []byte) *fixture {
 	raw, _ := json.Marshal(b)
 	rel := &infrav1.EdgeAgentRelease{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "ns"},
 		Spec: infrav1.EdgeAgentReleaseSpec{Version: "v0.9.2", Artifacts: []infrav1.AgentArtifact{{Arch: runtime.GOARCH, URL: srv.URL, Bundle: string(raw)}}}}
-	c := fake.NewClientBuilder().WithScheme(fleetscheme.New()).WithObjects(rel).Build()
+	ro := &infrav1.EdgeAgentRollout{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: "ns"}, Spec: infrav1.EdgeAgentRolloutSpec{Version: "v0.9.2"}}
+	c := fake.NewClientBuilder().WithScheme(fleetscheme.New()).WithObjects(rel, ro).Build()
 	orders := &Orders{Client: c}
 	f.server = NewServer(orders, logr.Discard(), Options{CacheDir: t.TempDir()})
 	h := &infrav1.EdgeHost{ObjectMeta: metav1.ObjectMeta{Name: "h", Namespace: "ns", Annotations: map[string]string{
@@ -150,5 +152,38 @@ func TestServeRefusesABinaryThatIsNotTheBundles(t *testing.T) {
 	case <-opened:
 		t.Fatal("the hub opened a stream for a binary it could not verify")
 	default:
+	}
+}
+
+// Only a roll-out under way gives orders; an aborted one its orders back;
+// an ended or deleted one none, however long a host was away.
+func TestOrdersOnlyFromRolloutsUnderWay(t *testing.T) {
+	for _, tc := range []struct {
+		phase  infrav1.AgentRolloutPhase
+		revert bool
+		exists bool
+		want   bool
+	}{
+		{"", false, true, true},
+		{infrav1.AgentRolloutProgressing, false, true, true},
+		{infrav1.AgentRolloutComplete, false, true, false},
+		{infrav1.AgentRolloutFailed, false, true, false},
+		{infrav1.AgentRolloutAborting, true, true, true},
+		{infrav1.AgentRolloutAborted, true, true, true},
+		{infrav1.AgentRolloutAborted, false, true, false},
+		{infrav1.AgentRolloutProgressing, false, false, false},
+	} {
+		var objs []client.Object
+		if tc.exists {
+			ro := &infrav1.EdgeAgentRollout{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: "ns"}, Spec: infrav1.EdgeAgentRolloutSpec{Version: "v0.9.2"}}
+			ro.Status.Phase = tc.phase
+			objs = append(objs, ro)
+		}
+		orders := &Orders{Client: fake.NewClientBuilder().WithScheme(fleetscheme.New()).WithObjects(objs...).Build()}
+		raw, _ := json.Marshal(infrav1.AgentReleaseOrder{Version: "v0.9.1", Rollout: "x", Revert: tc.revert})
+		h := &infrav1.EdgeHost{ObjectMeta: metav1.ObjectMeta{Name: "h", Namespace: "ns", Annotations: map[string]string{infrav1.AgentReleaseAnnotation: string(raw)}}}
+		if got := orders.For(t.Context(), h) != nil; got != tc.want {
+			t.Errorf("roll-out %q (exists %v), revert %v: ordered %v, want %v", tc.phase, tc.exists, tc.revert, got, tc.want)
+		}
 	}
 }

@@ -22,3 +22,4 @@ package gateway
 // +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=edgehosts/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=edgekubernetesreleases,verbs=get;list;watch
 // +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=edgeagentreleases,verbs=get;list;watch
+// +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=edgeagentrollouts,verbs=get;list;watch

@@ -351,17 +351,19 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Server, error)
 	}); err != nil {
 		return nil, fmt.Errorf("gateway: EdgeKubernetesRelease event handler: %w", err)
 	}
-	// So are its agent releases (AgentRelease).
-	agentReleases, err := mgr.GetCache().GetInformer(ctx, &infrav1.EdgeAgentRelease{})
-	if err != nil {
-		return nil, fmt.Errorf("gateway: EdgeAgentRelease informer: %w", err)
-	}
-	if _, err := agentReleases.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    kickNamespace,
-		UpdateFunc: func(_, obj any) { kickNamespace(obj) },
-		DeleteFunc: kickNamespace,
-	}); err != nil {
-		return nil, fmt.Errorf("gateway: EdgeAgentRelease event handler: %w", err)
+	// So are its agent releases and the roll-outs under way (AgentRelease).
+	for _, obj := range []client.Object{&infrav1.EdgeAgentRelease{}, &infrav1.EdgeAgentRollout{}} {
+		inf, err := mgr.GetCache().GetInformer(ctx, obj)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: %T informer: %w", obj, err)
+		}
+		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    kickNamespace,
+			UpdateFunc: func(_, obj any) { kickNamespace(obj) },
+			DeleteFunc: kickNamespace,
+		}); err != nil {
+			return nil, fmt.Errorf("gateway: %T event handler: %w", obj, err)
+		}
 	}
 	if err := mgr.Add(s); err != nil {
 		return nil, err

@@ -117,3 +117,29 @@ func TestClusterTemplateIsImmutable(t *testing.T) {
 		t.Fatalf("update of spec.template: err %v, want immutable refusal", err)
 	}
 }
+
+// An aborted roll-out stays aborted and a roll-out's version never
+// changes; a version an agent would refuse is refused here first.
+func TestAgentRolloutSpecRules(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	ro := &infrav1.EdgeAgentRollout{ObjectMeta: metav1.ObjectMeta{Name: "rules", Namespace: w.ns},
+		Spec: infrav1.EdgeAgentRolloutSpec{Version: "v0.9.2"}}
+	w.must(env.Client.Create(w.ctx, ro))
+	ro.Spec.Version = "v0.9.3"
+	if err := env.Client.Update(w.ctx, ro); err == nil || !strings.Contains(err.Error(), "version cannot change") {
+		t.Fatalf("changing the version: %v", err)
+	}
+	w.must(env.Client.Get(w.ctx, client.ObjectKeyFromObject(ro), ro))
+	ro.Spec.Abort = true
+	w.must(env.Client.Update(w.ctx, ro))
+	ro.Spec.Abort = false
+	if err := env.Client.Update(w.ctx, ro); err == nil || !strings.Contains(err.Error(), "an aborted roll-out stays aborted") {
+		t.Fatalf("unsetting abort: %v", err)
+	}
+	bad := &infrav1.EdgeAgentRollout{ObjectMeta: metav1.ObjectMeta{Name: "bad-version", Namespace: w.ns},
+		Spec: infrav1.EdgeAgentRolloutSpec{Version: "v1.0.0-rc_1"}}
+	if err := env.Client.Create(w.ctx, bad); err == nil || !strings.Contains(err.Error(), "spec.version") {
+		t.Fatalf("a version agents refuse: %v", err)
+	}
+}

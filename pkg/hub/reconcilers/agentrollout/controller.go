@@ -130,6 +130,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 			return ctrl.Result{}, err
 		}
 	}
+	r.awaitCache(ctx, writes)
 	for _, e := range evs {
 		typ := corev1.EventTypeNormal
 		if e.warning {
@@ -169,6 +170,23 @@ func (r *Reconciler) world(ctx context.Context, ro *infrav1.EdgeAgentRollout) (w
 		}
 	}
 	return w, nil
+}
+
+// awaitCache waits (briefly) until the cache shows the orders written: the
+// next reconcile, which this one's status update starts, must count these
+// hosts as ordered, or it orders others in their place.
+func (r *Reconciler) awaitCache(ctx context.Context, writes []write) {
+	deadline := time.Now().Add(5 * time.Second)
+	for _, wr := range writes {
+		want, _ := json.Marshal(wr.order)
+		for time.Now().Before(deadline) {
+			h := &infrav1.EdgeHost{}
+			if err := r.Client.Get(ctx, client.ObjectKeyFromObject(wr.host), h); err != nil || h.Annotations[infrav1.AgentReleaseAnnotation] == string(want) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 }
 
 // order puts an order on a host; the annotation is this reconciler's

@@ -27,15 +27,17 @@ const (
 // agent's clock) may be and still count as that order's.
 const trialClockSlack = 2 * time.Minute
 
-// stateOf is where h stands on order o (nil: not ordered).
+// stateOf is where h stands on order o (nil: not ordered): updated once
+// its agent reports the version and no longer runs it on trial.
 func stateOf(h *infrav1.EdgeHost, o *infrav1.AgentReleaseOrder) hostState {
 	if o == nil {
 		return stateIdle
 	}
-	if h.Status.Facts.AgentVersion == o.Version {
+	r := h.Status.AgentRelease
+	if h.Status.Facts.AgentVersion == o.Version && (r == nil || r.OnTrial != o.Version) {
 		return stateUpdated
 	}
-	if r := h.Status.AgentRelease; r != nil {
+	if r != nil {
 		if t := r.Transfer; t != nil && t.Version == o.Version && t.State == infrav1.AgentTransferRefused {
 			return stateFailed
 		}

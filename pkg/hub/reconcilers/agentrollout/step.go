@@ -35,6 +35,10 @@ const (
 	HostsPendingReason       = "HostsPending"
 )
 
+// minTrial is the shortest trial deadline: a new agent must start and
+// reconnect through the site's network in it.
+const minTrial = 10 * time.Second
+
 // write is one order to put on a host.
 type write struct {
 	host  *infrav1.EdgeHost
@@ -72,7 +76,11 @@ func step(r *infrav1.EdgeAgentRollout, w world) ([]write, []note) {
 	sel, err := selectorOf(r)
 	if err != nil {
 		setProgressing(r, metav1.ConditionFalse, InvalidSpecReason, "spec.selector: "+err.Error())
-		s.Phase = infrav1.AgentRolloutFailed
+		return nil, nil
+	}
+	if d := r.Spec.TrialDeadline; d != nil && d.Duration < minTrial {
+		// Not Failed: fixing the spec lets it go on.
+		setProgressing(r, metav1.ConditionFalse, InvalidSpecReason, fmt.Sprintf("spec.trialDeadline %s: a new agent needs at least %s to reconnect", d.Duration, minTrial))
 		return nil, nil
 	}
 	members := membersOf(r.Name, w.hosts)
@@ -119,7 +127,7 @@ func step(r *infrav1.EdgeAgentRollout, w world) ([]write, []note) {
 	// A wave past its threshold stops the roll-out.
 	for i := range s.Waves {
 		wv := &s.Waves[i]
-		if wv.Failed > allowedFailures(r, wv.Hosts) {
+		if wv.Failed > allowedFailures(r, max(wv.Planned, wv.Hosts)) {
 			wv.State = infrav1.AgentWaveFailed
 			wv.Message = failures(members[int32(i)], r)
 			if wv.CompletionTime == nil {
@@ -290,11 +298,16 @@ func abort(r *infrav1.EdgeAgentRollout, members map[int32][]member, now time.Tim
 			continue
 		}
 		back, waiting := int32(0), false
+		var stuck []string
 		for _, m := range ms {
 			o := m.order
 			switch {
 			case o.Revert && m.host.Status.Facts.AgentVersion == o.Version:
 				back++
+			case o.Revert && m.state == stateFailed:
+				// It refused to go back (the release before is below its
+				// floor, or it no longer holds it): it keeps what it runs.
+				stuck = append(stuck, failure(m.host, o))
 			case o.Revert:
 				waiting = waiting || connected(m.host)
 			case o.From == "" || o.From == o.Version:
@@ -312,6 +325,9 @@ func abort(r *infrav1.EdgeAgentRollout, members map[int32][]member, now time.Tim
 			}
 		}
 		wv.Reverted = back
+		if len(stuck) > 0 {
+			wv.Message = truncate("could not go back: "+strings.Join(stuck, "; "), 1024)
+		}
 		if waiting || pending {
 			wv.State = infrav1.AgentWaveReverting
 			pending = true
