@@ -8,6 +8,7 @@ import (
 	"github.com/edgefleet/fleet/pkg/agent/session"
 	"github.com/edgefleet/fleet/pkg/agent/state"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/contract/wire"
 )
 
 // syncLoop is the one loop every source feeds: it hands each desired state
@@ -87,8 +88,14 @@ func (a *Agent) handleUpdate(u session.Update) {
 			a.OnDesired(d)
 		}
 		// The hosts entry first: the bootstrap the worker may start
-		// resolves the endpoint through it.
-		a.reach.Set(d)
+		// resolves the endpoint through it. Only from a desired state the
+		// worker will act on: tunnels must not follow a claim the host
+		// does not hold.
+		if why := a.refusesReach(d); why == "" {
+			a.reach.Set(d)
+		} else {
+			a.log.Info("Keeping the cluster endpoint: "+why, "generation", d.Generation)
+		}
 		a.setStage(d.Stage)
 		a.setRelease(d.AgentRelease)
 		a.interruptIfReleased(d)
@@ -101,6 +108,20 @@ func (a *Agent) handleUpdate(u session.Update) {
 		// of a release on trial.
 		a.commitTrial()
 	}
+}
+
+// refusesReach says why the worker would not act on d's assignment (""
+// when it would): an older generation of the same EdgeHost, or an
+// assignment for another claim than the workload the host holds.
+func (a *Agent) refusesReach(d *wire.DesiredState) string {
+	cur := a.Applied()
+	switch w := cur.Workload; {
+	case (d.HostUID == "" || d.HostUID == cur.HostUID) && d.Generation < cur.Generation:
+		return "the desired state is older than the one acted on"
+	case w != nil && d.Assignment != nil && w.ClaimUID != d.Assignment.ClaimUID:
+		return "the hub assigned another claim than the one this host holds"
+	}
+	return ""
 }
 
 // stallLimits bounds how long each worker may go without progress before

@@ -39,9 +39,20 @@ func (r *rotator) run(ctx context.Context) {
 			return
 		case <-time.After(time.Until(deadline)):
 		}
-		keyPEM, csrPEM, err := pki.NewKeyAndCSR(leaf.Subject.CommonName)
+		// The same key until a certificate for it arrives: the hub may
+		// have recorded it already, with the answer lost.
+		keyPEM, err := r.src.store.RotationKey()
+		var csrPEM []byte
+		if err == nil {
+			csrPEM, err = pki.CSRForKey(keyPEM, leaf.Subject.CommonName)
+		}
 		if err != nil {
-			r.src.log.Error(err, "Generating key for certificate rotation")
+			r.src.log.Error(err, "Preparing the key for certificate rotation; trying again in a minute")
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Minute):
+			}
 			continue
 		}
 		r.mu.Lock()
@@ -84,6 +95,9 @@ func (r *rotator) received(c *wire.Certificate) {
 	if err := r.src.store.SaveCredentials(key, c.Certificate); err != nil {
 		r.src.log.Error(err, "Saving rotated certificate")
 		return
+	}
+	if err := r.src.store.ForgetRotationKey(); err != nil {
+		r.src.log.Error(err, "Removing the rotation key that is now the current one")
 	}
 	r.mu.Lock()
 	r.leaf = leaf

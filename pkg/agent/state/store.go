@@ -85,6 +85,11 @@ const (
 	// asks for the same key, so the hub can hand back the host it already
 	// made instead of making a second one.
 	FileEnrollKey = "enroll-key.pem"
+	// FileRotationKey is the key of a certificate rotation not yet
+	// answered: a retry (after the answer was lost with the session)
+	// asks for the same key, the only one the hub lets the replaced
+	// certificate ask for.
+	FileRotationKey = "rotation-key.pem"
 	// FileApplied is what the agent has done (Applied).
 	FileApplied = "applied.json"
 )
@@ -209,9 +214,36 @@ func (s Store) ForgetEnrollKey() error {
 	return nil
 }
 
+// RotationKey returns the key for the next certificate rotation, made and
+// kept on first use until ForgetRotationKey.
+func (s Store) RotationKey() ([]byte, error) {
+	if b, err := s.read(FileRotationKey); err == nil {
+		return b, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	keyPEM, _, err := pki.NewKeyAndCSR("rotation")
+	if err != nil {
+		return nil, err
+	}
+	if err := s.write(FileRotationKey, keyPEM, 0o600); err != nil {
+		return nil, err
+	}
+	return keyPEM, nil
+}
+
+// ForgetRotationKey removes the rotation key once it is the host's
+// current key.
+func (s Store) ForgetRotationKey() error {
+	if err := os.Remove(s.path(FileRotationKey)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
 // ForgetIdentity removes the identity after the hub revoked it.
 func (s Store) ForgetIdentity() error {
-	for _, f := range []string{FileIdentity, FileCredentials, FileEnrollKey} {
+	for _, f := range []string{FileIdentity, FileCredentials, FileEnrollKey, FileRotationKey} {
 		if err := os.Remove(s.path(f)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}

@@ -507,3 +507,75 @@ func TestHandshakePlacesResistAFlood(t *testing.T) {
 		t.Fatalf("with stalled ClientHellos: %d of 5 handshakes from another address succeeded", got)
 	}
 }
+
+// A certificate that a rotation replaced opens sessions during the
+// overlap, but cannot rotate again: that would replace the owner's new
+// certificate. It may only fetch the certificate of the key the rotation
+// recorded, which is what an owner whose answer was lost asks for.
+func TestThePreviousCertificateCannotRotateAgain(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	h := startHub(t, hubOptions{ns: ns, rotationOverlap: 10 * time.Minute})
+	tok := newToken(t, ns, enrolltoken.Options{})
+	e := newEdge(t, "rotated", h.url, h.srv.CA().Pin(), tok)
+	must(t, agentEnroll(e))
+	old, caPEM := credentials(t, e)
+	rotate := func(cert *tls.Certificate, keyPEM []byte) any {
+		t.Helper()
+		c, _, err := dialRaw(t, h.url, caPEM, cert)
+		must(t, err)
+		defer c.ws.Close()
+		c.send(t, &wire.Hello{Host: "rotated"})
+		c.expectDesiredState(t)
+		csr, err := pki.CSRForKey(keyPEM, "rotated")
+		must(t, err)
+		c.send(t, &wire.CertificateRequest{CSR: csr})
+		for {
+			_, msg := c.next(t)
+			switch m := msg.(type) {
+			case *wire.Certificate, *wire.Error:
+				return m
+			}
+		}
+	}
+	// The owner rotates to key 1 with its certificate.
+	key1, _, err := pki.NewKeyAndCSR("rotated")
+	must(t, err)
+	got, ok := rotate(&old, key1).(*wire.Certificate)
+	if !ok {
+		t.Fatalf("the owner's rotation: %+v", got)
+	}
+	owner, err := tls.X509KeyPair(append(key1, got.Certificate...), append(key1, got.Certificate...))
+	must(t, err)
+	// Whoever holds the replaced certificate tries to rotate to key 2.
+	key2, _, err := pki.NewKeyAndCSR("rotated")
+	must(t, err)
+	if e, ok := rotate(&old, key2).(*wire.Error); !ok || e.Code != wire.ErrRejected || !strings.Contains(e.Message, "may only fetch the certificate of the key") {
+		t.Fatalf("a rotation from the replaced certificate: %+v, want Rejected", e)
+	}
+	host := &infrav1.EdgeHost{}
+	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "rotated"}, host))
+	if cur := host.Annotations[infrav1.ClientKeyAnnotation]; cur != pki.CertKeyID(mustLeaf(t, owner)) {
+		t.Fatalf("the host's current key changed to %s", cur)
+	}
+	// The owner's new certificate still opens sessions.
+	c, _, err := dialRaw(t, h.url, caPEM, &owner)
+	if err != nil {
+		t.Fatalf("the owner's certificate after the attempt: %v", err)
+	}
+	c.send(t, &wire.Hello{Host: "rotated"})
+	c.expectDesiredState(t)
+	_ = c.ws.Close()
+	// An owner whose answer was lost asks again, from the replaced
+	// certificate, for key 1: it gets it.
+	if _, ok := rotate(&old, key1).(*wire.Certificate); !ok {
+		t.Fatal("the owner could not fetch the certificate of its recorded key again")
+	}
+}
+
+func mustLeaf(t *testing.T, pair tls.Certificate) *x509.Certificate {
+	t.Helper()
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	must(t, err)
+	return leaf
+}

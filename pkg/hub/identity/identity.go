@@ -223,6 +223,13 @@ func (a *Authority) Rotate(ctx context.Context, p Peer, csrPEM []byte) (*Rotatio
 		return nil, err
 	}
 	next := pki.KeyID(csr)
+	if cur := host.Annotations[infrav1.ClientKeyAnnotation]; cur != "" && p.Key != cur && next != cur {
+		// The previous certificate, within its overlap, may only fetch
+		// the certificate of the key its rotation recorded (an owner whose
+		// answer was lost asks again with that key): rotating anew would
+		// replace the owner's new certificate.
+		return nil, ErrPreviousKeyRotation
+	}
 	if host.Annotations[infrav1.ClientKeyAnnotation] != next {
 		if err := a.SetClientKeys(ctx, host, next, p.Key); err != nil {
 			return nil, errors.New("the hub could not record the new key; retry later")
@@ -234,6 +241,10 @@ func (a *Authority) Rotate(ctx context.Context, p Peer, csrPEM []byte) (*Rotatio
 	}
 	return &Rotation{Certificate: cert, Key: next, NotAfter: time.Now().Add(a.ClientCertValidity)}, nil
 }
+
+// ErrPreviousKeyRotation refuses a rotation asked with the certificate a
+// rotation replaced, for another key than the one that rotation recorded.
+var ErrPreviousKeyRotation = errors.New("a certificate that a rotation replaced may only fetch the certificate of the key that rotation recorded")
 
 // Confirm reads the host from the API server and says whether p is still
 // trusted: the cache may predate a rotation made on this very session.
