@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -143,4 +144,56 @@ func (w *world) pauseHost(name string, paused bool) {
 	w.must(w.get(name, h))
 	w.must(env.Client.Patch(w.ctx, h, client.RawPatch(types.MergePatchType,
 		[]byte(`{"metadata":{"annotations":{"`+clusterv1.PausedAnnotation+`":`+value+`}}}`))))
+}
+
+// docs/OPERATING.md's fix for an EdgeHost restored twice, as written:
+// deleting the copy takes it away (nothing stripped by hand), the claim
+// stays with the other, and nothing is released or reset. Deleting a host
+// whose claim no other holds still waits for its machine.
+func TestDeletingACopiedHostLetsItGo(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	claim := &infrav1.HostClaimReference{Name: "m0", UID: "4f1c0a52-6d1e-4c1b-9d7a-2a9f0e1c3b5d"}
+	for _, n := range []string{"orig", "orig-copy", "alone"} {
+		h := w.host(n, nil)
+		w.eventually(n+" has its finalizer", func() error {
+			if err := w.get(n, h); err != nil {
+				return err
+			}
+			if len(h.Finalizers) == 0 {
+				return errors.New("not yet")
+			}
+			return nil
+		})
+		patch := client.MergeFrom(h.DeepCopy())
+		h.Spec.ClaimRef = claim.DeepCopy()
+		if n == "alone" {
+			h.Spec.ClaimRef.UID = "9a0b1c2d-3e4f-4a5b-8c6d-7e8f9a0b1c2d"
+		}
+		w.must(env.Client.Patch(w.ctx, h, patch))
+	}
+	for _, n := range []string{"orig-copy", "alone"} {
+		w.must(env.Client.Delete(w.ctx, &infrav1.EdgeHost{ObjectMeta: metav1.ObjectMeta{Name: n, Namespace: w.ns}}))
+	}
+	w.eventually("the copy gone", func() error {
+		err := w.get("orig-copy", &infrav1.EdgeHost{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there (%v)", err)
+	})
+	h := &infrav1.EdgeHost{}
+	w.must(w.get("orig", h))
+	if h.Spec.ClaimRef == nil || h.Spec.ClaimRef.UID != claim.UID {
+		t.Errorf("the original lost its claim: %+v", h.Spec.ClaimRef)
+	}
+	w.eventually("the lone claimed host blocked", func() error {
+		if err := w.get("alone", h); err != nil {
+			return err
+		}
+		if c := condition(h.Status.Conditions, infrav1.ReadyCondition); c == nil || c.Reason != "DeletionBlocked" {
+			return fmt.Errorf("Ready %+v", c)
+		}
+		return nil
+	})
 }

@@ -37,6 +37,9 @@ const (
 	ReadyReason = "Ready"
 	// DeletionBlockedReason: the host is being deleted but still held or dirty.
 	DeletionBlockedReason = "DeletionBlocked"
+	// DuplicateRemovedReason: a deleted host was a copy of another that
+	// holds the same claim; it went without touching the claim.
+	DuplicateRemovedReason = "DuplicateRemoved"
 	// ContactLostReason (AgentConnected Unknown): the host read as connected
 	// but its hub replica stopped refreshing lastSeenTime.
 	ContactLostReason = "ContactLost"
@@ -256,6 +259,18 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, host *infrav1.EdgeHost
 		controllerutil.RemoveFinalizer(host, infrav1.HostProtectionFinalizer)
 		return nil
 	}
+	other, err := r.otherHolder(ctx, host)
+	if err != nil {
+		return err
+	}
+	if other != "" {
+		// A copy (an EdgeHost restored twice): the claim stays with the
+		// other, which the machine keeps; nothing is released or reset.
+		r.Recorder.Eventf(host, nil, corev1.EventTypeNormal, DuplicateRemovedReason, "Delete",
+			"EdgeHost deleted while EdgeHost %s holds the same claim of EdgeMachine %s: it goes, the claim stays with %s, nothing was reset", other, host.Spec.ClaimRef.Name, other)
+		controllerutil.RemoveFinalizer(host, infrav1.HostProtectionFinalizer)
+		return nil
+	}
 	msg := fmt.Sprintf("Deletion waits until EdgeMachine %s releases the host (delete its Machine, or give it up with `kubectl fleet host remove --force`); the host's identity is already revoked", host.Spec.ClaimRef.Name)
 	if !conditions.IsFalse(host, infrav1.ReadyCondition) || conditions.GetReason(host, infrav1.ReadyCondition) != DeletionBlockedReason {
 		r.Recorder.Eventf(host, nil, corev1.EventTypeWarning, DeletionBlockedReason, "Delete", "%s", msg)
@@ -263,6 +278,21 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, host *infrav1.EdgeHost
 	conditions.Set(host, metav1.Condition{Type: infrav1.ReadyCondition, Status: metav1.ConditionFalse,
 		Reason: DeletionBlockedReason, Message: msg})
 	return nil
+}
+
+// otherHolder is the name of another EdgeHost, not being deleted, that
+// holds host's claim ("" for none).
+func (r *Reconciler) otherHolder(ctx context.Context, host *infrav1.EdgeHost) (string, error) {
+	list := &infrav1.EdgeHostList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(host.Namespace)); err != nil {
+		return "", fmt.Errorf("listing EdgeHosts: %w", err)
+	}
+	for _, h := range list.Items {
+		if h.Name != host.Name && h.DeletionTimestamp.IsZero() && h.Spec.ClaimRef != nil && h.Spec.ClaimRef.UID == host.Spec.ClaimRef.UID {
+			return h.Name, nil
+		}
+	}
+	return "", nil
 }
 
 // giveUpClaim frees the host from the Machine it serves, for a forced
