@@ -114,7 +114,7 @@ func TestComponentsApply(t *testing.T) {
 			t.Errorf("%s %s in namespace %s: clusterctl wants one", u.GetKind(), u.GetName(), ns)
 		}
 	}
-	for kind, n := range map[string]int{"Namespace": 1, "CustomResourceDefinition": 6, "Deployment": 1, "PodDisruptionBudget": 1, "NetworkPolicy": 1} {
+	for kind, n := range map[string]int{"Namespace": 1, "CustomResourceDefinition": 8, "Deployment": 1, "PodDisruptionBudget": 1, "NetworkPolicy": 1} {
 		if kinds[kind] != n {
 			t.Errorf("%d %s, want %d (all: %v)", kinds[kind], kind, n, kinds)
 		}
@@ -156,7 +156,7 @@ func TestComponentsApply(t *testing.T) {
 		t.Errorf("the API server warned: %q", w.list)
 	}
 	crds := &apiextensionsv1.CustomResourceDefinitionList{}
-	if err := c.List(ctx, crds); err != nil || len(crds.Items) != 6 {
+	if err := c.List(ctx, crds); err != nil || len(crds.Items) != 8 {
 		t.Errorf("%d CRDs stored, %v", len(crds.Items), err)
 	}
 	checkDeployment(t, c)

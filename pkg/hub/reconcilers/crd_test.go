@@ -126,15 +126,18 @@ func TestAgentRolloutSpecRules(t *testing.T) {
 	ro := &infrav1.EdgeAgentRollout{ObjectMeta: metav1.ObjectMeta{Name: "rules", Namespace: w.ns},
 		Spec: infrav1.EdgeAgentRolloutSpec{Version: "v0.9.2"}}
 	w.must(env.Client.Create(w.ctx, ro))
-	ro.Spec.Version = "v0.9.3"
-	if err := env.Client.Update(w.ctx, ro); err == nil || !strings.Contains(err.Error(), "version cannot change") {
+	// Merge patches: the roll-out controller writes the status meanwhile.
+	change := func(edit func(*infrav1.EdgeAgentRollout)) error {
+		orig := ro.DeepCopy()
+		edit(ro)
+		return env.Client.Patch(w.ctx, ro, client.MergeFrom(orig))
+	}
+	if err := change(func(r *infrav1.EdgeAgentRollout) { r.Spec.Version = "v0.9.3" }); err == nil || !strings.Contains(err.Error(), "version cannot change") {
 		t.Fatalf("changing the version: %v", err)
 	}
 	w.must(env.Client.Get(w.ctx, client.ObjectKeyFromObject(ro), ro))
-	ro.Spec.Abort = true
-	w.must(env.Client.Update(w.ctx, ro))
-	ro.Spec.Abort = false
-	if err := env.Client.Update(w.ctx, ro); err == nil || !strings.Contains(err.Error(), "an aborted roll-out stays aborted") {
+	w.must(change(func(r *infrav1.EdgeAgentRollout) { r.Spec.Abort = true }))
+	if err := change(func(r *infrav1.EdgeAgentRollout) { r.Spec.Abort = false }); err == nil || !strings.Contains(err.Error(), "an aborted roll-out stays aborted") {
 		t.Fatalf("unsetting abort: %v", err)
 	}
 	bad := &infrav1.EdgeAgentRollout{ObjectMeta: metav1.ObjectMeta{Name: "bad-version", Namespace: w.ns},
