@@ -558,6 +558,12 @@ func TestThePreviousCertificateCannotRotateAgain(t *testing.T) {
 	if cur := host.Annotations[infrav1.ClientKeyAnnotation]; cur != pki.CertKeyID(mustLeaf(t, owner)) {
 		t.Fatalf("the host's current key changed to %s", cur)
 	}
+	// An owner whose answer was lost asks again, from the replaced
+	// certificate, for key 1: it gets it (until its new certificate is
+	// first used, which retires the old one).
+	if _, ok := rotate(&old, key1).(*wire.Certificate); !ok {
+		t.Fatal("the owner could not fetch the certificate of its recorded key again")
+	}
 	// The owner's new certificate still opens sessions.
 	c, _, err := dialRaw(t, h.url, caPEM, &owner)
 	if err != nil {
@@ -566,11 +572,6 @@ func TestThePreviousCertificateCannotRotateAgain(t *testing.T) {
 	c.send(t, &wire.Hello{Host: "rotated"})
 	c.expectDesiredState(t)
 	_ = c.ws.Close()
-	// An owner whose answer was lost asks again, from the replaced
-	// certificate, for key 1: it gets it.
-	if _, ok := rotate(&old, key1).(*wire.Certificate); !ok {
-		t.Fatal("the owner could not fetch the certificate of its recorded key again")
-	}
 }
 
 func mustLeaf(t *testing.T, pair tls.Certificate) *x509.Certificate {

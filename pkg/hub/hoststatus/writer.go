@@ -157,10 +157,10 @@ func (w *Writer) reported(host *infrav1.EdgeHost, st *wire.Status) *infrav1.Edge
 }
 
 // writeReport writes what st changes in host's status. A change to the
-// conditions (LinkDegraded) carries the resourceVersion it was computed
-// from and is retried on a fresh read: conditions are one list, and a merge
-// patch from a stale copy would drop the AgentConnected a connectivity
-// write put there meanwhile.
+// conditions (LinkDegraded) or to agentRelease carries the resourceVersion
+// it was computed from and is retried on a fresh read: conditions are one
+// list, and a merge patch from a stale copy would drop the AgentConnected a
+// connectivity write put there meanwhile.
 func (w *Writer) writeReport(ctx context.Context, peer identity.Peer, host *infrav1.EdgeHost, st *wire.Status) error {
 	for attempt := 1; ; attempt++ {
 		want := w.reported(host, st)
@@ -169,7 +169,11 @@ func (w *Writer) writeReport(ctx context.Context, peer identity.Peer, host *infr
 		}
 		// The uid precondition makes sure the write lands on this host, not
 		// on one re-created under the same name meanwhile.
-		lock := !equality.Semantic.DeepEqual(host.Status.Conditions, want.Status.Conditions)
+		// So does a change to agentRelease: it changes in quick steps
+		// (a trial's start, then its commit), and a merge patch from a
+		// copy that missed one would leave the server's object half old.
+		lock := !equality.Semantic.DeepEqual(host.Status.Conditions, want.Status.Conditions) ||
+			!equality.Semantic.DeepEqual(host.Status.AgentRelease, want.Status.AgentRelease)
 		p, err := patchWithUID(host, want, lock)
 		if err != nil {
 			return err
