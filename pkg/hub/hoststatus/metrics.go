@@ -16,7 +16,7 @@ var (
 	}, []string{"cause"})
 	skippedStatusWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fleet_gateway_status_writes_skipped_total",
-		Help: "EdgeHost status writes found unnecessary by cause (connected: a reconnect to a host that already reads as connected to this replica; disconnected: an agent back within the disconnect grace).",
+		Help: "EdgeHost status writes found unnecessary by cause (connected: a reconnect to a host that already reads as connected to this replica; disconnected: an agent back within the disconnect grace; superseded: a report of a session a newer one of the same host replaced).",
 	}, []string{"cause"})
 )
 

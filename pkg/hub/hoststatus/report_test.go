@@ -65,6 +65,66 @@ func TestReportKeepsAConditionWrittenMeanwhile(t *testing.T) {
 	}
 }
 
+// An agent that restarts into a new release reports from a new session at
+// once; its old session's last report, still being written (retried on a
+// conflict, from a cache that missed the new one), must not land over the
+// new session's: the agent re-sends only what changed, so the host would
+// read as on the old release for good (a 1,000-agent roll-out stalled at
+// 995 on it).
+func TestAReplacedSessionsReportDoesNotUndoTheNewOnes(t *testing.T) {
+	ctx := context.Background()
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = infrav1.AddToScheme(scheme)
+	host := &infrav1.EdgeHost{ObjectMeta: metav1.ObjectMeta{Namespace: "site-a", Name: "store-1", UID: "uid-1"}}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(host).WithStatusSubresource(host).Build()
+	stale := &infrav1.EdgeHost{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(host), stale); err != nil {
+		t.Fatal(err)
+	}
+	peer := identity.Peer{ID: pki.Identity{Namespace: "site-a", Name: "store-1", UID: "uid-1"}}
+	old := &testSession{peer: peer, done: make(chan struct{})}
+	cur := &testSession{peer: peer, done: make(chan struct{})}
+	s := New(staleCache{Client: c, stale: stale}, c, nil, logr.Discard(), sessionsOf{cur}, admission.NewPlaces(1), nil,
+		Options{ReplicaName: "hub-0", LastSeenInterval: 5 * time.Minute, LinkThresholds: linkhealth.DefaultThresholds()})
+
+	onNew := &wire.Status{ObservedGeneration: 1, Facts: infrav1.HostFacts{AgentVersion: "v0.9.2"},
+		AgentRelease: &infrav1.AgentReleaseStatus{Committed: "v0.9.2"}}
+	if err := s.RecordStatus(ctx, cur, onNew); err != nil {
+		t.Fatal(err)
+	}
+	// The old session ended as its agent restarted, and a newer one holds
+	// the host: whether or not this replica marked it replaced yet.
+	close(old.done)
+	for _, replaced := range []bool{false, true} {
+		old.replaced = replaced
+		fetching := &wire.Status{ObservedGeneration: 1, Facts: infrav1.HostFacts{AgentVersion: "v0.9.1"},
+			AgentRelease: &infrav1.AgentReleaseStatus{Transfer: &infrav1.AgentTransferStatus{Version: "v0.9.2", State: infrav1.AgentTransferFetching, Bytes: 10, TotalBytes: 10}}}
+		if err := s.RecordStatus(ctx, old, fetching); err != nil {
+			t.Fatal(err)
+		}
+		got := &infrav1.EdgeHost{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(host), got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.Facts.AgentVersion != "v0.9.2" || got.Status.AgentRelease == nil || got.Status.AgentRelease.Transfer != nil {
+			t.Fatalf("replaced %v: the old session's report landed: agent %s, agentRelease %+v", replaced, got.Status.Facts.AgentVersion, got.Status.AgentRelease)
+		}
+	}
+}
+
+// sessionsOf is a replica holding the given sessions.
+type sessionsOf []Session
+
+func (s sessionsOf) Current(namespace, name string) Session {
+	for _, ss := range s {
+		if id := ss.Peer().ID; id.Namespace == namespace && id.Name == name {
+			return ss
+		}
+	}
+	return nil
+}
+
 // staleCache answers reads with a copy of the host from before a write.
 type staleCache struct {
 	client.Client

@@ -133,14 +133,15 @@ func TestConnectedWritesWaitForWaves(t *testing.T) {
 
 // testSession is a session as the writer sees it.
 type testSession struct {
-	peer    identity.Peer
-	done    chan struct{}
-	reports Reports
+	peer     identity.Peer
+	done     chan struct{}
+	replaced bool
+	reports  Reports
 }
 
 func (t *testSession) Peer() identity.Peer   { return t.peer }
 func (t *testSession) Done() <-chan struct{} { return t.done }
-func (t *testSession) Replaced() bool        { return false }
+func (t *testSession) Replaced() bool        { return t.replaced }
 func (t *testSession) Reports() *Reports     { return &t.reports }
 
 // noSessions is a replica holding no session.

@@ -72,6 +72,10 @@ type Writer struct {
 	// reconnect's "connected" and the old session's "disconnected" cannot
 	// land in the wrong order.
 	connMu sync.Map // "namespace/name" → *sync.Mutex
+	// reportMu serialises the report writes of one host, so that the
+	// last report of a session and the first of its successor land in
+	// that order ("namespace/name" → *sync.Mutex).
+	reportMu sync.Map
 	// wroteDisconnect holds the hosts this process last recorded as
 	// disconnected ("namespace/name" → true).
 	wroteDisconnect sync.Map
@@ -110,6 +114,14 @@ func (w *Writer) RecordStatus(ctx context.Context, ss Session, st *wire.Status) 
 		return nil
 	}
 	peer := ss.Peer()
+	mu, _ := w.reportMu.LoadOrStore(peer.ID.String(), &sync.Mutex{})
+	mu.(*sync.Mutex).Lock()
+	defer mu.(*sync.Mutex).Unlock()
+	if w.superseded(ss) {
+		// What the newer session's agent reports is the truth now.
+		skippedStatusWrites.WithLabelValues("superseded").Inc()
+		return nil
+	}
 	host := &infrav1.EdgeHost{}
 	key := client.ObjectKey{Namespace: peer.ID.Namespace, Name: peer.ID.Name}
 	err = w.client.Get(ctx, key, host)
@@ -125,7 +137,7 @@ func (w *Writer) RecordStatus(ctx context.Context, ss Session, st *wire.Status) 
 		// A host being deleted is written no more, whatever it reports.
 		return err
 	}
-	if err := w.writeReport(ctx, peer, host, st); err != nil {
+	if err := w.writeReport(ctx, ss, host, st); err != nil {
 		return err
 	}
 	reports.last = digest
@@ -161,7 +173,8 @@ func (w *Writer) reported(host *infrav1.EdgeHost, st *wire.Status) *infrav1.Edge
 // it was computed from and is retried on a fresh read: conditions are one
 // list, and a merge patch from a stale copy would drop the AgentConnected a
 // connectivity write put there meanwhile.
-func (w *Writer) writeReport(ctx context.Context, peer identity.Peer, host *infrav1.EdgeHost, st *wire.Status) error {
+func (w *Writer) writeReport(ctx context.Context, ss Session, host *infrav1.EdgeHost, st *wire.Status) error {
+	peer := ss.Peer()
 	for attempt := 1; ; attempt++ {
 		want := w.reported(host, st)
 		if equality.Semantic.DeepEqual(host.Status, want.Status) {
@@ -187,6 +200,13 @@ func (w *Writer) writeReport(ctx context.Context, peer identity.Peer, host *infr
 		if !apierrors.IsConflict(err) || attempt == reportAttempts {
 			return fmt.Errorf("patching status of EdgeHost %s: %w", peer.ID, err)
 		}
+		if w.superseded(ss) || ended(ss) {
+			// The write in between may be a newer session's (here or on
+			// another replica): an ended session's report must not undo
+			// it, and its agent reports again when it connects.
+			skippedStatusWrites.WithLabelValues("superseded").Inc()
+			return nil
+		}
 		fresh := &infrav1.EdgeHost{}
 		if err := w.apiReader.Get(ctx, client.ObjectKeyFromObject(host), fresh); err != nil {
 			return err
@@ -195,6 +215,25 @@ func (w *Writer) writeReport(ctx context.Context, peer identity.Peer, host *infr
 			return err
 		}
 		host = fresh
+	}
+}
+
+// superseded tells that a newer session of ss's host is held here.
+func (w *Writer) superseded(ss Session) bool {
+	if ss.Replaced() {
+		return true
+	}
+	id := ss.Peer().ID
+	cur := w.registry.Current(id.Namespace, id.Name)
+	return cur != nil && cur != ss
+}
+
+func ended(ss Session) bool {
+	select {
+	case <-ss.Done():
+		return true
+	default:
+		return false
 	}
 }
 
