@@ -45,10 +45,13 @@ type Releases struct {
 const (
 	releaseAskAgain     = 15 * time.Second
 	releaseStallTimeout = time.Minute
-	releaseFirstRetry   = 5 * time.Second
 	releaseLastRetry    = 5 * time.Minute
 	defaultTrial        = 5 * time.Minute
 )
+
+// releaseFirstRetry is a variable for the tests that need a back-off
+// longer than they wait.
+var releaseFirstRetry = 5 * time.Second
 
 // UseReleases lets the agent run the releases the hub orders and report
 // them. Call before Run.
@@ -390,6 +393,7 @@ func (a *Agent) receiveRelease(st net.Conn, v int, msg any) {
 		streams.Refuse(st, v, wire.ErrUnexpected, "this agent did not ask for that release, or is receiving it already")
 		return
 	}
+	path := r.Store.Partial(m.SHA256)
 	defer func() {
 		r.mu.Lock()
 		r.receiving = false
@@ -398,8 +402,12 @@ func (a *Agent) receiveRelease(st net.Conn, v int, msg any) {
 		case r.progress <- struct{}{}:
 		default:
 		}
+		// The worker may be waiting out a back-off rather than this
+		// stream: a whole binary is staged now, not after it.
+		if partialSize(path) == m.Size {
+			r.wake()
+		}
 	}()
-	path := r.Store.Partial(m.SHA256)
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		a.log.Error(err, "Cannot keep the release binary on its way")
