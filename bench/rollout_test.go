@@ -149,7 +149,7 @@ func agentRollout(b *testing.B, bin string, n int) {
 	logf("roll-out created: %d hosts to v0.9.2 (%d bytes), waves of %s", n, size, *rolloutWave)
 	var peakRSS int64
 	minConnected := n
-	lastLine := ""
+	lastLine, lastChange, shown := "", time.Now(), false
 	for {
 		if rss, err := hub.RSS(); err == nil && rss > peakRSS {
 			peakRSS = rss
@@ -161,7 +161,12 @@ func agentRollout(b *testing.B, bin string, n int) {
 		line := fmt.Sprintf("%s, %d of %d on v0.9.2, wave %d", ro.Status.Phase, ro.Status.Updated, ro.Status.Hosts, ro.Status.CurrentWave)
 		if line != lastLine {
 			logf("%s", line)
-			lastLine = line
+			lastLine, lastChange, shown = line, time.Now(), false
+		}
+		if !shown && time.Since(lastChange) > 2*time.Minute {
+			// Once per stall: what the hosts the roll-out waits for say.
+			shown = true
+			waitingFor(ctx, b, env.Client, agents, ns, "v0.9.2", logf)
 		}
 		if ro.Status.Phase == infrav1.AgentRolloutComplete {
 			break
@@ -218,5 +223,35 @@ func agentRollout(b *testing.B, bin string, n int) {
 	}
 	if on != n || connected != n {
 		b.Fatalf("%d of %d hosts on v0.9.2, %d connected", on, n, connected)
+	}
+}
+
+// waitingFor logs, for a few hosts ordered to version but not on it yet,
+// their release status and their agent's last log lines.
+func waitingFor(ctx context.Context, b *testing.B, c client.Client, agents *load.Agents, ns, version string, logf func(string, ...any)) {
+	hosts := &infrav1.EdgeHostList{}
+	if err := c.List(ctx, hosts, client.InNamespace(ns)); err != nil {
+		b.Logf("listing hosts: %v", err)
+		return
+	}
+	index := map[string]int{}
+	for i := range agents.Len() {
+		index[agents.Name(i)] = i
+	}
+	shown := 0
+	for _, h := range hosts.Items {
+		o := infrav1.AgentReleaseOrderOf(&h)
+		if o == nil || o.Version != version || h.Status.Facts.AgentVersion == version {
+			continue
+		}
+		i, ok := index[h.Name]
+		if !ok {
+			continue
+		}
+		st, _ := json.Marshal(h.Status.AgentRelease)
+		logf("waiting for host %s (order %+v): agentRelease %s; its agent's last lines:\n%s", h.Name, *o, st, agents.RecentLog(i))
+		if shown++; shown == 3 {
+			return
+		}
 	}
 }

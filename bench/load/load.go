@@ -305,6 +305,7 @@ type edge struct {
 	// desiredAt is when the agent last received a desired state
 	// (UnixNano).
 	desiredAt atomic.Int64
+	log       recentLog
 }
 
 // AgentOptions describe a set of agents.
@@ -447,8 +448,9 @@ func (a *Agents) run(ctx context.Context, i int, e *edge, prov agent.Provisioner
 		store = selfupdate.Store{Dir: filepath.Join(cfg.StateDir, "releases")}
 		cfg.Version = a.releases.Installed
 	}
+	log := agentSink{reasons: &a.Disconnects, log: &e.log}.logger()
 	for {
-		ag := agent.New(cfg, prov, a.Disconnects.logger())
+		ag := agent.New(cfg, prov, log)
 		ag.OnDesired = func(d *wire.DesiredState) {
 			e.desiredAt.Store(time.Now().UnixNano())
 			if a.onDesired != nil {
@@ -470,6 +472,9 @@ func (a *Agents) run(ctx context.Context, i int, e *edge, prov agent.Provisioner
 		}
 		d, err := store.Decide(time.Now(), a.releases.Installed)
 		if err != nil {
+			// A launcher that cannot choose starts nothing: the agent is
+			// lost, and its recent log says why.
+			log.Error(err, "The launcher cannot choose a release to start")
 			return
 		}
 		cfg.Version, trial = a.releases.Installed, d.Trial
@@ -495,6 +500,9 @@ func (a *Agents) startOrder() []int {
 	}
 	return order
 }
+
+// RecentLog is agent i's last log lines, oldest first.
+func (a *Agents) RecentLog(i int) string { return a.edges[i].log.String() }
 
 // Name is agent i's hostname.
 func (a *Agents) Name(i int) string { return a.edges[i].name }

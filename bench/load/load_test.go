@@ -176,7 +176,8 @@ func waitConnected(ctx context.Context, t *testing.T, c client.Client, n int) {
 func TestReasonsCountAlikeTogether(t *testing.T) {
 	var r Reasons
 	before := r.Snapshot()
-	log := r.logger()
+	var kept recentLog
+	log := agentSink{reasons: &r, log: &kept}.logger()
 	log.Info("Disconnected from hub, retrying", "reason", "connecting to hub: read tcp 127.0.0.2:41234->127.0.0.1:7443: i/o timeout", "retryIn", "1s")
 	log.Info("Disconnected from hub, retrying", "reason", "connecting to hub: read tcp 127.0.0.3:5012->127.0.0.1:7443: i/o timeout")
 	log.Info("Disconnected from hub, retrying", "reason", "hub busy, asked to retry in 2s")
@@ -185,6 +186,23 @@ func TestReasonsCountAlikeTogether(t *testing.T) {
 	want := []Count{{"connecting to hub: read tcp ADDR->ADDR: i/o timeout", 2}, {"hub busy, asked to retry in Ns", 1}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("got %v, want %v", got, want)
+	}
+	if lines := strings.Split(strings.TrimSpace(kept.String()), "\n"); len(lines) != 4 || !strings.Contains(lines[3], `Connected to hub reason="not a disconnection"`) {
+		t.Errorf("kept log:\n%s", kept.String())
+	}
+}
+
+// An agent's log keeps its last lines, oldest first.
+func TestRecentLogKeepsTheLastLines(t *testing.T) {
+	var l recentLog
+	log := agentSink{reasons: &Reasons{}, log: &l}.logger().WithValues("host", "h1")
+	for i := range recentLines + 3 {
+		log.Info("line", "i", i)
+	}
+	log.Error(errors.New("boom"), "failed")
+	lines := strings.Split(strings.TrimSpace(l.String()), "\n")
+	if len(lines) != recentLines || !strings.Contains(lines[0], `line host="h1" i="4"`) || !strings.Contains(lines[recentLines-1], `failed error="boom" host="h1"`) {
+		t.Errorf("kept %d lines:\n%s", len(lines), l.String())
 	}
 }
 

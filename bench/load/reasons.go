@@ -4,8 +4,6 @@ import (
 	"regexp"
 	"sort"
 	"sync"
-
-	"github.com/go-logr/logr"
 )
 
 // Reasons counts why the agents' sessions ended, from their own log line
@@ -67,26 +65,3 @@ func (r *Reasons) add(reason string) {
 	}
 	r.n[reason]++
 }
-
-// logger is an agent's logger that only hears its disconnections.
-func (r *Reasons) logger() logr.Logger { return logr.New(reasonSink{r: r}) }
-
-type reasonSink struct{ r *Reasons }
-
-func (reasonSink) Init(logr.RuntimeInfo)       {}
-func (reasonSink) Enabled(level int) bool      { return level == 0 }
-func (reasonSink) Error(error, string, ...any) {}
-func (s reasonSink) Info(_ int, msg string, kv ...any) {
-	if msg != "Disconnected from hub, retrying" {
-		return
-	}
-	for i := 0; i+1 < len(kv); i += 2 {
-		if kv[i] == "reason" {
-			if v, ok := kv[i+1].(string); ok {
-				s.r.add(v)
-			}
-		}
-	}
-}
-func (s reasonSink) WithValues(...any) logr.LogSink { return s }
-func (s reasonSink) WithName(string) logr.LogSink   { return s }
