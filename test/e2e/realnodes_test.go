@@ -525,7 +525,8 @@ spec:
 	})
 	realEventually(t, "the client pod Running on "+clientNode, func() error {
 		if out := kubectl(t, kc, "get", "pod", "client", "-o", `jsonpath={.spec.nodeName} {.status.phase}`); out != clientNode+" Running" {
-			return fmt.Errorf("pod client: %q", out)
+			// CI shows the first line of a failure: say there why.
+			return fmt.Errorf("pod client: %q (%s)", out, kubectl(t, kc, "get", "pod", "client", "-o", `jsonpath={.status.reason}: {.status.message} {.status.containerStatuses[0].state}`))
 		}
 		return nil
 	})

@@ -120,7 +120,7 @@ spec:
 	t.Logf("kubectl fleet upgrade cluster --wait took %s:\n%s", time.Since(start).Round(time.Second), out)
 	if !strings.Contains(out, fmt.Sprintf("cluster %s: 1 control-plane and 1 worker machine(s) on %s, Ready", clusterName, currentVersion)) ||
 		!strings.Contains(out, "machinedeployment/"+clusterName+"-md-0: "+previousVersion+" → "+currentVersion+" ordered") {
-		t.Fatalf("upgrade:\n%s\n%s", out, hosts[wName].UnitLog("fleet-agent.service"))
+		t.Fatalf("upgrade: %s\n%s\n%s", lastLine(out), out, hosts[wName].UnitLog("fleet-agent.service"))
 	}
 
 	for name, before := range machines {
@@ -152,4 +152,11 @@ spec:
 		}
 		return nil
 	})
+}
+
+// lastLine is out's last non-empty line: where a command says why it
+// failed.
+func lastLine(out string) string {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	return lines[len(lines)-1]
 }

@@ -423,9 +423,10 @@ func TestTemplateForTestHosts(t *testing.T) {
 			continue
 		}
 		// The cgroup driver and root are the image's systemd's and the
-		// box's cgroup namespace's.
-		if strings.TrimSpace(files[i].Content) != "failCgroupV1: false" {
-			t.Errorf("%s: kubelet configuration patch %q, want failCgroupV1: false alone", what, files[i].Content)
+		// box's cgroup namespace's; the disk is the machine's.
+		if c := files[i].Content; !strings.HasPrefix(c, "failCgroupV1: false\n") || !strings.Contains(c, "imageGCHighThresholdPercent: 100\n") ||
+			strings.Contains(c, "cgroupDriver") || strings.Contains(c, "cgroupRoot") {
+			t.Errorf("%s: kubelet configuration patch %q, want failCgroupV1: false and the disk floors alone", what, c)
 		}
 		// kube-proxy's configuration reaches kubeadm init's config file.
 		const proxyConfig = "/run/kubeadm/kube-proxy-configuration.yaml"
