@@ -1,0 +1,210 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/kubeconfig"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/edgefleet/fleet/internal/testkit"
+	"github.com/edgefleet/fleet/internal/testkit/testhost"
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/enrolltoken"
+	fleethub "github.com/edgefleet/fleet/pkg/hub"
+	"github.com/edgefleet/fleet/pkg/hub/enrollment"
+	"github.com/edgefleet/fleet/pkg/hub/gateway"
+	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
+)
+
+const clusterName = "faults"
+
+// historyFile is where, in a host's root, the bootstrap and the reset of
+// the suite's Machines append what they ran: the agent's own record.
+const historyFile = "/var/lib/fleet-faults/history"
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startHub runs fleet's hub for ns with timeouts compressed: agents ping
+// every 2 s, and a session silent for 8 s is closed.
+func startHub(t *testing.T, ns string) *gateway.Server {
+	t.Helper()
+	mgr, err := ctrl.NewManager(hub.Config, ctrl.Options{Scheme: hub.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
+		Logger: logr.Discard(), Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}}})
+	must(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	h, err := fleethub.Setup(ctx, mgr, fleethub.Options{Reconcilers: hubreconcilers.Options{Concurrency: 4, SkipNameValidation: true},
+		Gateway: &gateway.Options{Addr: "127.0.0.1:0", HubNamespace: ns, IPs: []net.IP{net.IPv4(127, 0, 0, 1)},
+			KeepAlive: 2 * time.Second, DisconnectGrace: -1, LastSeenInterval: 10 * time.Second}})
+	must(t, err)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = mgr.Start(ctx) }()
+	<-h.Gateway.Ready()
+	t.Cleanup(func() { cancel(); <-done })
+	return h.Gateway
+}
+
+// build compiles fleet-agent and the node simulator (as kubeadm).
+func build(t *testing.T) (agentBin, simBin string) {
+	t.Helper()
+	dir := t.TempDir()
+	for pkg, out := range map[string]string{"./cmd/fleet-agent": "fleet-agent", "./test/nodesim": "kubeadm"} {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, out), pkg)
+		cmd.Dir = filepath.Join("..", "..")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("building %s: %v\n%s", pkg, err, b)
+		}
+	}
+	return filepath.Join(dir, "fleet-agent"), filepath.Join(dir, "kubeadm")
+}
+
+// agent is one edge host: a sandbox root and a fleet-agent process in the
+// site's network namespace.
+type agent struct {
+	name string
+	root string
+	cmd  *exec.Cmd
+	log  *testkit.SyncBuffer
+}
+
+// startAgent starts host name's agent in site s, enrolling with token.
+// Its keepalive (2 s) and reconnection back-off (at most 3 s) are
+// compressed like the hub's; its reset records itself before kubeadm's.
+func startAgent(t *testing.T, s *testhost.Site, name, agentBin, simBin, hubURL, pin, token string, workloadKubeconfig []byte) *agent {
+	t.Helper()
+	root := t.TempDir()
+	config := fmt.Sprintf(`hub: %s
+caCertHash: %s
+token: %s
+rootDir: %s
+stateDir: %s
+sandbox: true
+keepAlive: 2s
+maxBackoff: 3s
+resyncInterval: 5s
+resetCommands:
+- mkdir -p %s && echo "$(date +%%s.%%N) reset" >> %s
+- kubeadm reset -f
+`, hubURL, pin, token, root, filepath.Join(root, "var/lib/fleet-agent"), filepath.Dir(historyFile), historyFile)
+	files := map[string]string{
+		"etc/hostname":             name + "\n",
+		"etc/machine-id":           fmt.Sprintf("%032x", name)[:32] + "\n",
+		"etc/os-release":           "PRETTY_NAME=\"fleet fault-suite sandbox\"\n",
+		"etc/passwd":               "root:x:0:0:root:/root:/bin/sh\n",
+		"etc/group":                "root:x:0:\n",
+		"etc/fleet-sim/kubeconfig": string(workloadKubeconfig),
+		"etc/fleet-agent.yaml":     config,
+	}
+	for p, c := range files {
+		must(t, os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755))
+		must(t, os.WriteFile(filepath.Join(root, p), []byte(c), 0o600))
+	}
+	sim, err := os.ReadFile(simBin)
+	must(t, err)
+	must(t, os.MkdirAll(filepath.Join(root, "opt/fleet/bin"), 0o755))
+	must(t, os.WriteFile(filepath.Join(root, "opt/fleet/bin/kubeadm"), sim, 0o755))
+
+	a := &agent{name: name, root: root, log: &testkit.SyncBuffer{}}
+	a.cmd = exec.Command("nsenter", "--net="+s.Path(), "--", agentBin, "--config", filepath.Join(root, "etc/fleet-agent.yaml"))
+	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
+	must(t, a.cmd.Start())
+	t.Cleanup(func() { a.stop(t) })
+	return a
+}
+
+func (a *agent) stop(t *testing.T) {
+	if a.cmd.ProcessState != nil {
+		return
+	}
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- a.cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		_ = a.cmd.Process.Kill()
+		<-done
+	}
+	if t.Failed() {
+		log := a.log.String()
+		t.Logf("--- agent %s log (tail) ---\n%s", a.name, log[max(0, len(log)-3000):])
+	}
+}
+
+// tokenFor makes an enrollment token whose hosts are labelled role=role.
+func tokenFor(t *testing.T, ns, role string) string {
+	t.Helper()
+	tok, _, err := enrollment.CreateToken(context.Background(), hub.Client, ns, enrolltoken.Options{TTL: time.Hour, HostNamespace: ns,
+		HostLabels: map[string]string{"role": role}}, time.Now())
+	must(t, err)
+	return tok
+}
+
+// createCluster makes the Cluster and its EdgeCluster, with a kubeconfig
+// that points at the workload API server, which it returns.
+func createCluster(t *testing.T, ns string) []byte {
+	t.Helper()
+	ctx, c := context.Background(), hub.Client
+	cluster := &clusterv1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Name: clusterName, Namespace: ns},
+		Spec: clusterv1.ClusterSpec{InfrastructureRef: clusterv1.ContractVersionedObjectReference{
+			APIGroup: infrav1.GroupVersion.Group, Kind: "EdgeCluster", Name: clusterName}},
+	}
+	must(t, c.Create(ctx, cluster))
+	wkc := kubeconfig.FromEnvTestConfig(workload.Config, cluster)
+	must(t, c.Create(ctx, kubeconfig.GenerateSecret(cluster, wkc)))
+	must(t, c.Create(ctx, &infrav1.EdgeCluster{ObjectMeta: metav1.ObjectMeta{Name: clusterName, Namespace: ns},
+		Spec: infrav1.EdgeClusterSpec{ControlPlaneEndpoint: infrav1.APIEndpoint{Host: "faults.fleet.internal", Port: 6443}}}))
+	return wkc
+}
+
+// createMachine writes a Machine, its KubeadmConfig (init for the control
+// plane, join otherwise) whose bootstrap records itself in the host's
+// history, and its EdgeMachine, which picks a host labelled role=role.
+func createMachine(t *testing.T, ns, name, role string) {
+	t.Helper()
+	ctx, c := context.Background(), hub.Client
+	reg := bootstrapv1.NodeRegistrationOptions{Name: "{{ ds.meta_data.local_hostname }}",
+		KubeletExtraArgs: []bootstrapv1.Arg{{Name: "provider-id", Value: ptr.To("{{ ds.meta_data.provider_id }}")}}}
+	spec := bootstrapv1.KubeadmConfigSpec{PreKubeadmCommands: []string{
+		fmt.Sprintf(`mkdir -p %s && echo "$(date +%%s.%%N) bootstrap %s" >> %s`, filepath.Dir(historyFile), name, historyFile)}}
+	machineLabels := map[string]string{clusterv1.ClusterNameLabel: clusterName}
+	if role == "cp" {
+		spec.InitConfiguration = bootstrapv1.InitConfiguration{NodeRegistration: reg}
+		machineLabels[clusterv1.MachineControlPlaneLabel] = ""
+	} else {
+		spec.JoinConfiguration = bootstrapv1.JoinConfiguration{NodeRegistration: reg}
+	}
+	must(t, c.Create(ctx, &bootstrapv1.KubeadmConfig{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
+		Labels: map[string]string{clusterv1.ClusterNameLabel: clusterName}}, Spec: spec}))
+	must(t, c.Create(ctx, &infrav1.EdgeMachine{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: infrav1.EdgeMachineSpec{HostSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": role}}}}))
+	must(t, c.Create(ctx, &clusterv1.Machine{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: machineLabels},
+		Spec: clusterv1.MachineSpec{ClusterName: clusterName, Version: "v1.36.3",
+			Bootstrap: clusterv1.Bootstrap{ConfigRef: clusterv1.ContractVersionedObjectReference{
+				APIGroup: bootstrapv1.GroupVersion.Group, Kind: "KubeadmConfig", Name: name}},
+			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "EdgeMachine", Name: name},
+			Deletion:          clusterv1.MachineDeletionSpec{NodeDeletionTimeoutSeconds: ptr.To[int32](10)},
+		},
+	}))
+}
