@@ -191,7 +191,6 @@ func (h *history) converged(ctx context.Context, c client.Client, ns string, wan
 	return nil
 }
 
-
 // snapshot is a copy of the events so far.
 func (h *history) snapshot() []event {
 	h.mu.Lock()

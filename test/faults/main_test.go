@@ -8,9 +8,9 @@ import (
 	"os"
 	"testing"
 
+	"go.uber.org/zap/zapcore"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/edgefleet/fleet/internal/testkit/testenv"
 )

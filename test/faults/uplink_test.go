@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"fmt"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -17,12 +18,16 @@ import (
 // Forward) carries the agents' connections to it.
 type uplink struct {
 	proxy *toxiproxy.Proxy
+	// netns and port are where the agents reach the relay: lossy drops
+	// packets there with nftables.
+	netns string
+	port  string
 
 	mu    sync.Mutex
 	state string
 }
 
-func newUplink(t *testing.T, upstream string) *uplink {
+func newUplink(t *testing.T, upstream, netns, port string) *uplink {
 	t.Helper()
 	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
 	p := toxiproxy.NewProxy(srv, "uplink", "127.0.0.1:0", upstream)
@@ -30,7 +35,7 @@ func newUplink(t *testing.T, upstream string) *uplink {
 		t.Fatalf("starting the uplink relay: %v", err)
 	}
 	t.Cleanup(p.Stop)
-	return &uplink{proxy: p, state: "up"}
+	return &uplink{proxy: p, netns: netns, port: port, state: "up"}
 }
 
 // addr is where the relay listens.
@@ -39,7 +44,9 @@ func (u *uplink) addr() string { return u.proxy.Listen }
 // apply puts the uplink into one of its states: up, cut (connections
 // reset, new ones refused, as a modem that reboots), half-open (every byte
 // dropped both ways, connections kept, as a link that dies silently) or
-// slow (2 s each way, as a bad cell link).
+// slow (1 s each way, as a congested link) or lossy (30 % of the
+// packets to and from the relay dropped and 1 s each way: a bad cell
+// link).
 func (u *uplink) apply(state string) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -54,6 +61,11 @@ func (u *uplink) apply(state string) error {
 		}
 	case "half-open", "slow":
 		u.proxy.Toxics.ResetToxics(context.Background())
+	case "lossy":
+		u.proxy.Toxics.ResetToxics(context.Background())
+		if err := u.nft("delete table inet fleet-faults\n"); err != nil {
+			return err
+		}
 	}
 	u.state = "up"
 	switch state {
@@ -62,13 +74,25 @@ func (u *uplink) apply(state string) error {
 		u.proxy.Stop()
 	case "half-open":
 		for _, dir := range []string{"upstream", "downstream"} {
-			if err := u.toxic(`{"name":"drop-`+dir+`","type":"timeout","stream":"`+dir+`","attributes":{"timeout":0}}`); err != nil {
+			if err := u.toxic(`{"name":"drop-` + dir + `","type":"timeout","stream":"` + dir + `","attributes":{"timeout":0}}`); err != nil {
 				return err
 			}
 		}
+	case "lossy":
+		if err := u.nft(fmt.Sprintf(`table inet fleet-faults {
+	chain out {
+		type filter hook output priority 0;
+		tcp dport %[1]s numgen random mod 100 < 30 drop
+		tcp sport %[1]s numgen random mod 100 < 30 drop
+	}
+}
+`, u.port)); err != nil {
+			return err
+		}
+		fallthrough
 	case "slow":
 		for _, dir := range []string{"upstream", "downstream"} {
-			if err := u.toxic(`{"name":"late-`+dir+`","type":"latency","stream":"`+dir+`","attributes":{"latency":1000,"jitter":200}}`); err != nil {
+			if err := u.toxic(`{"name":"late-` + dir + `","type":"latency","stream":"` + dir + `","attributes":{"latency":1000,"jitter":200}}`); err != nil {
 				return err
 			}
 		}
@@ -76,6 +100,16 @@ func (u *uplink) apply(state string) error {
 		return fmt.Errorf("no uplink state %q", state)
 	}
 	u.state = state
+	return nil
+}
+
+// nft loads rules into the site's network namespace.
+func (u *uplink) nft(rules string) error {
+	cmd := exec.Command("nsenter", "--net="+u.netns, "--", "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(rules)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("nft in %s: %w: %s", u.netns, err, out)
+	}
 	return nil
 }
 

@@ -1,0 +1,161 @@
+package faults
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/edgefleet/fleet/internal/testkit"
+	"github.com/edgefleet/fleet/pkg/contract/hubinfo"
+)
+
+var hostsFlag = flag.Int("faults.hosts", 8, "hosts in TestHubKills (the long form: 30)")
+
+// The hub is killed with SIGKILL again and again while a site's hosts are
+// provisioned and while all but the control plane are deleted, and
+// started again on the same address each time, as its Deployment would.
+// Nothing it was doing may be done twice or lost: no Machine bootstrapped
+// twice, no host reset but those whose Machines were deleted, and the API
+// server reads as the agents' records say once it stays up.
+func TestHubKills(t *testing.T) {
+	ns := hub.NewNamespace(t, "faults")
+	r := newRun(t, ns)
+	hp := startHubProcess(t, ns)
+	site := newSite(t)
+	const router = "127.0.0.1:17443"
+	_, err := site.Forward(router, hp.gateway)
+	must(t, err)
+	n := *hostsFlag
+	r.setAgents(startAgents(t, site, ns, n, "k"+strings.TrimPrefix(ns, "faults-"), "https://"+router, hp.pin(t)))
+
+	kill := func(f fault) error {
+		hp.kill()
+		time.Sleep(f.For)
+		return hp.start()
+	}
+	machines := []string{"cp"}
+	for i := range n - 1 {
+		machines = append(machines, fmt.Sprintf("w%d", i))
+	}
+	rounds := *roundsFlag
+	r.phase("provisioning", kills(r, rounds), kill, func() { r.createMachines(machines...) }, machines)
+	r.phase("deletion", kills(r, rounds), kill, func() { r.deleteMachines(machines[1:]...) }, machines[:1])
+	r.waitGone(machines[1:]...)
+	r.check(n - 1)
+}
+
+// kills draws n kills of the hub: each after 2 to 8 s of running, down
+// for up to 3 s.
+func kills(r *run, n int) []fault {
+	out := make([]fault, n)
+	for i := range out {
+		out[i] = fault{State: "hub killed", After: 2*time.Second + time.Duration(r.rng.IntN(6000))*time.Millisecond,
+			For: time.Duration(r.rng.IntN(3000)) * time.Millisecond}
+	}
+	return out
+}
+
+// hubProcess is fleet-hub run as its Deployment runs it, on a fixed
+// gateway address, killed and started again by the test.
+type hubProcess struct {
+	ns      string
+	bin     string
+	args    []string
+	gateway string
+	probe   string
+	log     *testkit.SyncBuffer
+
+	mu  sync.Mutex
+	cmd *exec.Cmd
+}
+
+func startHubProcess(t *testing.T, ns string) *hubProcess {
+	t.Helper()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "fleet-hub")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/fleet-hub")
+	cmd.Dir = filepath.Join("..", "..")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building fleet-hub: %v\n%s", err, out)
+	}
+	kc := filepath.Join(dir, "hub.kubeconfig")
+	must(t, hub.WriteKubeconfig(kc))
+	hp := &hubProcess{ns: ns, bin: bin, gateway: testkit.FreeAddr(t), probe: testkit.FreeAddr(t), log: &testkit.SyncBuffer{}}
+	hp.args = []string{"--kubeconfig", kc, "--namespace", ns, "--hub-namespace", ns, "--leader-elect=false",
+		"--metrics-bind-address=0", "--health-probe-bind-address=" + hp.probe,
+		"--gateway-bind-address=" + hp.gateway, "--gateway-ips=127.0.0.1", "--disconnect-grace=0",
+		"--proxy-bind-address=0", "--runtime-extension-bind-address=127.0.0.1:0", "--runtime-extension-service=",
+		"--host-access-bind-address=127.0.0.1:0", "--host-access-service=", "--zap-log-level=info"}
+	must(t, hp.start())
+	t.Cleanup(func() {
+		hp.kill()
+		if t.Failed() {
+			log := hp.log.String()
+			t.Logf("--- fleet-hub log (tail) ---\n%s", log[max(0, len(log)-6000):])
+		}
+	})
+	return hp
+}
+
+// start runs the hub and waits until it is ready.
+func (hp *hubProcess) start() error {
+	hp.mu.Lock()
+	hp.cmd = exec.Command(hp.bin, hp.args...)
+	hp.cmd.Stdout, hp.cmd.Stderr = hp.log, hp.log
+	err := hp.cmd.Start()
+	hp.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("starting fleet-hub: %w", err)
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		resp, err := http.Get("http://" + hp.probe + "/readyz")
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return errors.New("fleet-hub not ready within a minute of its start")
+		}
+	}
+}
+
+// kill ends the hub with SIGKILL: no shutdown, no last writes.
+func (hp *hubProcess) kill() {
+	hp.mu.Lock()
+	defer hp.mu.Unlock()
+	if hp.cmd == nil || hp.cmd.Process == nil || hp.cmd.ProcessState != nil {
+		return
+	}
+	_ = hp.cmd.Process.Signal(syscall.SIGKILL)
+	_ = hp.cmd.Wait()
+}
+
+// pin is the hub CA's pin, from the ConfigMap the gateway publishes.
+func (hp *hubProcess) pin(t *testing.T) string {
+	t.Helper()
+	cm := &corev1.ConfigMap{}
+	testkit.Eventually(t, time.Minute, time.Second, "the hub's CA pin published", func() error {
+		if err := hub.Client.Get(context.Background(), client.ObjectKey{Namespace: hp.ns, Name: hubinfo.ConfigMap}, cm); err != nil {
+			return err
+		}
+		if cm.Data[hubinfo.KeyCAPin] == "" {
+			return errors.New("no pin yet")
+		}
+		return nil
+	})
+	return cm.Data[hubinfo.KeyCAPin]
+}

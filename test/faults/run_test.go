@@ -1,0 +1,163 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/edgefleet/fleet/internal/testkit"
+)
+
+// convergeBound is how long the fleet has, once the faults stop, to tell
+// the truth again; the suite reports how long it took.
+const convergeBound = 3 * time.Minute
+
+// run is one run of a fault test: its seed, its history and its hosts.
+type run struct {
+	t      *testing.T
+	seed   int64
+	rng    *rand.Rand
+	h      *history
+	ns     string
+	agents []*agent
+}
+
+// newRun starts a run from -faults.seed or a new seed, which it logs
+// with the command that replays it.
+func newRun(t *testing.T, ns string) *run {
+	seed := *seedFlag
+	if seed == 0 {
+		seed = time.Now().UnixNano()
+	}
+	t.Logf("seed %d (replay: go test ./test/faults -run '%s$' -args -faults.seed=%d -faults.rounds=%d -faults.hosts=%d)",
+		seed, t.Name(), seed, *roundsFlag, *hostsFlag)
+	return &run{t: t, seed: seed, rng: rand.New(rand.NewPCG(uint64(seed), 0)), h: &history{seed: seed}, ns: ns} //nolint:gosec // a replayable schedule, not a secret
+}
+
+// setAgents records the run's hosts. A failing run then logs its history
+// and writes it to a file, before the hosts' roots (and their records)
+// are removed.
+func (r *run) setAgents(agents []*agent) {
+	t := r.t
+	r.agents = agents
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		if err := r.h.readAgents(r.agents); err != nil {
+			t.Logf("reading the agents' histories: %v", err)
+		}
+		t.Logf("seed %d; history:\n%s", r.seed, strings.Join(lines(r.h), "\n"))
+		// Kept where a failing run's files go: the test's own temporary
+		// directory is removed with it.
+		if path, err := r.h.write(os.TempDir()); err == nil {
+			t.Logf("history written to %s", path)
+		}
+	})
+}
+
+// phase gives orders while inject plays the faults one after the other,
+// then waits until the API server reads as the agents' records say, with
+// the Machines in want Running, and reports how long that took after the
+// last fault.
+func (r *run) phase(name string, faults []fault, inject func(fault) error, orders func(), want []string) {
+	t := r.t
+	t.Helper()
+	r.h.add("phase", "", name)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, f := range faults {
+			time.Sleep(f.After)
+			r.h.add("fault", "", f.String())
+			if err := inject(f); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	orders()
+	<-done
+	r.h.add("fault", "", "faults over")
+	stopped := time.Now()
+	testkit.Eventually(t, convergeBound, time.Second, name+": the API server tells the agents' truth", func() error {
+		// The agents' records are read afresh each time: a bootstrap or
+		// reset may still be under way.
+		cur := &history{seed: r.seed, events: r.h.snapshot()}
+		if err := cur.readAgents(r.agents); err != nil {
+			return err
+		}
+		return cur.converged(context.Background(), hub.Client, r.ns, want)
+	})
+	took := time.Since(stopped).Round(10 * time.Millisecond)
+	r.h.add("converged", "", took.String())
+	t.Logf("%s: converged %s after the faults stopped (%d faults: %v)", name, took, len(faults), faults)
+}
+
+// check reads the agents' histories and fails the test with every
+// invariant the run broke, and unless exactly resets resets ran.
+func (r *run) check(resets int) {
+	t := r.t
+	t.Helper()
+	must(t, r.h.readAgents(r.agents))
+	if broken := r.h.check(); len(broken) > 0 {
+		t.Fatalf("seed %d broke %d invariant(s):\n  %s", r.seed, len(broken), strings.Join(broken, "\n  "))
+	}
+	n := 0
+	for _, e := range r.h.snapshot() {
+		if e.What == "reset" {
+			n++
+		}
+	}
+	if n != resets {
+		t.Fatalf("seed %d: %d resets, want %d", r.seed, n, resets)
+	}
+}
+
+// createMachines creates the Machines (the first a control plane) and
+// records each in the history.
+func (r *run) createMachines(names ...string) {
+	for i, m := range names {
+		role := "worker"
+		if i == 0 {
+			role = "cp"
+		}
+		r.h.add("create", m, "")
+		createMachine(r.t, r.ns, m, role)
+	}
+}
+
+// deleteMachines deletes the Machines, each recorded first: the
+// history's order for its host's reset.
+func (r *run) deleteMachines(names ...string) {
+	for _, m := range names {
+		r.h.add("delete", m, "")
+		must(r.t, hub.Client.Delete(context.Background(), &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: r.ns, Name: m}}))
+	}
+}
+
+// waitGone waits until the Machines are gone.
+func (r *run) waitGone(names ...string) {
+	r.t.Helper()
+	testkit.Eventually(r.t, convergeBound, time.Second, "the deleted Machines gone", func() error {
+		for _, m := range names {
+			err := hub.Client.Get(context.Background(), client.ObjectKey{Namespace: r.ns, Name: m}, &clusterv1.Machine{})
+			if err == nil {
+				return fmt.Errorf("Machine %s still exists", m)
+			}
+			if !apierrors.IsNotFound(err) {
+				return err
+			}
+		}
+		return nil
+	})
+}
