@@ -48,6 +48,10 @@ for d in "${k8s_dirs[@]}"; do
 done
 
 mkdir -p "$OUT_DIR" "$CACHE_DIR"
+# Without symlinks: systemctl --root fails to enable a unit ("Channel
+# number out of range") when the root's path goes through one (a bin/
+# that links to another checkout's).
+OUT_DIR=$(cd "$OUT_DIR" && pwd -P)
 work=$(mktemp -d "$OUT_DIR/.work.XXXXXX")
 root=$work/root
 cleanup() {
@@ -127,16 +131,9 @@ for i in "${!k8s_dirs[@]}"; do
 	fi
 done
 
-# Debian 12's systemctl --root now and then fails one unit with "Channel
-# number out of range" (ECHRNG) and passes when run again; enabling is
-# idempotent.
-units=(fleet-agent.service fleet-agent-firstboot.service fleet-preload-images.service kubelet.service
-	containerd.service systemd-networkd.service systemd-resolved.service systemd-timesyncd.service)
-for try in 1 2 3; do
-	systemctl --root="$root" enable --quiet "${units[@]}" && break
-	[ "$try" -lt 3 ] || die "systemctl --root $root enable ${units[*]} failed 3 times"
-	log "systemctl --root enable failed (try $try of 3); again"
-done
+systemctl --root="$root" enable --quiet fleet-agent.service fleet-agent-firstboot.service \
+	fleet-preload-images.service kubelet.service containerd.service \
+	systemd-networkd.service systemd-resolved.service systemd-timesyncd.service
 # The root comes from the boot entry's root=PARTUUID=… rw; with no fstab
 # line for it, the same tree also boots as a container (test hosts).
 echo "# / is mounted from the kernel command line (root=PARTUUID=$root_partuuid rw)" >"$root/etc/fstab"
