@@ -295,14 +295,20 @@ func (o *Options) order(ctx context.Context, mc machine) error {
 }
 
 // orderDeployment sets a MachineDeployment's version, guarded by the
-// resourceVersion it was read with.
+// version it was read with, not by its resourceVersion: with --wait it
+// is read before the control plane's upgrade, and Cluster API writes it
+// many times meanwhile.
 // Cluster API then asks the hub's hooks whether its Machines can take it in
 // place, and replaces those they cannot.
 func (o *Options) orderDeployment(ctx context.Context, md *clusterv1.MachineDeployment) error {
 	from := md.Spec.Template.Spec.Version
-	patch := kube.MergeFromWithOptimisticLock(md.DeepCopy())
-	md.Spec.Template.Spec.Version = o.Version
-	if err := o.conn.Client.Patch(ctx, md, patch); err != nil {
+	patch := fmt.Appendf(nil, `[{"op":"test","path":"/spec/template/spec/version","value":%q},{"op":"replace","path":"/spec/template/spec/version","value":%q}]`,
+		from, o.Version)
+	if from == "" {
+		// No version to guard: a JSON patch cannot test for an absent field.
+		patch = fmt.Appendf(nil, `[{"op":"add","path":"/spec/template/spec/version","value":%q}]`, o.Version)
+	}
+	if err := o.conn.Client.Patch(ctx, md, kube.RawPatch(types.JSONPatchType, patch)); err != nil {
 		if apierrors.IsInvalid(err) || apierrors.IsConflict(err) {
 			return fmt.Errorf("machinedeployment %s changed while being upgraded (run the command again): %w", md.Name, err)
 		}
