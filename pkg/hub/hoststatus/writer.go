@@ -68,14 +68,11 @@ type Writer struct {
 	places *admission.Places
 	waves  *admission.Waves
 
-	// connMu serialises AgentConnected/lastSeenTime writes per host, so a
-	// reconnect's "connected" and the old session's "disconnected" cannot
-	// land in the wrong order.
-	connMu sync.Map // "namespace/name" → *sync.Mutex
-	// reportMu serialises the report writes of one host, so that the
-	// last report of a session and the first of its successor land in
-	// that order ("namespace/name" → *sync.Mutex).
-	reportMu sync.Map
+	// hostMu serialises the status writes of one host ("namespace/name" →
+	// *sync.Mutex): a reconnect's "connected" and the old session's
+	// "disconnected" land in the order they happened, and so do a
+	// session's last report and its successor's first.
+	hostMu sync.Map
 	// wroteDisconnect holds the hosts this process last recorded as
 	// disconnected ("namespace/name" → true).
 	wroteDisconnect sync.Map
@@ -114,9 +111,9 @@ func (w *Writer) RecordStatus(ctx context.Context, ss Session, st *wire.Status) 
 		return nil
 	}
 	peer := ss.Peer()
-	mu, _ := w.reportMu.LoadOrStore(peer.ID.String(), &sync.Mutex{})
-	mu.(*sync.Mutex).Lock()
-	defer mu.(*sync.Mutex).Unlock()
+	mu := w.hostLock(peer.ID.String())
+	mu.Lock()
+	defer mu.Unlock()
 	if w.superseded(ss) {
 		// What the newer session's agent reports is the truth now.
 		skippedStatusWrites.WithLabelValues("superseded").Inc()
@@ -218,6 +215,12 @@ func (w *Writer) writeReport(ctx context.Context, ss Session, host *infrav1.Edge
 	}
 }
 
+// hostLock is the mutex of one host's status writes.
+func (w *Writer) hostLock(key string) *sync.Mutex {
+	mu, _ := w.hostMu.LoadOrStore(key, &sync.Mutex{})
+	return mu.(*sync.Mutex)
+}
+
 // superseded tells that a newer session of ss's host is held here.
 func (w *Writer) superseded(ss Session) bool {
 	if ss.Replaced() {
@@ -283,9 +286,9 @@ func (w *Writer) setConnectivity(ctx context.Context, ss Session, connected bool
 		w.waves.Outlast(ctx, w.opts.WaveStatusDelay)
 	}
 	id := ss.Peer().ID
-	mu, _ := w.connMu.LoadOrStore(id.String(), &sync.Mutex{})
-	mu.(*sync.Mutex).Lock()
-	defer mu.(*sync.Mutex).Unlock()
+	mu := w.hostLock(id.String())
+	mu.Lock()
+	defer mu.Unlock()
 	switch cause {
 	case "disconnected":
 		// A newer session of the same host has taken over: it owns the
