@@ -79,3 +79,44 @@ func TestAgentUpgradeAndItsControls(t *testing.T) {
 		t.Fatalf("get rollouts: %v\n%s", err, out)
 	}
 }
+
+// Pause and resume land while something else keeps writing the roll-out's
+// status, as its controller does during a wave: a status write is not an
+// operator's change and must not refuse the command.
+func TestAgentControlsOutlastStatusWrites(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ns := newNamespace(t, "agentrace")
+	ro := &infrav1.EdgeAgentRollout{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "r1"},
+		Spec: infrav1.EdgeAgentRolloutSpec{Version: "v0.9.2", Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"site": "none"}}}}
+	if err := env.Client.Create(ctx, ro); err != nil {
+		t.Fatal(err)
+	}
+	writer := make(chan struct{})
+	go func() {
+		defer close(writer)
+		for n := int32(0); ctx.Err() == nil; n++ {
+			cur := &infrav1.EdgeAgentRollout{}
+			if env.Client.Get(ctx, client.ObjectKeyFromObject(ro), cur) != nil {
+				continue
+			}
+			cur.Status.Hosts = 1000 + n%7
+			_ = env.Client.Status().Update(ctx, cur)
+		}
+	}()
+	defer func() { cancel(); <-writer }()
+	for i := range 10 {
+		action, want := "pause", true
+		if i%2 == 1 {
+			action, want = "resume", false
+		}
+		if _, _, err := fleet(t, "-n", ns, "agent", action, "r1"); err != nil {
+			t.Fatalf("agent %s (round %d): %v", action, i, err)
+		}
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(ro), ro); err != nil {
+			t.Fatal(err)
+		}
+		if ro.Spec.Paused != want {
+			t.Fatalf("agent %s (round %d): paused=%v", action, i, ro.Spec.Paused)
+		}
+	}
+}
