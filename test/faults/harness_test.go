@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -78,20 +80,35 @@ func build(t *testing.T) (agentBin, simBin string) {
 }
 
 // agent is one edge host: a sandbox root and a fleet-agent process in the
-// site's network namespace.
+// site's network namespace and in a freezer cgroup of its own, which holds
+// every process the agent starts, so that a power cut can end them all.
 type agent struct {
-	name string
-	root string
-	cmd  *exec.Cmd
-	log  *testkit.SyncBuffer
+	name   string
+	root   string
+	cmd    *exec.Cmd
+	exited chan struct{}
+	cgroup string
+	args   []string
+	log    *testkit.SyncBuffer
+}
+
+// hostTiming is what a host's bootstrap and reset do besides their work.
+type hostTiming struct {
+	// pause is how long a reset sleeps after it records itself, so that a
+	// power cut can fall inside it.
+	pause time.Duration
 }
 
 // startAgent starts host name's agent in site s, enrolling with token.
 // Its keepalive (2 s) and reconnection back-off (at most 3 s) are
 // compressed like the hub's; its reset records itself before kubeadm's.
-func startAgent(t *testing.T, s *testhost.Site, name, agentBin, simBin, hubURL, pin, token string, workloadKubeconfig []byte) *agent {
+func startAgent(t *testing.T, s *testhost.Site, name, agentBin, simBin, hubURL, pin, token string, workloadKubeconfig []byte, timing hostTiming) *agent {
 	t.Helper()
 	root := t.TempDir()
+	pause := ""
+	if timing.pause > 0 {
+		pause = fmt.Sprintf("\n- sleep %g", timing.pause.Seconds())
+	}
 	config := fmt.Sprintf(`hub: %s
 caCertHash: %s
 token: %s
@@ -102,9 +119,9 @@ keepAlive: 2s
 maxBackoff: 3s
 resyncInterval: 5s
 resetCommands:
-- mkdir -p %s && echo "$(date +%%s.%%N) reset" >> %s
+- mkdir -p %s && echo "$(date +%%s.%%N) reset" >> %s%s
 - kubeadm reset -f
-`, hubURL, pin, token, root, filepath.Join(root, "var/lib/fleet-agent"), filepath.Dir(historyFile), historyFile)
+`, hubURL, pin, token, root, filepath.Join(root, "var/lib/fleet-agent"), filepath.Dir(historyFile), historyFile, pause)
 	files := map[string]string{
 		"etc/hostname":             name + "\n",
 		"etc/machine-id":           fmt.Sprintf("%032x", name)[:32] + "\n",
@@ -123,26 +140,93 @@ resetCommands:
 	must(t, os.MkdirAll(filepath.Join(root, "opt/fleet/bin"), 0o755))
 	must(t, os.WriteFile(filepath.Join(root, "opt/fleet/bin/kubeadm"), sim, 0o755))
 
-	a := &agent{name: name, root: root, log: &testkit.SyncBuffer{}}
-	a.cmd = exec.Command("nsenter", "--net="+s.Path(), "--", agentBin, "--config", filepath.Join(root, "etc/fleet-agent.yaml"))
-	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
-	must(t, a.cmd.Start())
-	t.Cleanup(func() { a.stop(t) })
+	a := &agent{name: name, root: root, log: &testkit.SyncBuffer{},
+		cgroup: filepath.Join(freezerRoot, fmt.Sprintf("fleet-faults-%d-%s", os.Getpid(), name)),
+		args:   []string{"nsenter", "--net=" + s.Path(), "--", agentBin, "--config", filepath.Join(root, "etc/fleet-agent.yaml")}}
+	must(t, os.Mkdir(a.cgroup, 0o755))
+	t.Cleanup(func() {
+		a.stop(t)
+		_ = os.Remove(a.cgroup)
+	})
+	must(t, a.boot())
 	return a
 }
 
-func (a *agent) stop(t *testing.T) {
-	if a.cmd.ProcessState != nil {
-		return
+// freezerRoot is cgroup v1's freezer hierarchy.
+const freezerRoot = "/sys/fs/cgroup/freezer"
+
+// boot starts the agent in its cgroup: the shell joins it, then becomes
+// the agent, so no process of the host runs outside it.
+func (a *agent) boot() error {
+	a.cmd = exec.Command("sh", append([]string{"-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, a.cgroup}, a.args...)...)
+	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
+	if err := a.cmd.Start(); err != nil {
+		return fmt.Errorf("starting the agent of %s: %w", a.name, err)
 	}
-	_ = a.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- a.cmd.Wait() }()
+	exited := make(chan struct{})
+	go func(cmd *exec.Cmd) { _ = cmd.Wait(); close(exited) }(a.cmd)
+	a.exited = exited
+	return nil
+}
+
+// powerCut ends every process of the host at once, as a power cut does:
+// the cgroup is frozen, so none can react or fork, then all are killed.
+func (a *agent) powerCut() error {
+	state := filepath.Join(a.cgroup, "freezer.state")
+	if err := os.WriteFile(state, []byte("FROZEN"), 0o644); err != nil {
+		return fmt.Errorf("freezing %s: %w", a.name, err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		b, err := os.ReadFile(state)
+		if err != nil {
+			return err
+		}
+		if strings.TrimSpace(string(b)) == "FROZEN" {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s's processes not frozen within 10 s (%s)", a.name, b)
+		}
+	}
+	procs, err := os.ReadFile(filepath.Join(a.cgroup, "cgroup.procs"))
+	if err != nil {
+		return err
+	}
+	for _, f := range strings.Fields(string(procs)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	if err := os.WriteFile(state, []byte("THAWED"), 0o644); err != nil {
+		return fmt.Errorf("thawing %s: %w", a.name, err)
+	}
+	<-a.exited
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		b, err := os.ReadFile(filepath.Join(a.cgroup, "cgroup.procs"))
+		if err != nil {
+			return err
+		}
+		if len(strings.TrimSpace(string(b))) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s's processes still alive 10 s after the power cut: %s", a.name, b)
+		}
+	}
+}
+
+func (a *agent) stop(t *testing.T) {
 	select {
-	case <-done:
-	case <-time.After(20 * time.Second):
-		_ = a.cmd.Process.Kill()
-		<-done
+	case <-a.exited:
+	default:
+		_ = a.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-a.exited:
+		case <-time.After(20 * time.Second):
+			if err := a.powerCut(); err != nil {
+				t.Log(err)
+			}
+		}
 	}
 	if t.Failed() {
 		log := a.log.String()
@@ -179,14 +263,18 @@ func createCluster(t *testing.T, ns string) []byte {
 
 // createMachine writes a Machine, its KubeadmConfig (init for the control
 // plane, join otherwise) whose bootstrap records itself in the host's
-// history, and its EdgeMachine, which picks a host labelled role=role.
-func createMachine(t *testing.T, ns, name, role string) {
+// history, then sleeps pause, and its EdgeMachine, which picks a host
+// labelled role=role.
+func createMachine(t *testing.T, ns, name, role string, pause time.Duration) {
 	t.Helper()
 	ctx, c := context.Background(), hub.Client
 	reg := bootstrapv1.NodeRegistrationOptions{Name: "{{ ds.meta_data.local_hostname }}",
 		KubeletExtraArgs: []bootstrapv1.Arg{{Name: "provider-id", Value: ptr.To("{{ ds.meta_data.provider_id }}")}}}
 	spec := bootstrapv1.KubeadmConfigSpec{PreKubeadmCommands: []string{
 		fmt.Sprintf(`mkdir -p %s && echo "$(date +%%s.%%N) bootstrap %s" >> %s`, filepath.Dir(historyFile), name, historyFile)}}
+	if pause > 0 {
+		spec.PreKubeadmCommands = append(spec.PreKubeadmCommands, fmt.Sprintf("sleep %g", pause.Seconds()))
+	}
 	machineLabels := map[string]string{clusterv1.ClusterNameLabel: clusterName}
 	if role == "cp" {
 		spec.InitConfiguration = bootstrapv1.InitConfiguration{NodeRegistration: reg}

@@ -1,8 +1,6 @@
 package faults
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -64,29 +62,11 @@ func (h *history) readAgents(agents []*agent) error {
 	}
 	var read []event
 	for _, a := range agents {
-		b, err := os.ReadFile(filepath.Join(a.root, historyFile))
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
+		acts, err := a.records()
 		if err != nil {
 			return err
 		}
-		sc := bufio.NewScanner(bytes.NewReader(b))
-		for sc.Scan() {
-			f := strings.Fields(sc.Text())
-			if len(f) < 2 {
-				return fmt.Errorf("host %s: history line %q", a.name, sc.Text())
-			}
-			sec, err := strconv.ParseFloat(f[0], 64)
-			if err != nil {
-				return fmt.Errorf("host %s: history line %q: %w", a.name, sc.Text(), err)
-			}
-			e := event{At: time.Unix(0, int64(sec*1e9)), Host: a.name, What: f[1]}
-			if len(f) > 2 {
-				e.Machine = f[2]
-			}
-			read = append(read, e)
-		}
+		read = append(read, acts...)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -96,18 +76,53 @@ func (h *history) readAgents(agents []*agent) error {
 	return nil
 }
 
-// check returns every invariant the history breaks: no Machine
+// records reads what a's bootstrap and reset commands recorded on its
+// disk; a line still being written is left for the next read.
+func (a *agent) records() ([]event, error) {
+	b, err := os.ReadFile(filepath.Join(a.root, historyFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []event
+	lines := strings.Split(string(b), "\n")
+	for _, l := range lines[:len(lines)-1] {
+		f := strings.Fields(l)
+		if len(f) < 2 {
+			return nil, fmt.Errorf("host %s: history line %q", a.name, l)
+		}
+		sec, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			return nil, fmt.Errorf("host %s: history line %q: %w", a.name, l, err)
+		}
+		e := event{At: time.Unix(0, int64(sec*1e9)), Host: a.name, What: f[1]}
+		if len(f) > 2 {
+			e.Machine = f[2]
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// check returns every invariant the history breaks — no Machine
 // bootstrapped twice, no host bootstrapped again before a reset, and no
-// reset without the deletion of the Machine the host served.
-func (h *history) check() []string {
-	var broken []string
+// reset without the deletion of the Machine the host served — and how
+// many resets were ordered. A reset that a power cut interrupted runs
+// again when its host is back: one order, not a reset without one.
+func (h *history) check() (broken []string, resets int) {
 	bootstraps := map[string][]string{} // machine → hosts
 	serving := map[string]string{}      // host → machine it was bootstrapped for
 	deleted := map[string]bool{}
+	resetting := map[string]bool{} // host → its last act was a reset
+	cut := map[string]bool{}       // host → its power was cut since its last act
 	for _, e := range h.snapshot() {
 		switch {
 		case e.Host == "" && e.What == "delete":
 			deleted[e.Machine] = true
+		case e.Host == "" && e.What == "power-cut":
+			cut[e.Detail] = true
 		case e.What == "bootstrap":
 			bootstraps[e.Machine] = append(bootstraps[e.Machine], e.Host)
 			if len(bootstraps[e.Machine]) == 2 {
@@ -117,18 +132,24 @@ func (h *history) check() []string {
 				broken = append(broken, fmt.Sprintf("host %s was bootstrapped for %s while it served %s, with no reset between", e.Host, e.Machine, m))
 			}
 			serving[e.Host] = e.Machine
+			resetting[e.Host], cut[e.Host] = false, false
 		case e.What == "reset":
 			m, ok := serving[e.Host]
 			switch {
+			case !ok && resetting[e.Host] && cut[e.Host]:
+				// The interrupted reset's order, carried out again.
 			case !ok:
 				broken = append(broken, fmt.Sprintf("host %s reset with no Machine to undo", e.Host))
 			case !deleted[m]:
 				broken = append(broken, fmt.Sprintf("host %s reset while its Machine %s was not deleted: a reset without an order", e.Host, m))
+			default:
+				resets++
 			}
 			delete(serving, e.Host)
+			resetting[e.Host], cut[e.Host] = true, false
 		}
 	}
-	return broken
+	return broken, resets
 }
 
 // write puts the history in a file and returns its path.

@@ -29,6 +29,8 @@ type run struct {
 	h      *history
 	ns     string
 	agents []*agent
+	// pause is how long each bootstrap sleeps after it records itself.
+	pause time.Duration
 }
 
 // newRun starts a run from -faults.seed or a new seed, which it logs
@@ -88,7 +90,16 @@ func (r *run) phase(name string, faults []fault, inject func(fault) error, order
 	orders()
 	<-done
 	r.h.add("fault", "", "faults over")
-	stopped := time.Now()
+	took := r.converge(name, time.Now(), want)
+	t.Logf("%s: converged %s after the faults stopped (%d faults: %v)", name, took, len(faults), faults)
+}
+
+// converge waits until the API server reads as the agents' records say,
+// with the Machines in want Running, and returns how long that took from
+// since.
+func (r *run) converge(name string, since time.Time, want []string) time.Duration {
+	t := r.t
+	t.Helper()
 	testkit.Eventually(t, convergeBound, time.Second, name+": the API server tells the agents' truth", func() error {
 		// The agents' records are read afresh each time: a bootstrap or
 		// reset may still be under way.
@@ -98,41 +109,36 @@ func (r *run) phase(name string, faults []fault, inject func(fault) error, order
 		}
 		return cur.converged(context.Background(), hub.Client, r.ns, want)
 	})
-	took := time.Since(stopped).Round(10 * time.Millisecond)
-	r.h.add("converged", "", took.String())
-	t.Logf("%s: converged %s after the faults stopped (%d faults: %v)", name, took, len(faults), faults)
+	took := time.Since(since).Round(10 * time.Millisecond)
+	r.h.add("converged", "", name+" "+took.String())
+	return took
 }
 
 // check reads the agents' histories and fails the test with every
-// invariant the run broke, and unless exactly resets resets ran.
+// invariant the run broke, and unless exactly resets resets were ordered.
 func (r *run) check(resets int) {
 	t := r.t
 	t.Helper()
 	must(t, r.h.readAgents(r.agents))
-	if broken := r.h.check(); len(broken) > 0 {
+	broken, n := r.h.check()
+	if len(broken) > 0 {
 		t.Fatalf("seed %d broke %d invariant(s):\n  %s", r.seed, len(broken), strings.Join(broken, "\n  "))
-	}
-	n := 0
-	for _, e := range r.h.snapshot() {
-		if e.What == "reset" {
-			n++
-		}
 	}
 	if n != resets {
 		t.Fatalf("seed %d: %d resets, want %d", r.seed, n, resets)
 	}
 }
 
-// createMachines creates the Machines (the first a control plane) and
+// createMachines creates the Machines ("cp" a control plane) and
 // records each in the history.
 func (r *run) createMachines(names ...string) {
-	for i, m := range names {
+	for _, m := range names {
 		role := "worker"
-		if i == 0 {
+		if m == "cp" {
 			role = "cp"
 		}
 		r.h.add("create", m, "")
-		createMachine(r.t, r.ns, m, role)
+		createMachine(r.t, r.ns, m, role, r.pause)
 	}
 }
 
