@@ -104,7 +104,7 @@ func New(cfg Config, prov Provisioner, log logr.Logger) *Agent {
 	}
 	a := &Agent{
 		cfg:          cfg,
-		store:        state.Store{Dir: cfg.StateDir},
+		store:        state.Store{Dir: cfg.StateDir, Log: log.WithName("state")},
 		prov:         prov,
 		log:          log,
 		updates:      make(chan session.Update),

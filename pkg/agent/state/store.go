@@ -1,13 +1,19 @@
 package state
 
 import (
+	"bytes"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
+	"sync"
 
+	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -67,8 +73,14 @@ func (a Applied) DeepCopy() Applied {
 
 // Store keeps the agent's files. Every write is atomic (write to a
 // temporary file, fsync, rename, fsync the directory), so a power cut leaves
-// the old or the new file, never half of one.
-type Store struct{ Dir string }
+// the old or the new file, never half of one; and every file is written
+// twice, to its name and to a copy beside it, so a file that the disk
+// corrupts later is read from its copy and mended.
+type Store struct {
+	Dir string
+	// Log hears of a corrupt file read from its copy.
+	Log logr.Logger
+}
 
 // File names in the state directory.
 const (
@@ -96,14 +108,89 @@ const (
 
 func (s Store) path(name string) string { return filepath.Join(s.Dir, name) }
 
+// copySuffix names the copy of each state file.
+const copySuffix = ".copy"
+
+// write replaces name and then its copy: a crash between the two leaves
+// the newer in name, which read prefers.
 func (s Store) write(name string, data []byte, mode os.FileMode) error {
+	defer s.lock()()
 	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
 		return fmt.Errorf("creating state dir: %w", err)
 	}
-	return atomicfile.Write(s.path(name), data, mode)
+	if err := atomicfile.Write(s.path(name), data, mode); err != nil {
+		return err
+	}
+	return atomicfile.Write(s.path(name+copySuffix), data, mode)
 }
 
-func (s Store) read(name string) ([]byte, error) { return os.ReadFile(s.path(name)) }
+// remove deletes name and its copy.
+func (s Store) remove(name string) error {
+	defer s.lock()()
+	for _, p := range []string{s.path(name), s.path(name + copySuffix)} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// read returns name's content, which valid must accept: from name, or
+// from its copy when name is missing or corrupt. The one that is wrong
+// (or missing, as in state written before copies were kept) is mended
+// from the other where the disk allows; the read succeeds either way.
+// Two valid files that differ (a crash between the two writes) are left
+// to the next write.
+func (s Store) read(name string, valid func([]byte) error) ([]byte, error) {
+	defer s.lock()()
+	main, copy := s.path(name), s.path(name+copySuffix)
+	b, err := os.ReadFile(main)
+	if err == nil {
+		err = valid(b)
+	}
+	c, cerr := os.ReadFile(copy)
+	if cerr == nil {
+		cerr = valid(c)
+	}
+	switch {
+	case err == nil:
+		if cerr != nil {
+			s.mend(copy, main, b)
+		}
+		return b, nil
+	case cerr == nil:
+		s.Log.Info("A state file is corrupt or missing: reading its copy, and mending it", "file", main, "error", err.Error())
+		s.mend(main, copy, c)
+		return c, nil
+	case errors.Is(err, os.ErrNotExist) && errors.Is(cerr, os.ErrNotExist):
+		return nil, err
+	case errors.Is(err, os.ErrNotExist):
+		return nil, fmt.Errorf("state file %s is missing and its copy is corrupt: %w", main, cerr)
+	default:
+		return nil, fmt.Errorf("state file %s is corrupt (%w), and so is its copy", main, err)
+	}
+}
+
+// dirLocks holds a lock per state directory: a read that mends a file
+// must not interleave with a write of it.
+var dirLocks sync.Map
+
+func (s Store) lock() (unlock func()) {
+	mu, _ := dirLocks.LoadOrStore(filepath.Clean(s.Dir), &sync.Mutex{})
+	mu.(*sync.Mutex).Lock()
+	return mu.(*sync.Mutex).Unlock
+}
+
+// mend writes data, read from good, to path with good's mode.
+func (s Store) mend(path, good string, data []byte) {
+	mode := os.FileMode(0o600)
+	if fi, err := os.Stat(good); err == nil {
+		mode = fi.Mode().Perm()
+	}
+	if err := atomicfile.Write(path, data, mode); err != nil {
+		s.Log.Info("Cannot mend a state file", "file", path, "error", err.Error())
+	}
+}
 
 func (s Store) writeJSON(name string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
@@ -113,8 +200,30 @@ func (s Store) writeJSON(name string, v any) error {
 	return s.write(name, b, 0o600)
 }
 
+// validJSON accepts a file that decodes into a value of v's type.
+func validJSON(v any) func([]byte) error {
+	return func(b []byte) error { return json.Unmarshal(b, reflect.New(reflect.TypeOf(v).Elem()).Interface()) }
+}
+
+// validPEM accepts a file holding at least one PEM block and nothing a
+// truncation leaves behind.
+func validPEM(b []byte) error {
+	rest, n := b, 0
+	for {
+		var block *pem.Block
+		if block, rest = pem.Decode(rest); block == nil {
+			break
+		}
+		n++
+	}
+	if n == 0 || len(bytes.TrimSpace(rest)) > 0 {
+		return errors.New("not whole PEM")
+	}
+	return nil
+}
+
 func (s Store) readJSON(name string, v any) (bool, error) {
-	b, err := s.read(name)
+	b, err := s.read(name, validJSON(v))
 	if errors.Is(err, os.ErrNotExist) {
 		return false, nil
 	}
@@ -178,10 +287,10 @@ func (s Store) LoadIdentity() (Credentials, error) {
 	if !found {
 		return c, ErrNotEnrolled
 	}
-	if c.CAPEM, err = s.read(FileCA); err != nil {
+	if c.CAPEM, err = s.read(FileCA, validCA); err != nil {
 		return c, fmt.Errorf("reading the hub CA: %w", err)
 	}
-	if c.ClientPEM, err = s.read(FileCredentials); err != nil {
+	if c.ClientPEM, err = s.read(FileCredentials, validKeyPair); err != nil {
 		return c, fmt.Errorf("reading the client credentials: %w", err)
 	}
 	return c, nil
@@ -190,7 +299,7 @@ func (s Store) LoadIdentity() (Credentials, error) {
 // EnrollKey returns the key for enrolling, made and kept on first use
 // until ForgetEnrollKey.
 func (s Store) EnrollKey() ([]byte, error) {
-	if b, err := s.read(FileEnrollKey); err == nil {
+	if b, err := s.read(FileEnrollKey, validPEM); err == nil {
 		return b, nil
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return nil, err
@@ -207,17 +316,12 @@ func (s Store) EnrollKey() ([]byte, error) {
 
 // ForgetEnrollKey removes the enrollment key once it is part of an
 // identity (or the identity is gone, and the next enrollment is a new one).
-func (s Store) ForgetEnrollKey() error {
-	if err := os.Remove(s.path(FileEnrollKey)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	return nil
-}
+func (s Store) ForgetEnrollKey() error { return s.remove(FileEnrollKey) }
 
 // RotationKey returns the key for the next certificate rotation, made and
 // kept on first use until ForgetRotationKey.
 func (s Store) RotationKey() ([]byte, error) {
-	if b, err := s.read(FileRotationKey); err == nil {
+	if b, err := s.read(FileRotationKey, validPEM); err == nil {
 		return b, nil
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return nil, err
@@ -234,21 +338,36 @@ func (s Store) RotationKey() ([]byte, error) {
 
 // ForgetRotationKey removes the rotation key once it is the host's
 // current key.
-func (s Store) ForgetRotationKey() error {
-	if err := os.Remove(s.path(FileRotationKey)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	return nil
-}
+func (s Store) ForgetRotationKey() error { return s.remove(FileRotationKey) }
 
 // ForgetIdentity removes the identity after the hub revoked it.
 func (s Store) ForgetIdentity() error {
 	for _, f := range []string{FileIdentity, FileCredentials, FileEnrollKey, FileRotationKey} {
-		if err := os.Remove(s.path(f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := s.remove(f); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// validCA accepts a file holding a certificate.
+func validCA(b []byte) error {
+	if err := validPEM(b); err != nil {
+		return err
+	}
+	if !x509.NewCertPool().AppendCertsFromPEM(b) {
+		return errors.New("no certificate")
+	}
+	return nil
+}
+
+// validKeyPair accepts a key and a certificate that belong together.
+func validKeyPair(b []byte) error {
+	if err := validPEM(b); err != nil {
+		return err
+	}
+	_, err := tls.X509KeyPair(b, b)
+	return err
 }
 
 // SaveDesired records the last desired state received.
