@@ -48,6 +48,12 @@ type Agent struct {
 
 	mu      sync.Mutex
 	applied state.Applied
+	// saveMu orders the writes of applied, so an older snapshot is never
+	// written last; unsaved is why the last write failed (a full or
+	// read-only state directory), nil once one worked: housekeeping
+	// writes it again, and the status reports it.
+	saveMu  sync.Mutex
+	unsaved atomic.Pointer[string]
 
 	// The bootstrap in progress, so a release can interrupt it.
 	provMu     sync.Mutex

@@ -14,7 +14,8 @@ import (
 // syncLoop is the one loop every source feeds: it hands each desired state
 // to the reach owner, to the interrupt of a released bootstrap and to the
 // worker; link reports to the status; the resync timer re-sends the full
-// status; housekeeping judges whether the agent is alive.
+// status; housekeeping judges whether the agent is alive and writes again
+// a state that a full disk kept from being recorded.
 func (a *Agent) syncLoop(ctx context.Context) {
 	resync := time.NewTicker(a.cfg.ResyncInterval)
 	defer resync.Stop()
@@ -39,6 +40,7 @@ func (a *Agent) syncLoop(ctx context.Context) {
 			a.status.Resend()
 		case <-housekeeping.C:
 			a.checkHealth(time.Now())
+			a.saveUnsaved()
 			if a.trialExpired(time.Now()) {
 				return
 			}

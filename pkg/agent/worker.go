@@ -233,18 +233,51 @@ func (a *Agent) interruptIfReleased(d *wire.DesiredState) {
 }
 
 // update changes the applied state, persists it, and lets the status
-// manager send the new full status.
+// manager send the new full status. The change holds in memory (and is
+// reported) even when it cannot be persisted; saveUnsaved retries.
 func (a *Agent) update(fn func(*state.Applied)) error {
+	a.saveMu.Lock()
 	a.mu.Lock()
 	fn(&a.applied)
 	snapshot := a.applied.DeepCopy()
 	a.mu.Unlock()
-	err := a.store.SaveApplied(snapshot)
-	if err != nil {
-		a.log.Error(err, "Saving state")
-	}
+	err := a.save(snapshot)
+	a.saveMu.Unlock()
 	a.refreshStatus()
 	return err
+}
+
+// save writes snapshot and records whether that worked; saveMu held.
+func (a *Agent) save(snapshot state.Applied) error {
+	err := a.store.SaveApplied(snapshot)
+	was := a.unsaved.Load()
+	switch {
+	case err != nil:
+		if was == nil {
+			a.log.Error(err, "Cannot record what the agent did in the state directory; retrying until it can")
+		}
+		why := err.Error()
+		a.unsaved.Store(&why)
+	case was != nil:
+		a.log.Info("Recorded what the agent did in the state directory again")
+		a.unsaved.Store(nil)
+	}
+	return err
+}
+
+// saveUnsaved writes the applied state again after a failed write: a
+// restart must find what was done, not what was under way (a finished
+// bootstrap read back as running is reported as interrupted).
+func (a *Agent) saveUnsaved() {
+	if a.unsaved.Load() == nil {
+		return
+	}
+	a.saveMu.Lock()
+	err := a.save(a.Applied())
+	a.saveMu.Unlock()
+	if err == nil {
+		a.refreshStatus()
+	}
 }
 
 func (a *Agent) refreshStatus() {
@@ -272,6 +305,9 @@ func (a *Agent) refreshStatus() {
 		Staging:                a.stagingStatus(),
 	}
 	st.AgentRelease = a.releaseStatus()
+	if why := a.unsaved.Load(); why != nil {
+		st.StateUnwritable = truncate(*why, 1000)
+	}
 	a.status.Set(st)
 }
 

@@ -89,25 +89,31 @@ type agent struct {
 	exited chan struct{}
 	cgroup string
 	args   []string
-	log    *testkit.SyncBuffer
+	// stateDir is the mount point of the agent's state directory when it
+	// is a file system of its own.
+	stateDir string
+	log      *testkit.SyncBuffer
 }
 
-// hostTiming is what a host's bootstrap and reset do besides their work.
-type hostTiming struct {
+// hostOptions is what a host has besides the defaults.
+type hostOptions struct {
 	// pause is how long a reset sleeps after it records itself, so that a
 	// power cut can fall inside it.
 	pause time.Duration
+	// stateFS puts the agent's state directory on a file system of its
+	// own (a 16 MiB tmpfs), which the suite can fill or make read-only.
+	stateFS bool
 }
 
 // startAgent starts host name's agent in site s, enrolling with token.
 // Its keepalive (2 s) and reconnection back-off (at most 3 s) are
 // compressed like the hub's; its reset records itself before kubeadm's.
-func startAgent(t *testing.T, s *testhost.Site, name, agentBin, simBin, hubURL, pin, token string, workloadKubeconfig []byte, timing hostTiming) *agent {
+func startAgent(t *testing.T, s *testhost.Site, name, agentBin, simBin, hubURL, pin, token string, workloadKubeconfig []byte, opts hostOptions) *agent {
 	t.Helper()
 	root := t.TempDir()
 	pause := ""
-	if timing.pause > 0 {
-		pause = fmt.Sprintf("\n- sleep %g", timing.pause.Seconds())
+	if opts.pause > 0 {
+		pause = fmt.Sprintf("\n- sleep %g", opts.pause.Seconds())
 	}
 	config := fmt.Sprintf(`hub: %s
 caCertHash: %s
@@ -143,11 +149,19 @@ resetCommands:
 	a := &agent{name: name, root: root, log: &testkit.SyncBuffer{},
 		cgroup: filepath.Join(freezerRoot, fmt.Sprintf("fleet-faults-%d-%s", os.Getpid(), name)),
 		args:   []string{"nsenter", "--net=" + s.Path(), "--", agentBin, "--config", filepath.Join(root, "etc/fleet-agent.yaml")}}
+	if opts.stateFS {
+		a.stateDir = filepath.Join(root, "var/lib/fleet-agent")
+		must(t, os.MkdirAll(a.stateDir, 0o700))
+		must(t, syscall.Mount("tmpfs", a.stateDir, "tmpfs", 0, "size=16m,mode=0700"))
+		// Registered before the agent's stop, so it runs after it.
+		t.Cleanup(func() { _ = syscall.Unmount(a.stateDir, syscall.MNT_DETACH) })
+	}
 	must(t, os.Mkdir(a.cgroup, 0o755))
 	t.Cleanup(func() {
 		a.stop(t)
 		_ = os.Remove(a.cgroup)
 	})
+
 	must(t, a.boot())
 	return a
 }

@@ -38,7 +38,7 @@ func TestHubKills(t *testing.T) {
 	_, err := site.Forward(router, hp.gateway)
 	must(t, err)
 	n := *hostsFlag
-	r.setAgents(startAgents(t, site, ns, n, "k"+strings.TrimPrefix(ns, "faults-"), "https://"+router, hp.pin(t), hostTiming{}))
+	r.setAgents(startAgents(t, site, ns, n, "k"+strings.TrimPrefix(ns, "faults-"), "https://"+router, hp.pin(t), hostOptions{}))
 
 	kill := func(f fault) error {
 		hp.kill()

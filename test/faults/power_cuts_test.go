@@ -35,7 +35,7 @@ func TestPowerCuts(t *testing.T) {
 	const router = "127.0.0.1:17443"
 	_, err := site.Forward(router, gw.Addr())
 	must(t, err)
-	agents := startAgents(t, site, ns, 4, "p"+strings.TrimPrefix(ns, "faults-"), "https://"+router, gw.CA().Pin(), hostTiming{pause: 3 * time.Second})
+	agents := startAgents(t, site, ns, 4, "p"+strings.TrimPrefix(ns, "faults-"), "https://"+router, gw.CA().Pin(), hostOptions{pause: 3 * time.Second})
 	r.setAgents(agents)
 	workers := []string{"w0", "w1", "w2"}
 	all := append([]string{"cp"}, workers...)
@@ -76,24 +76,25 @@ func TestPowerCuts(t *testing.T) {
 	r.check(len(deleted))
 }
 
-// cutter cuts the power of hosts as their records show an act begin.
-type cutter struct {
+// watcher does something to hosts as their records show an act begin.
+type watcher struct {
 	cancel context.CancelFunc
 	done   chan struct{}
+	busy   sync.WaitGroup
 	mu     sync.Mutex
-	cut    map[string]bool // machine (bootstrap) or host (reset) → cut
+	hit    map[string]bool // machine (bootstrap) or host (reset) → done to
 }
 
-// cutPower watches the hosts' records for acts of kind what ("bootstrap"
-// or "reset"); for each that begins, on a Machine that may be cut, the
-// run's seed decides whether the host's power is cut then — the first
-// is always cut — and the host boots again 1 to 3 s later.
-func (r *run) cutPower(what string, may func(machine string) bool) *cutter {
+// watchActs watches the hosts' records for acts of kind what ("bootstrap"
+// or "reset"); for each that begins, on a Machine that may be hit, the
+// run's seed decides whether to do to its host, at once — the first is
+// always hit.
+func (r *run) watchActs(what string, may func(machine string) bool, do func(*agent) error) *watcher {
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &cutter{cancel: cancel, done: make(chan struct{}), cut: map[string]bool{}}
+	w := &watcher{cancel: cancel, done: make(chan struct{}), hit: map[string]bool{}}
 	seen := map[string]int{} // host → lines of its record read
 	go func() {
-		defer close(c.done)
+		defer close(w.done)
 		for first := true; ctx.Err() == nil; time.Sleep(50 * time.Millisecond) {
 			for _, a := range r.agents {
 				acts, err := a.records()
@@ -104,31 +105,43 @@ func (r *run) cutPower(what string, may func(machine string) bool) *cutter {
 				fresh := acts[seen[a.name]:]
 				seen[a.name] = len(acts)
 				for _, e := range fresh {
-					if e.What != what || !may(e.Machine) || (!first && r.rng.IntN(2) == 0) {
+					if e.What != what || !may(e.Machine) || (!first && r.intN(2) == 0) {
 						continue
 					}
 					first = false
-					if err := r.powerCycle(a, time.Second+time.Duration(r.rng.IntN(2000))*time.Millisecond); err != nil {
-						r.t.Error(err)
-						return
-					}
-					c.mu.Lock()
-					c.cut[cmp.Or(e.Machine, a.name)] = true
-					c.mu.Unlock()
+					w.mu.Lock()
+					w.hit[cmp.Or(e.Machine, a.name)] = true
+					w.mu.Unlock()
+					w.busy.Add(1)
+					go func() {
+						defer w.busy.Done()
+						if err := do(a); err != nil {
+							r.t.Error(err)
+						}
+					}()
 				}
 			}
 		}
 	}()
-	return c
+	return w
 }
 
-// stop ends the watch and returns what was cut.
-func (c *cutter) stop() map[string]bool {
-	c.cancel()
-	<-c.done
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.cut
+// stop ends the watch, waits for what it started and returns what was hit.
+func (w *watcher) stop() map[string]bool {
+	w.cancel()
+	<-w.done
+	w.busy.Wait()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.hit
+}
+
+// cutPower cuts the power of hosts as acts of kind what begin (see
+// watchActs); each boots again 1 to 3 s later.
+func (r *run) cutPower(what string, may func(machine string) bool) *watcher {
+	return r.watchActs(what, may, func(a *agent) error {
+		return r.powerCycle(a, time.Second+time.Duration(r.intN(2000))*time.Millisecond)
+	})
 }
 
 // powerCycle cuts a's power and boots it again after off.

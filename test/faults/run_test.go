@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,6 +26,7 @@ const convergeBound = 3 * time.Minute
 type run struct {
 	t      *testing.T
 	seed   int64
+	rngMu  sync.Mutex
 	rng    *rand.Rand
 	h      *history
 	ns     string
@@ -43,6 +45,14 @@ func newRun(t *testing.T, ns string) *run {
 	t.Logf("seed %d (replay: go test ./test/faults -run '%s$' -args -faults.seed=%d -faults.rounds=%d -faults.hosts=%d)",
 		seed, t.Name(), seed, *roundsFlag, *hostsFlag)
 	return &run{t: t, seed: seed, rng: rand.New(rand.NewPCG(uint64(seed), 0)), h: &history{seed: seed}, ns: ns} //nolint:gosec // a replayable schedule, not a secret
+}
+
+// intN draws from the run's seed; safe for the goroutines that inject
+// faults.
+func (r *run) intN(n int) int {
+	r.rngMu.Lock()
+	defer r.rngMu.Unlock()
+	return r.rng.IntN(n)
 }
 
 // setAgents records the run's hosts. A failing run then logs its history

@@ -31,7 +31,7 @@ func TestCorruptStateFiles(t *testing.T) {
 	const router = "127.0.0.1:17443"
 	_, err := site.Forward(router, gw.Addr())
 	must(t, err)
-	agents := startAgents(t, site, ns, 4, "s"+strings.TrimPrefix(ns, "faults-"), "https://"+router, gw.CA().Pin(), hostTiming{})
+	agents := startAgents(t, site, ns, 4, "s"+strings.TrimPrefix(ns, "faults-"), "https://"+router, gw.CA().Pin(), hostOptions{})
 	r.setAgents(agents)
 	all := []string{"cp", "w0", "w1", "w2"}
 	start := time.Now()

@@ -32,7 +32,7 @@ func TestUplinkFaults(t *testing.T) {
 	up := newUplink(t, gw.Addr(), site.Path(), routerPort)
 	_, err := site.Forward(router, up.addr())
 	must(t, err)
-	r.setAgents(startAgents(t, site, ns, 4, "u"+strings.TrimPrefix(ns, "faults-"), "https://"+router, gw.CA().Pin(), hostTiming{}))
+	r.setAgents(startAgents(t, site, ns, 4, "u"+strings.TrimPrefix(ns, "faults-"), "https://"+router, gw.CA().Pin(), hostOptions{}))
 
 	spell := func(f fault) error {
 		if err := up.apply(f.State); err != nil {
@@ -85,7 +85,7 @@ func newSite(t *testing.T) *testhost.Site {
 // role=cp), then <prefix>-w-0 … (role=worker), and waits until they are
 // Available. Node names are the workload cluster's, which every run
 // shares: each has its own prefix.
-func startAgents(t *testing.T, site *testhost.Site, ns string, n int, prefix, hubURL, pin string, timing hostTiming) []*agent {
+func startAgents(t *testing.T, site *testhost.Site, ns string, n int, prefix, hubURL, pin string, opts hostOptions) []*agent {
 	t.Helper()
 	agentBin, simBin := build(t)
 	wkc := createCluster(t, ns)
@@ -96,7 +96,7 @@ func startAgents(t *testing.T, site *testhost.Site, ns string, n int, prefix, hu
 		if i == 0 {
 			name, token = prefix+"-cp-0", cpToken
 		}
-		agents = append(agents, startAgent(t, site, name, agentBin, simBin, hubURL, pin, token, wkc, timing))
+		agents = append(agents, startAgent(t, site, name, agentBin, simBin, hubURL, pin, token, wkc, opts))
 	}
 	testkit.Eventually(t, 2*time.Minute, time.Second, fmt.Sprintf("%d hosts enrolled and Available", n), func() error {
 		return testenv.HostsAvailable(context.Background(), hub.Client, ns, n)

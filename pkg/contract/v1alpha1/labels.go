@@ -201,6 +201,17 @@ const (
 	LinkHealthyReason = "LinkHealthy"
 	// LinkNotReportedReason: the agent has reported no link health yet.
 	LinkNotReportedReason = "LinkNotReported"
+
+	// StateUnwritableCondition on an EdgeHost is True while its agent
+	// cannot write its state directory (a full disk, a file system turned
+	// read-only): what it did holds and is reported, but a restart would
+	// not find it. False once the agent recorded it; hosts never affected
+	// do not carry it.
+	StateUnwritableCondition = "StateUnwritable"
+	// StateUnwritableReason: the agent's last write of its state failed.
+	StateUnwritableReason = "StateUnwritable"
+	// StateRecordedReason: the agent wrote its state again.
+	StateRecordedReason = "StateRecorded"
 )
 
 // Manual approval of enrolled hosts.

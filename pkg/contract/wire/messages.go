@@ -268,6 +268,10 @@ type Status struct {
 	// AgentRelease is the agent's account of its own releases; agents
 	// that cannot replace themselves send none.
 	AgentRelease *infrav1.AgentReleaseStatus `json:"agentRelease,omitempty"`
+	// StateUnwritable says why the agent cannot record what it did in its
+	// state directory (full, read-only); empty while it can. What it
+	// reports holds meanwhile, but would not survive a restart.
+	StateUnwritable string `json:"stateUnwritable,omitempty"`
 }
 
 // CertificateRequest asks for a new client certificate for the session's

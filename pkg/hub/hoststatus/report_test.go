@@ -2,6 +2,7 @@ package hoststatus
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -134,4 +136,59 @@ type staleCache struct {
 func (s staleCache) Get(_ context.Context, _ client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
 	s.stale.DeepCopyInto(obj.(*infrav1.EdgeHost))
 	return nil
+}
+
+// An agent that cannot write its state directory says so, and the host
+// reads StateUnwritable True with why and a Warning event; once it writes
+// again the condition turns False. A host never affected has none.
+func TestStateUnwritableFollowsTheAgentsReport(t *testing.T) {
+	ctx := context.Background()
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = infrav1.AddToScheme(scheme)
+	host := &infrav1.EdgeHost{ObjectMeta: metav1.ObjectMeta{Namespace: "site-a", Name: "store-1", UID: "uid-1"}}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(host).WithStatusSubresource(host).Build()
+	rec := events.NewFakeRecorder(10)
+	s := New(c, c, rec, logr.Discard(), noSessions{}, admission.NewPlaces(1), nil,
+		Options{ReplicaName: "hub-0", LastSeenInterval: 5 * time.Minute, LinkThresholds: linkhealth.DefaultThresholds()})
+	ss := &testSession{peer: identity.Peer{ID: pki.Identity{Namespace: "site-a", Name: "store-1", UID: "uid-1"}}, done: make(chan struct{})}
+	condition := func() *metav1.Condition {
+		t.Helper()
+		got := &infrav1.EdgeHost{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(host), got); err != nil {
+			t.Fatal(err)
+		}
+		return meta.FindStatusCondition(got.Status.Conditions, infrav1.StateUnwritableCondition)
+	}
+	for i, step := range []struct {
+		why    string
+		status metav1.ConditionStatus
+		reason string
+		event  string
+	}{
+		{"", "", "", ""},
+		{"writing /var/lib/fleet-agent/applied.json: no space left on device", metav1.ConditionTrue, infrav1.StateUnwritableReason, "Warning StateUnwritable"},
+		{"", metav1.ConditionFalse, infrav1.StateRecordedReason, "Normal StateRecorded"},
+	} {
+		if err := s.RecordStatus(ctx, ss, &wire.Status{ObservedGeneration: int64(i + 1), StateUnwritable: step.why}); err != nil {
+			t.Fatal(err)
+		}
+		cond := condition()
+		switch {
+		case step.status == "" && cond != nil:
+			t.Fatalf("step %d: a host never affected has %+v", i, cond)
+		case step.status != "" && (cond == nil || cond.Status != step.status || cond.Reason != step.reason || !strings.Contains(cond.Message, step.why)):
+			t.Fatalf("step %d: %+v", i, cond)
+		}
+		select {
+		case e := <-rec.Events:
+			if step.event == "" || !strings.HasPrefix(e, step.event) {
+				t.Fatalf("step %d: event %q, want %q", i, e, step.event)
+			}
+		default:
+			if step.event != "" {
+				t.Fatalf("step %d: no event, want %q", i, step.event)
+			}
+		}
+	}
 }

@@ -162,7 +162,26 @@ func (w *Writer) reported(host *infrav1.EdgeHost, st *wire.Status) *infrav1.Edge
 		want.Status.Link = st.Link
 		w.setLinkDegraded(want, connectedNow(host))
 	}
+	setStateUnwritable(want, st.StateUnwritable)
 	return want
+}
+
+// setStateUnwritable sets StateUnwritable from the agent's report: True
+// with why, False once the agent wrote its state again, absent on hosts
+// that never failed to.
+func setStateUnwritable(host *infrav1.EdgeHost, why string) {
+	cond := metav1.Condition{Type: infrav1.StateUnwritableCondition, ObservedGeneration: host.Generation}
+	switch {
+	case why != "":
+		cond.Status, cond.Reason = metav1.ConditionTrue, infrav1.StateUnwritableReason
+		cond.Message = "The agent cannot write its state directory: what it did holds and is reported, but a restart would not find it: " + why
+	case meta.FindStatusCondition(host.Status.Conditions, infrav1.StateUnwritableCondition) != nil:
+		cond.Status, cond.Reason = metav1.ConditionFalse, infrav1.StateRecordedReason
+		cond.Message = "The agent records its state again"
+	default:
+		return
+	}
+	meta.SetStatusCondition(&host.Status.Conditions, cond)
 }
 
 // writeReport writes what st changes in host's status. A change to the
@@ -192,6 +211,7 @@ func (w *Writer) writeReport(ctx context.Context, ss Session, host *infrav1.Edge
 		if err == nil {
 			statusWrites.WithLabelValues("report").Inc()
 			w.linkEvent(host, want)
+			w.stateEvent(host, want)
 			return nil
 		}
 		if !apierrors.IsConflict(err) || attempt == reportAttempts {
@@ -414,6 +434,23 @@ func (w *Writer) linkEvent(before, after *infrav1.EdgeHost) {
 		w.recorder.Eventf(after, nil, corev1.EventTypeWarning, infrav1.LinkDegradedReason, "LinkHealth", "%s", now.Message)
 	case now.Status == metav1.ConditionFalse && wasDegraded:
 		w.recorder.Eventf(after, nil, corev1.EventTypeNormal, "LinkRecovered", "LinkHealth", "%s", now.Message)
+	}
+}
+
+// stateEvent tells users when a report turned StateUnwritable to or from
+// True.
+func (w *Writer) stateEvent(before, after *infrav1.EdgeHost) {
+	if w.recorder == nil {
+		return
+	}
+	was := meta.IsStatusConditionTrue(before.Status.Conditions, infrav1.StateUnwritableCondition)
+	now := meta.FindStatusCondition(after.Status.Conditions, infrav1.StateUnwritableCondition)
+	switch {
+	case now == nil:
+	case now.Status == metav1.ConditionTrue && !was:
+		w.recorder.Eventf(after, nil, corev1.EventTypeWarning, infrav1.StateUnwritableReason, "AgentState", "%s", now.Message)
+	case now.Status == metav1.ConditionFalse && was:
+		w.recorder.Eventf(after, nil, corev1.EventTypeNormal, infrav1.StateRecordedReason, "AgentState", "%s", now.Message)
 	}
 }
 
