@@ -286,6 +286,16 @@ test: k8s k8s-prev $(CLUSTERCTL) test-image ## Run every test against a real kub
 test-race: k8s k8s-prev ## Run every test with the race detector.
 	$(GO) test -race -timeout 30m $(TEST_FLAGS) ./...
 
+REL_SEEDS ?= 1 2 3
+REL_HOSTS ?= 8
+
+.PHONY: reliability
+reliability: k8s ## Run the fault suite (test/faults) once per seed of REL_SEEDS (default "1 2 3"; TestHubKills with REL_HOSTS hosts, default 8, the long form 30), keep each run's record in docs/reliability/ and write docs/RELIABILITY.md's figures; fails if a run failed, after the report.
+	@failed=0; for s in $(REL_SEEDS); do \
+		$(GO) test ./test/faults -count=1 -timeout 60m -args -faults.seed=$$s -faults.hosts=$(REL_HOSTS) -faults.results=$(CURDIR)/docs/reliability || failed=1; \
+	done; \
+	$(GO) run ./test/faults/report && exit $$failed
+
 BENCH_AGENTS ?= 1000
 BENCH_IDLE ?= 10m
 BENCH_MACHINES ?= 500

@@ -18,6 +18,7 @@ import (
 	"gonum.org/v1/plot/vg"
 
 	"github.com/edgefleet/fleet/bench/results"
+	"github.com/edgefleet/fleet/internal/mdsection"
 )
 
 const (
@@ -67,7 +68,7 @@ func run(dir, doc string) error {
 		}
 	}
 	md.WriteString(endMarker + "\n")
-	return splice(doc, md.Bytes())
+	return mdsection.Splice(doc, beginMarker, endMarker, md.Bytes())
 }
 
 func kinds(rs []*results.Report) []string {
@@ -293,27 +294,4 @@ func acrossSizes(dir, kind string, rs []*results.Report) (string, bool, error) {
 	p.Y.Min = 0
 	name := kind + "-memory-per-agent.png"
 	return name, true, p.Save(8*vg.Inch, 4.5*vg.Inch, filepath.Join(dir, name))
-}
-
-// splice replaces the generated section of doc (or appends one).
-func splice(doc string, section []byte) error {
-	old, err := os.ReadFile(doc)
-	if err != nil {
-		return err
-	}
-	var out []byte
-	b, e := bytes.Index(old, []byte(beginMarker)), bytes.Index(old, []byte(endMarker))
-	switch {
-	case b >= 0 && e > b:
-		rest := old[e+len(endMarker):]
-		if len(rest) > 0 && rest[0] == '\n' {
-			rest = rest[1:]
-		}
-		out = append(append(append([]byte{}, old[:b]...), section...), rest...)
-	case b < 0 && e < 0:
-		out = append(append(append([]byte{}, old...), '\n'), section...)
-	default:
-		return fmt.Errorf("%s: damaged generated section (markers out of order)", doc)
-	}
-	return os.WriteFile(doc, out, 0o644)
 }

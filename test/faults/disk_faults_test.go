@@ -73,6 +73,7 @@ func (r *run) diskFaults(what string, may func(machine string) bool) *watcher {
 		kind := []string{"full", "read-only"}[r.intN(2)]
 		hold := 4*time.Second + time.Duration(r.intN(4000))*time.Millisecond
 		r.h.add("fault", "", fmt.Sprintf("%s: state directory %s for %s", a.name, kind, hold))
+		r.count(1, 0)
 		if err := a.diskFault(kind, true); err != nil {
 			return err
 		}

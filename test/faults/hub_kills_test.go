@@ -15,9 +15,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/internal/testkit"
+	"github.com/edgefleet/fleet/internal/testkit/testenv"
 	"github.com/edgefleet/fleet/pkg/contract/hubinfo"
 )
 
@@ -32,7 +34,7 @@ var hostsFlag = flag.Int("faults.hosts", 8, "hosts in TestHubKills (the long for
 func TestHubKills(t *testing.T) {
 	ns := hub.NewNamespace(t, "faults")
 	r := newRun(t, ns)
-	hp := startHubProcess(t, ns)
+	hp := startHubProcess(t, ns, hubOptions{})
 	site := newSite(t)
 	const router = "127.0.0.1:17443"
 	_, err := site.Forward(router, hp.gateway)
@@ -68,7 +70,9 @@ func kills(r *run, n int) []fault {
 }
 
 // hubProcess is fleet-hub run as its Deployment runs it, on a fixed
-// gateway address, killed and started again by the test.
+// gateway address, killed and started again by the test; an exit of its
+// own is followed by a start a second later, as the kubelet restarts a
+// container.
 type hubProcess struct {
 	ns      string
 	bin     string
@@ -77,11 +81,25 @@ type hubProcess struct {
 	probe   string
 	log     *testkit.SyncBuffer
 
-	mu  sync.Mutex
-	cmd *exec.Cmd
+	mu       sync.Mutex
+	cmd      *exec.Cmd
+	exited   chan struct{}
+	killed   bool // the test ended the running process
+	closed   bool // the test is over
+	restarts int  // exits of its own, each followed by a start
 }
 
-func startHubProcess(t *testing.T, ns string) *hubProcess {
+// hubOptions is how a hub process differs from the default.
+type hubOptions struct {
+	// apiServer is the host:port the hub reaches the API server at (a
+	// relay the test controls); "" is the API server itself.
+	apiServer string
+	// leaderElect runs the hub as its Deployment does, leading by a Lease
+	// of 15 s.
+	leaderElect bool
+}
+
+func startHubProcess(t *testing.T, ns string, opts hubOptions) *hubProcess {
 	t.Helper()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "fleet-hub")
@@ -91,15 +109,22 @@ func startHubProcess(t *testing.T, ns string) *hubProcess {
 		t.Fatalf("building fleet-hub: %v\n%s", err, out)
 	}
 	kc := filepath.Join(dir, "hub.kubeconfig")
-	must(t, hub.WriteKubeconfig(kc))
+	cfg := rest.CopyConfig(hub.Config)
+	if opts.apiServer != "" {
+		cfg.Host = "https://" + opts.apiServer
+	}
+	must(t, testenv.WriteKubeconfigOf(cfg, kc))
 	hp := &hubProcess{ns: ns, bin: bin, gateway: testkit.FreeAddr(t), probe: testkit.FreeAddr(t), log: &testkit.SyncBuffer{}}
-	hp.args = []string{"--kubeconfig", kc, "--namespace", ns, "--hub-namespace", ns, "--leader-elect=false",
-		"--metrics-bind-address=0", "--health-probe-bind-address=" + hp.probe,
+	hp.args = []string{"--kubeconfig", kc, "--namespace", ns, "--hub-namespace", ns, fmt.Sprintf("--leader-elect=%v", opts.leaderElect),
+		"--leader-election-namespace", ns, "--metrics-bind-address=0", "--health-probe-bind-address=" + hp.probe,
 		"--gateway-bind-address=" + hp.gateway, "--gateway-ips=127.0.0.1", "--disconnect-grace=0",
 		"--proxy-bind-address=0", "--runtime-extension-bind-address=127.0.0.1:0", "--runtime-extension-service=",
 		"--host-access-bind-address=127.0.0.1:0", "--host-access-service=", "--zap-log-level=info"}
 	must(t, hp.start())
 	t.Cleanup(func() {
+		hp.mu.Lock()
+		hp.closed = true
+		hp.mu.Unlock()
 		hp.kill()
 		if t.Failed() {
 			log := hp.log.String()
@@ -111,13 +136,8 @@ func startHubProcess(t *testing.T, ns string) *hubProcess {
 
 // start runs the hub and waits until it is ready.
 func (hp *hubProcess) start() error {
-	hp.mu.Lock()
-	hp.cmd = exec.Command(hp.bin, hp.args...)
-	hp.cmd.Stdout, hp.cmd.Stderr = hp.log, hp.log
-	err := hp.cmd.Start()
-	hp.mu.Unlock()
-	if err != nil {
-		return fmt.Errorf("starting fleet-hub: %w", err)
+	if err := hp.spawn(false); err != nil {
+		return err
 	}
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
 		resp, err := http.Get("http://" + hp.probe + "/readyz")
@@ -133,15 +153,53 @@ func (hp *hubProcess) start() error {
 	}
 }
 
+// spawn starts the hub process and watches for its exit; a restart
+// after an exit of its own is dropped if the test killed the hub or
+// ended meanwhile.
+func (hp *hubProcess) spawn(restart bool) error {
+	hp.mu.Lock()
+	defer hp.mu.Unlock()
+	if restart && (hp.killed || hp.closed) {
+		return nil
+	}
+	cmd := exec.Command(hp.bin, hp.args...)
+	cmd.Stdout, cmd.Stderr = hp.log, hp.log
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting fleet-hub: %w", err)
+	}
+	exited := make(chan struct{})
+	hp.cmd, hp.exited, hp.killed = cmd, exited, false
+	go func() {
+		err := cmd.Wait()
+		close(exited)
+		hp.mu.Lock()
+		again := !hp.killed && !hp.closed
+		if again {
+			hp.restarts++
+			fmt.Fprintf(hp.log, "--- fleet-hub exited (%v); starting it again in 1 s ---\n", err)
+		}
+		hp.mu.Unlock()
+		if again {
+			time.Sleep(time.Second)
+			if err := hp.spawn(true); err != nil {
+				fmt.Fprintf(hp.log, "--- %v ---\n", err)
+			}
+		}
+	}()
+	return nil
+}
+
 // kill ends the hub with SIGKILL: no shutdown, no last writes.
 func (hp *hubProcess) kill() {
 	hp.mu.Lock()
-	defer hp.mu.Unlock()
-	if hp.cmd == nil || hp.cmd.Process == nil || hp.cmd.ProcessState != nil {
+	cmd, exited := hp.cmd, hp.exited
+	hp.killed = true
+	hp.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
 		return
 	}
-	_ = hp.cmd.Process.Signal(syscall.SIGKILL)
-	_ = hp.cmd.Wait()
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	<-exited
 }
 
 // pin is the hub CA's pin, from the ConfigMap the gateway publishes.

@@ -16,8 +16,9 @@ import (
 )
 
 var (
-	seedFlag   = flag.Int64("faults.seed", 0, "seed of the fault schedule (0: a new one, printed)")
-	roundsFlag = flag.Int("faults.rounds", 3, "faults per phase of a run")
+	seedFlag    = flag.Int64("faults.seed", 0, "seed of the fault schedule (0: a new one, printed)")
+	roundsFlag  = flag.Int("faults.rounds", 3, "faults per phase of a run")
+	resultsFlag = flag.String("faults.results", "", "directory to write each run's outcome to, as JSON (make reliability; empty: none)")
 )
 
 // hub is the management cluster (API server, etcd, Cluster API); workload

@@ -17,6 +17,7 @@ import (
 
 	"github.com/edgefleet/fleet/internal/testkit"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/test/faults/results"
 )
 
 // The power of edge hosts is cut — every process of the host killed at
@@ -147,6 +148,7 @@ func (r *run) cutPower(what string, may func(machine string) bool) *watcher {
 // powerCycle cuts a's power and boots it again after off.
 func (r *run) powerCycle(a *agent, off time.Duration) error {
 	r.h.add("power-cut", "", a.name)
+	r.count(1, 0)
 	if err := a.powerCut(); err != nil {
 		return err
 	}
@@ -185,6 +187,10 @@ func (r *run) outcomes(names []string) []string {
 		}
 		return nil
 	})
-	r.h.add("outcomes", "", fmt.Sprintf("failed %v after %s", failed, time.Since(start).Round(10*time.Millisecond)))
+	took := time.Since(start).Round(10 * time.Millisecond)
+	r.h.add("outcomes", "", fmt.Sprintf("failed %v after %s", failed, took))
+	r.resMu.Lock()
+	r.res.Phases = append(r.res.Phases, results.Phase{Name: "bootstrap outcomes", ConvergeSeconds: took.Seconds()})
+	r.resMu.Unlock()
 	return failed
 }

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/internal/testkit"
+	"github.com/edgefleet/fleet/test/faults/results"
 )
 
 // convergeBound is how long the fleet has, once the faults stop, to tell
@@ -33,6 +34,10 @@ type run struct {
 	agents []*agent
 	// pause is how long each bootstrap sleeps after it records itself.
 	pause time.Duration
+
+	// res is the run's outcome, written to -faults.results at its end.
+	resMu sync.Mutex
+	res   results.Run
 }
 
 // newRun starts a run from -faults.seed or a new seed, which it logs
@@ -42,9 +47,32 @@ func newRun(t *testing.T, ns string) *run {
 	if seed == 0 {
 		seed = time.Now().UnixNano()
 	}
-	t.Logf("seed %d (replay: go test ./test/faults -run '%s$' -args -faults.seed=%d -faults.rounds=%d -faults.hosts=%d)",
-		seed, t.Name(), seed, *roundsFlag, *hostsFlag)
-	return &run{t: t, seed: seed, rng: rand.New(rand.NewPCG(uint64(seed), 0)), h: &history{seed: seed}, ns: ns} //nolint:gosec // a replayable schedule, not a secret
+	replay := fmt.Sprintf("go test ./test/faults -run '%s$' -args -faults.seed=%d -faults.rounds=%d -faults.hosts=%d",
+		t.Name(), seed, *roundsFlag, *hostsFlag)
+	t.Logf("seed %d (replay: %s)", seed, replay)
+	r := &run{t: t, seed: seed, rng: rand.New(rand.NewPCG(uint64(seed), 0)), h: &history{seed: seed}, ns: ns, //nolint:gosec // a replayable schedule, not a secret
+		res: results.Run{Test: t.Name(), Seed: seed, When: time.Now().UTC().Truncate(time.Second), Replay: replay}}
+	if dir := *resultsFlag; dir != "" {
+		start := time.Now()
+		t.Cleanup(func() {
+			r.resMu.Lock()
+			defer r.resMu.Unlock()
+			r.res.Hosts, r.res.Passed = len(r.agents), !t.Failed()
+			r.res.Seconds = time.Since(start).Round(time.Second).Seconds()
+			if err := results.Write(dir, r.res); err != nil {
+				t.Errorf("writing the run's outcome: %v", err)
+			}
+		})
+	}
+	return r
+}
+
+// count adds to the run's tallies of faults injected and orders given.
+func (r *run) count(faults, orders int) {
+	r.resMu.Lock()
+	defer r.resMu.Unlock()
+	r.res.Faults += faults
+	r.res.Orders += orders
 }
 
 // intN draws from the run's seed; safe for the goroutines that inject
@@ -91,6 +119,7 @@ func (r *run) phase(name string, faults []fault, inject func(fault) error, order
 		for _, f := range faults {
 			time.Sleep(f.After)
 			r.h.add("fault", "", f.String())
+			r.count(1, 0)
 			if err := inject(f); err != nil {
 				t.Error(err)
 				return
@@ -121,6 +150,9 @@ func (r *run) converge(name string, since time.Time, want []string) time.Duratio
 	})
 	took := time.Since(since).Round(10 * time.Millisecond)
 	r.h.add("converged", "", name+" "+took.String())
+	r.resMu.Lock()
+	r.res.Phases = append(r.res.Phases, results.Phase{Name: name, ConvergeSeconds: took.Seconds()})
+	r.resMu.Unlock()
 	return took
 }
 
@@ -131,6 +163,9 @@ func (r *run) check(resets int) {
 	t.Helper()
 	must(t, r.h.readAgents(r.agents))
 	broken, n := r.h.check()
+	r.resMu.Lock()
+	r.res.Violations = broken
+	r.resMu.Unlock()
 	if len(broken) > 0 {
 		t.Fatalf("seed %d broke %d invariant(s):\n  %s", r.seed, len(broken), strings.Join(broken, "\n  "))
 	}
@@ -148,6 +183,7 @@ func (r *run) createMachines(names ...string) {
 			role = "cp"
 		}
 		r.h.add("create", m, "")
+		r.count(0, 1)
 		createMachine(r.t, r.ns, m, role, r.pause)
 	}
 }
@@ -157,6 +193,7 @@ func (r *run) createMachines(names ...string) {
 func (r *run) deleteMachines(names ...string) {
 	for _, m := range names {
 		r.h.add("delete", m, "")
+		r.count(0, 1)
 		must(r.t, hub.Client.Delete(context.Background(), &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: r.ns, Name: m}}))
 	}
 }

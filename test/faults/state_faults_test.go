@@ -71,6 +71,7 @@ func TestCorruptStateFiles(t *testing.T) {
 // do, and boots it again.
 func (r *run) powerCycleDamaging(a *agent, file, how string, do func([]byte) []byte) error {
 	r.h.add("power-cut", "", a.name)
+	r.count(1, 0)
 	if err := a.powerCut(); err != nil {
 		return err
 	}

@@ -45,7 +45,7 @@ func (u *uplink) addr() string { return u.proxy.Listen }
 // reset, new ones refused, as a modem that reboots), half-open (every byte
 // dropped both ways, connections kept, as a link that dies silently) or
 // slow (1 s each way, as a congested link) or lossy (30 % of the
-// packets to and from the relay dropped and 1 s each way: a bad cell
+// packets to and from the relay dropped and 2 s each way: a bad cell
 // link).
 func (u *uplink) apply(state string) error {
 	u.mu.Lock()
@@ -89,12 +89,12 @@ func (u *uplink) apply(state string) error {
 `, u.port)); err != nil {
 			return err
 		}
-		fallthrough
+		if err := u.late(2000); err != nil {
+			return err
+		}
 	case "slow":
-		for _, dir := range []string{"upstream", "downstream"} {
-			if err := u.toxic(`{"name":"late-` + dir + `","type":"latency","stream":"` + dir + `","attributes":{"latency":1000,"jitter":200}}`); err != nil {
-				return err
-			}
+		if err := u.late(1000); err != nil {
+			return err
 		}
 	default:
 		return fmt.Errorf("no uplink state %q", state)
@@ -109,6 +109,16 @@ func (u *uplink) nft(rules string) error {
 	cmd.Stdin = strings.NewReader(rules)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("nft in %s: %w: %s", u.netns, err, out)
+	}
+	return nil
+}
+
+// late delays every byte by ms (± 200 ms) each way.
+func (u *uplink) late(ms int) error {
+	for _, dir := range []string{"upstream", "downstream"} {
+		if err := u.toxic(fmt.Sprintf(`{"name":"late-%s","type":"latency","stream":"%s","attributes":{"latency":%d,"jitter":200}}`, dir, dir, ms)); err != nil {
+			return err
+		}
 	}
 	return nil
 }

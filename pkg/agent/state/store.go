@@ -143,24 +143,24 @@ func (s Store) remove(name string) error {
 // to the next write.
 func (s Store) read(name string, valid func([]byte) error) ([]byte, error) {
 	defer s.lock()()
-	main, copy := s.path(name), s.path(name+copySuffix)
+	main, twin := s.path(name), s.path(name+copySuffix)
 	b, err := os.ReadFile(main)
 	if err == nil {
 		err = valid(b)
 	}
-	c, cerr := os.ReadFile(copy)
+	c, cerr := os.ReadFile(twin)
 	if cerr == nil {
 		cerr = valid(c)
 	}
 	switch {
 	case err == nil:
 		if cerr != nil {
-			s.mend(copy, main, b)
+			s.mend(twin, main, b)
 		}
 		return b, nil
 	case cerr == nil:
 		s.Log.Info("A state file is corrupt or missing: reading its copy, and mending it", "file", main, "error", err.Error())
-		s.mend(main, copy, c)
+		s.mend(main, twin, c)
 		return c, nil
 	case errors.Is(err, os.ErrNotExist) && errors.Is(cerr, os.ErrNotExist):
 		return nil, err

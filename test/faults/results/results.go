@@ -1,0 +1,84 @@
+package results
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Run is one run of one fault test under one seed.
+type Run struct {
+	Test string    `json:"test"`
+	Seed int64     `json:"seed"`
+	When time.Time `json:"when"`
+	// Hosts is how many edge hosts the run had.
+	Hosts int `json:"hosts"`
+	// Faults is how many faults were injected; Orders how many Machines
+	// were created or deleted.
+	Faults int `json:"faults"`
+	Orders int `json:"orders"`
+	// Phases is each phase's time to converge.
+	Phases []Phase `json:"phases"`
+	// Violations are the invariants the run broke.
+	Violations []string `json:"violations,omitempty"`
+	// Passed is false for a run that broke an invariant or never
+	// converged.
+	Passed  bool    `json:"passed"`
+	Seconds float64 `json:"seconds"`
+	// Replay is the command that runs it again.
+	Replay string `json:"replay"`
+}
+
+// Phase is how long after its faults (or, where they fall on the acts
+// themselves, its orders) the API server read as the agents' records.
+type Phase struct {
+	Name            string  `json:"name"`
+	ConvergeSeconds float64 `json:"convergeSeconds"`
+}
+
+// Write puts r in dir as <test>-<seed>.json, replacing an earlier run of
+// the same test and seed.
+func Write(dir string, r Run) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%d.json", r.Test, r.Seed)), append(b, '\n'), 0o644)
+}
+
+// Read returns the runs in dir, by test and seed.
+func Read(dir string) ([]Run, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []Run
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".json") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		var r Run
+		if err := json.Unmarshal(b, &r); err != nil {
+			return nil, fmt.Errorf("%s: %w", e.Name(), err)
+		}
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Test != out[j].Test {
+			return out[i].Test < out[j].Test
+		}
+		return out[i].Seed < out[j].Seed
+	})
+	return out, nil
+}
