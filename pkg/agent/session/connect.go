@@ -124,14 +124,9 @@ func (s *Source) dial(ctx context.Context, creds *credentials) (*yamux.Session, 
 			return c, err
 		},
 		HandshakeTimeout: 15 * time.Second,
-		TLSClientConfig: &tls.Config{
-			MinVersion:   tls.VersionTLS12,
-			RootCAs:      creds.pool,
-			ServerName:   serverName(s.opts.Hub),
-			Certificates: []tls.Certificate{creds.pair},
-		},
-		ReadBufferSize:  4 << 10,
-		WriteBufferSize: 4 << 10,
+		TLSClientConfig:  hubTLS(creds.pool, s.opts.Hub, creds.pair),
+		ReadBufferSize:   4 << 10,
+		WriteBufferSize:  4 << 10,
 	}
 	url := "wss://" + strings.TrimPrefix(strings.TrimSuffix(s.opts.Hub, "/"), "https://") + wire.PathConnect
 	ws, resp, err := dialer.DialContext(ctx, url, http.Header{"User-Agent": {"fleet-agent/" + version.Version}})

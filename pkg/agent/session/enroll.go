@@ -79,14 +79,7 @@ func fetchCA(ctx context.Context, dial func(ctx context.Context, network, addr s
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(ca)
-	if len(served) == 0 {
-		return nil, nil, errors.New("hub presented no certificate")
-	}
-	inter := x509.NewCertPool()
-	for _, c := range served[1:] {
-		inter.AddCert(c)
-	}
-	if _, err := served[0].Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter}); err != nil {
+	if err := verifyHub(served, pool, "", time.Now()); err != nil {
 		return nil, nil, fmt.Errorf("%w: the hub's serving certificate is not from the pinned CA: %w", ErrPinMismatch, err)
 	}
 	return caPEM, pool, nil
@@ -145,7 +138,7 @@ func (s *Source) postEnrollment(ctx context.Context, pool *x509.CertPool, er wir
 		return nil, fmt.Errorf("enrollment request: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	tr := &http.Transport{DialContext: s.opts.Dial, TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, ServerName: serverName(s.opts.Hub)}}
+	tr := &http.Transport{DialContext: s.opts.Dial, TLSClientConfig: hubTLS(pool, s.opts.Hub)}
 	defer tr.CloseIdleConnections()
 	resp, err := (&http.Client{Transport: tr, Timeout: 30 * time.Second}).Do(req)
 	if err != nil {
