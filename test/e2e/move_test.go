@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,6 +30,7 @@ import (
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/edgefleet/fleet/internal/testkit"
 	"github.com/edgefleet/fleet/internal/testkit/testenv"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/hub/embedded/clusterapi"
@@ -55,7 +55,7 @@ func TestClusterctlMove(t *testing.T) {
 	ns := newNamespace(t)
 	c := hub.Client
 	gw, _ := startFleetHub(t, ns, freeAddr(t))
-	name := newForwarder(t, gw.Addr())
+	name := testkit.NewForwarder(t, gw.Addr())
 	hubURL := "https://" + name.Addr()
 	agentBin, simBin := buildBinaries(t)
 	_, wkc := createCluster(t, ns)
@@ -89,7 +89,7 @@ func TestClusterctlMove(t *testing.T) {
 	since := logOffsets(agents)
 	out := runClusterctl(t, clusterctl, "move", "--kubeconfig", srcKubeconfig, "--to-kubeconfig", target.kubeconfig, "--namespace", ns)
 	t.Logf("clusterctl move:\n%s", out)
-	name.repoint(target.gateway)
+	name.Repoint(target.gateway)
 
 	tc := target.client
 	eventually(t, "the same hosts connected to the new hub, claimed as before", func() error { return sameFleetOn(ctx, tc, ns, claims) })
@@ -298,60 +298,4 @@ func (d *devHub) useCA(t *testing.T, ca *corev1.Secret) {
 	must(t, d.client.Update(ctx, cur))
 	d.stop(t)
 	d.start(t)
-}
-
-// forwarder is the gateway's address as agents know it (a DNS name, or
-// a load balancer, in a real fleet): it forwards each connection to the
-// first of its targets that answers, until re-pointed.
-type forwarder struct {
-	ln      net.Listener
-	mu      sync.Mutex
-	targets []string
-}
-
-func newForwarder(t *testing.T, targets ...string) *forwarder {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	must(t, err)
-	f := &forwarder{ln: ln, targets: targets}
-	t.Cleanup(func() { _ = ln.Close() })
-	go f.serve()
-	return f
-}
-
-func (f *forwarder) Addr() string { return f.ln.Addr().String() }
-
-// repoint sends new connections to targets; established ones stay where
-// they are, as with a DNS change.
-func (f *forwarder) repoint(targets ...string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.targets = targets
-}
-
-func (f *forwarder) serve() {
-	for {
-		in, err := f.ln.Accept()
-		if err != nil {
-			return
-		}
-		f.mu.Lock()
-		targets := f.targets
-		f.mu.Unlock()
-		go func() {
-			defer in.Close()
-			var out net.Conn
-			for _, target := range targets {
-				if out, err = net.DialTimeout("tcp", target, 2*time.Second); err == nil {
-					break
-				}
-			}
-			if out == nil {
-				return
-			}
-			defer out.Close()
-			go func() { _, _ = io.Copy(out, in); _ = out.(*net.TCPConn).CloseWrite() }()
-			_, _ = io.Copy(in, out)
-		}()
-	}
 }

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/cluster-api/util/kubeconfig"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/edgefleet/fleet/internal/testkit"
 	"github.com/edgefleet/fleet/internal/testkit/testenv"
 	"github.com/edgefleet/fleet/pkg/contract/hubinfo"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
@@ -47,7 +48,7 @@ func TestHubReplicasShareTheFleet(t *testing.T) {
 	gc, pc := addrs()
 	// Cluster API reaches the proxies through one address, as through the
 	// proxy's Service.
-	proxyLB := newForwarder(t, pa, pb, pc)
+	proxyLB := testkit.NewForwarder(t, pa, pb, pc)
 	a := startReplica(t, bin, kc, ns, "hub-a", ga, pa, proxyLB.Addr())
 	eventually(t, "hub-a leads", func() error { return a.leads() })
 	b := startReplica(t, bin, kc, ns, "hub-b", gb, pb, proxyLB.Addr())
@@ -80,7 +81,7 @@ func TestHubReplicasShareTheFleet(t *testing.T) {
 	pin := a.pin(t, ns)
 	// Each agent dials its own load balancer: the cluster's two on hub-a
 	// first, the spare on hub-b; hub-c holds none of the cluster's.
-	lb := func(order ...string) string { return "https://" + newForwarder(t, order...).Addr() }
+	lb := func(order ...string) string { return "https://" + testkit.NewForwarder(t, order...).Addr() }
 	agents := []*agentProc{
 		startAgent(t, "rp-cp-0", agentBin, simBin, lb(ga, gb, gc), pin, cpToken, wkc),
 		startAgent(t, "rp-w-0", agentBin, simBin, lb(ga, gb, gc), pin, wToken, wkc),

@@ -79,9 +79,12 @@ type hubProcess struct {
 	args    []string
 	gateway string
 	probe   string
+	env     []string
 	log     *testkit.SyncBuffer
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// logStart is where the running process's log begins.
+	logStart int
 	cmd      *exec.Cmd
 	exited   chan struct{}
 	killed   bool // the test ended the running process
@@ -97,6 +100,9 @@ type hubOptions struct {
 	// leaderElect runs the hub as its Deployment does, leading by a Lease
 	// of 15 s.
 	leaderElect bool
+	// replica names one of several replicas (its POD_NAME), which lead by
+	// a Lease of 6 s.
+	replica string
 }
 
 func startHubProcess(t *testing.T, ns string, opts hubOptions) *hubProcess {
@@ -120,6 +126,10 @@ func startHubProcess(t *testing.T, ns string, opts hubOptions) *hubProcess {
 		"--gateway-bind-address=" + hp.gateway, "--gateway-ips=127.0.0.1", "--disconnect-grace=0",
 		"--proxy-bind-address=0", "--runtime-extension-bind-address=127.0.0.1:0", "--runtime-extension-service=",
 		"--host-access-bind-address=127.0.0.1:0", "--host-access-service=", "--zap-log-level=info"}
+	if opts.replica != "" {
+		hp.args = append(hp.args, "--leader-elect-lease-duration=6s", "--leader-elect-renew-deadline=4s", "--leader-elect-retry-period=1s")
+		hp.env = []string{"POD_NAME=" + opts.replica}
+	}
 	must(t, hp.start())
 	t.Cleanup(func() {
 		hp.mu.Lock()
@@ -163,7 +173,9 @@ func (hp *hubProcess) spawn(restart bool) error {
 		return nil
 	}
 	cmd := exec.Command(hp.bin, hp.args...)
+	cmd.Env = append(cmd.Environ(), hp.env...)
 	cmd.Stdout, cmd.Stderr = hp.log, hp.log
+	hp.logStart = len(hp.log.String())
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting fleet-hub: %w", err)
 	}
@@ -187,6 +199,19 @@ func (hp *hubProcess) spawn(restart bool) error {
 		}
 	}()
 	return nil
+}
+
+// leads tells whether the running process holds the leader Lease, by
+// its log.
+func (hp *hubProcess) leads() bool {
+	hp.mu.Lock()
+	defer hp.mu.Unlock()
+	select {
+	case <-hp.exited:
+		return false
+	default:
+	}
+	return strings.Contains(hp.log.String()[hp.logStart:], "Successfully acquired lease")
 }
 
 // kill ends the hub with SIGKILL: no shutdown, no last writes.

@@ -23,6 +23,7 @@ var faults = map[string]string{
 	"TestUplinkFaults":            "uplink cut, half-open, slow (1 s), lossy (30 % + 2 s) during provisioning, idle, deletion",
 	"TestHubKills":                "hub SIGKILLed every 2–8 s during provisioning and deletion",
 	"TestAPIServerOutage":         "the hub's API server gone 25–40 s (past its 15 s Lease) during provisioning and deletion",
+	"TestReplicaFailover":         "the leader of two hub replicas SIGKILLed, down 5–15 s, twice during provisioning and twice during deletion",
 	"TestPowerCuts":               "host power cut (its cgroup killed at once) mid-bootstrap and mid-reset",
 	"TestFullAndReadOnlyStateDir": "agent state directory full or read-only mid-bootstrap and mid-reset, then a restart",
 	"TestCorruptStateFiles":       "a state file emptied, truncated or overwritten between runs",
