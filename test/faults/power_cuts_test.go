@@ -141,6 +141,7 @@ func (w *watcher) stop() map[string]bool {
 // watchActs); each boots again 1 to 3 s later.
 func (r *run) cutPower(what string, may func(machine string) bool) *watcher {
 	return r.watchActs(what, may, func(a *agent) error {
+		r.count(1, 0)
 		return r.powerCycle(a, time.Second+time.Duration(r.intN(2000))*time.Millisecond)
 	})
 }
@@ -148,7 +149,6 @@ func (r *run) cutPower(what string, may func(machine string) bool) *watcher {
 // powerCycle cuts a's power and boots it again after off.
 func (r *run) powerCycle(a *agent, off time.Duration) error {
 	r.h.add("power-cut", "", a.name)
-	r.count(1, 0)
 	if err := a.powerCut(); err != nil {
 		return err
 	}

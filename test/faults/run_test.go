@@ -112,6 +112,15 @@ func (r *run) setAgents(agents []*agent) {
 func (r *run) phase(name string, faults []fault, inject func(fault) error, orders func(), want []string) {
 	t := r.t
 	t.Helper()
+	r.play(name, faults, inject, orders)
+	took := r.converge(name, time.Now(), want)
+	t.Logf("%s: converged %s after the faults stopped (%d faults: %v)", name, took, len(faults), faults)
+}
+
+// play gives orders while inject plays the faults one after the other,
+// and returns once both are done.
+func (r *run) play(name string, faults []fault, inject func(fault) error, orders func()) {
+	t := r.t
 	r.h.add("phase", "", name)
 	done := make(chan struct{})
 	go func() {
@@ -129,8 +138,6 @@ func (r *run) phase(name string, faults []fault, inject func(fault) error, order
 	orders()
 	<-done
 	r.h.add("fault", "", "faults over")
-	took := r.converge(name, time.Now(), want)
-	t.Logf("%s: converged %s after the faults stopped (%d faults: %v)", name, took, len(faults), faults)
 }
 
 // converge waits until the API server reads as the agents' records say,

@@ -27,6 +27,7 @@ var faults = map[string]string{
 	"TestPowerCuts":               "host power cut (its cgroup killed at once) mid-bootstrap and mid-reset",
 	"TestFullAndReadOnlyStateDir": "agent state directory full or read-only mid-bootstrap and mid-reset, then a restart",
 	"TestCorruptStateFiles":       "a state file emptied, truncated or overwritten between runs",
+	"TestMixedFaults":             "uplink spells, hub kills and workers' power cuts mixed at random during provisioning and deletion",
 }
 
 func main() {
