@@ -29,17 +29,7 @@ import (
 // the restart no finished bootstrap reads as interrupted, no finished
 // reset runs again, and no host is reset without an order.
 func TestFullAndReadOnlyStateDir(t *testing.T) {
-	ns := hub.NewNamespace(t, "faults")
-	r := newRun(t, ns)
-	r.pause = 3 * time.Second
-	gw := startHub(t, ns)
-	site := newSite(t)
-	const router = "127.0.0.1:17443"
-	_, err := site.Forward(router, gw.Addr())
-	must(t, err)
-	agents := startAgents(t, site, ns, 4, "d"+strings.TrimPrefix(ns, "faults-"), "https://"+router, gw.CA().Pin(),
-		hostOptions{pause: 3 * time.Second, stateFS: true})
-	r.setAgents(agents)
+	r, _ := siteOnHub(t, "d", hostOptions{pause: 3 * time.Second, stateFS: true})
 	all := []string{"cp", "w0", "w1", "w2"}
 
 	start := time.Now()

@@ -65,6 +65,24 @@ func startHub(t *testing.T, ns string) *gateway.Server {
 	return h.Gateway
 }
 
+// siteOnHub starts a run with the hub in this process (startHub) and a
+// site of four hosts (startAgents, named prefix…) whose router leads
+// straight to it; each bootstrap of the run pauses as its hosts' resets.
+func siteOnHub(t *testing.T, prefix string, opts hostOptions) (*run, []*agent) {
+	t.Helper()
+	ns := hub.NewNamespace(t, "faults")
+	r := newRun(t, ns)
+	r.pause = opts.pause
+	gw := startHub(t, ns)
+	site := newSite(t)
+	const router = "127.0.0.1:17443"
+	_, err := site.Forward(router, gw.Addr())
+	must(t, err)
+	agents := startAgents(t, site, ns, 4, prefix+strings.TrimPrefix(ns, "faults-"), "https://"+router, gw.CA().Pin(), opts)
+	r.setAgents(agents)
+	return r, agents
+}
+
 // build compiles fleet-agent and the node simulator (as kubeadm).
 func build(t *testing.T) (agentBin, simBin string) {
 	t.Helper()

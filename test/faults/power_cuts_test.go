@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -28,16 +27,7 @@ import (
 // carried out when the host is back; no host is reset without an order;
 // and the replacements, on the hosts that lost power, end Running.
 func TestPowerCuts(t *testing.T) {
-	ns := hub.NewNamespace(t, "faults")
-	r := newRun(t, ns)
-	r.pause = 3 * time.Second
-	gw := startHub(t, ns)
-	site := newSite(t)
-	const router = "127.0.0.1:17443"
-	_, err := site.Forward(router, gw.Addr())
-	must(t, err)
-	agents := startAgents(t, site, ns, 4, "p"+strings.TrimPrefix(ns, "faults-"), "https://"+router, gw.CA().Pin(), hostOptions{pause: 3 * time.Second})
-	r.setAgents(agents)
+	r, _ := siteOnHub(t, "p", hostOptions{pause: 3 * time.Second})
 	workers := []string{"w0", "w1", "w2"}
 	all := append([]string{"cp"}, workers...)
 

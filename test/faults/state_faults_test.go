@@ -24,15 +24,8 @@ import (
 // again, no host is reset; and a Machine deleted afterwards still has
 // its host reset.
 func TestCorruptStateFiles(t *testing.T) {
-	ns := hub.NewNamespace(t, "faults")
-	r := newRun(t, ns)
-	gw := startHub(t, ns)
-	site := newSite(t)
-	const router = "127.0.0.1:17443"
-	_, err := site.Forward(router, gw.Addr())
-	must(t, err)
-	agents := startAgents(t, site, ns, 4, "s"+strings.TrimPrefix(ns, "faults-"), "https://"+router, gw.CA().Pin(), hostOptions{})
-	r.setAgents(agents)
+	r, agents := siteOnHub(t, "s", hostOptions{})
+	ns := r.ns
 	all := []string{"cp", "w0", "w1", "w2"}
 	start := time.Now()
 	r.createMachines(all...)

@@ -48,19 +48,8 @@ func servingCert(t *testing.T, ca *pki.CA, notBefore, notAfter time.Time) tls.Ce
 // from another CA, or one for another name, is refused before anything
 // is sent.
 func TestTheHubIsReachedByAnAgentWhoseClockIsBehind(t *testing.T) {
-	ca, err := pki.NewCA("hub", 24*time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca, keyPEM, certPEM := enrolledHost(t)
 	other, err := pki.NewCA("other", 24*time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyPEM, csrPEM, err := pki.NewKeyAndCSR("store-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	certPEM, err := ca.SignClient(csrPEM, pki.Identity{Namespace: "stores", Name: "store-1", UID: "uid-1"}, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -105,18 +105,7 @@ func TestClosedUnservedIsOnlyAClosedConnection(t *testing.T) {
 // from a hub that is not there (nothing listening): only the first keeps
 // the back-off short.
 func TestConnectOnceTellsAnUnservedConnectionFromAnAbsentHub(t *testing.T) {
-	ca, err := pki.NewCA("hub", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyPEM, csrPEM, err := pki.NewKeyAndCSR("store-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	certPEM, err := ca.SignClient(csrPEM, pki.Identity{Namespace: "stores", Name: "store-1", UID: "uid-1"}, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca, keyPEM, certPEM := enrolledHost(t)
 	listen := func(serve func(net.Conn)) string {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -171,4 +160,22 @@ func TestConnectOnceTellsAnUnservedConnectionFromAnAbsentHub(t *testing.T) {
 			}
 		})
 	}
+}
+
+// enrolledHost is a hub CA and the key and certificate it gave host
+// stores/store-1.
+func enrolledHost(t *testing.T) (ca *pki.CA, keyPEM, certPEM []byte) {
+	t.Helper()
+	ca, err := pki.NewCA("hub", 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPEM, csrPEM, err := pki.NewKeyAndCSR("store-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if certPEM, err = ca.SignClient(csrPEM, pki.Identity{Namespace: "stores", Name: "store-1", UID: "uid-1"}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	return ca, keyPEM, certPEM
 }

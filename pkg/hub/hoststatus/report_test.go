@@ -29,11 +29,7 @@ import (
 // (LinkDegraded) is written only onto the version it was computed from.
 func TestReportKeepsAConditionWrittenMeanwhile(t *testing.T) {
 	ctx := context.Background()
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = infrav1.AddToScheme(scheme)
-	host := &infrav1.EdgeHost{ObjectMeta: metav1.ObjectMeta{Namespace: "site-a", Name: "store-1", UID: "uid-1"}}
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(host).WithStatusSubresource(host).Build()
+	c, host := oneHost()
 	stale := &infrav1.EdgeHost{}
 	if err := c.Get(ctx, client.ObjectKeyFromObject(host), stale); err != nil {
 		t.Fatal(err)
@@ -75,11 +71,7 @@ func TestReportKeepsAConditionWrittenMeanwhile(t *testing.T) {
 // 995 on it).
 func TestAReplacedSessionsReportDoesNotUndoTheNewOnes(t *testing.T) {
 	ctx := context.Background()
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = infrav1.AddToScheme(scheme)
-	host := &infrav1.EdgeHost{ObjectMeta: metav1.ObjectMeta{Namespace: "site-a", Name: "store-1", UID: "uid-1"}}
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(host).WithStatusSubresource(host).Build()
+	c, host := oneHost()
 	stale := &infrav1.EdgeHost{}
 	if err := c.Get(ctx, client.ObjectKeyFromObject(host), stale); err != nil {
 		t.Fatal(err)
@@ -143,11 +135,7 @@ func (s staleCache) Get(_ context.Context, _ client.ObjectKey, obj client.Object
 // again the condition turns False. A host never affected has none.
 func TestStateUnwritableFollowsTheAgentsReport(t *testing.T) {
 	ctx := context.Background()
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = infrav1.AddToScheme(scheme)
-	host := &infrav1.EdgeHost{ObjectMeta: metav1.ObjectMeta{Namespace: "site-a", Name: "store-1", UID: "uid-1"}}
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(host).WithStatusSubresource(host).Build()
+	c, host := oneHost()
 	rec := events.NewFakeRecorder(10)
 	s := New(c, c, rec, logr.Discard(), noSessions{}, admission.NewPlaces(1), nil,
 		Options{ReplicaName: "hub-0", LastSeenInterval: 5 * time.Minute, LinkThresholds: linkhealth.DefaultThresholds()})
@@ -191,4 +179,13 @@ func TestStateUnwritableFollowsTheAgentsReport(t *testing.T) {
 			}
 		}
 	}
+}
+
+// oneHost is a fake API server holding EdgeHost site-a/store-1.
+func oneHost() (client.Client, *infrav1.EdgeHost) {
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = infrav1.AddToScheme(scheme)
+	host := &infrav1.EdgeHost{ObjectMeta: metav1.ObjectMeta{Namespace: "site-a", Name: "store-1", UID: "uid-1"}}
+	return fake.NewClientBuilder().WithScheme(scheme).WithObjects(host).WithStatusSubresource(host).Build(), host
 }
