@@ -48,9 +48,7 @@ func (a *Agent) handToWorker(d *wire.DesiredState) {
 }
 
 func (a *Agent) apply(ctx context.Context, d *wire.DesiredState) {
-	if !a.followIncarnation(d) {
-		return
-	}
+	a.followIncarnation(d)
 	cur := a.Applied()
 	if d.Generation < cur.Generation {
 		a.log.Info("Ignoring an older desired state", "generation", d.Generation, "applied", cur.Generation)
@@ -110,15 +108,16 @@ func (a *Agent) act(ctx context.Context, d *wire.DesiredState, w *infrav1.HostPr
 // followIncarnation starts the generations afresh when the desired state
 // comes from another incarnation of the EdgeHost (a hub restored from a
 // backup re-creates it, and its generations count from 1 again); the
-// workload stays. False when that cannot be recorded.
-func (a *Agent) followIncarnation(d *wire.DesiredState) bool {
+// workload stays. A record the state directory refuses now is written by
+// housekeeping once it can.
+func (a *Agent) followIncarnation(d *wire.DesiredState) {
 	if d.HostUID == "" || d.HostUID == a.Applied().HostUID {
-		return true
+		return
 	}
 	a.log.Info("The hub's EdgeHost for this host is a new incarnation (re-created, e.g. restored from a backup): generations start again",
 		"hostUID", d.HostUID, "was", a.Applied().HostUID, "generation", a.Applied().Generation)
 	a.done = nil
-	return a.update(func(ap *state.Applied) { ap.HostUID, ap.Generation = d.HostUID, 0 }) == nil
+	_ = a.update(func(ap *state.Applied) { ap.HostUID, ap.Generation = d.HostUID, 0 })
 }
 
 func (a *Agent) provision(ctx context.Context, as *wire.Assignment) {
@@ -211,10 +210,14 @@ func (a *Agent) reset(ctx context.Context, claim types.UID) bool {
 		return false
 	}
 	a.log.Info("Host reset", "claim", claim, "took", time.Since(start).Round(time.Millisecond).String())
-	return a.update(func(ap *state.Applied) {
+	// The host is reset whether or not the state directory takes the
+	// record now: housekeeping writes it once it can, and until then a
+	// restart only resets the host again.
+	_ = a.update(func(ap *state.Applied) {
 		ap.Workload, ap.ProviderID, ap.NodeName, ap.CertificatesExpiryDate = nil, "", "", nil
 		ap.KubernetesVersion, ap.Upgrade, ap.UpgradeGeneration = "", nil, 0
-	}) == nil
+	})
+	return true
 }
 
 // interruptIfReleased cancels the bootstrap in progress when a newer

@@ -83,6 +83,9 @@ type watcher struct {
 func (r *run) watchActs(what string, may func(machine string) bool, do func(*agent) error) *watcher {
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &watcher{cancel: cancel, done: make(chan struct{}), hit: map[string]bool{}}
+	// A test that fails before it stops the watch must not leave it
+	// reading hosts whose roots are gone.
+	r.t.Cleanup(func() { w.stop() })
 	seen := map[string]int{} // host → lines of its record read
 	go func() {
 		defer close(w.done)
@@ -93,7 +96,7 @@ func (r *run) watchActs(what string, may func(machine string) bool, do func(*age
 					r.t.Error(err)
 					return
 				}
-				fresh := acts[seen[a.name]:]
+				fresh := acts[min(seen[a.name], len(acts)):]
 				seen[a.name] = len(acts)
 				for _, e := range fresh {
 					if e.What != what || !may(e.Machine) || (!first && r.intN(2) == 0) {
