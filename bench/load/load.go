@@ -143,6 +143,7 @@ func StartHub(ctx context.Context, c client.Client, o HubOptions) (*Hub, error) 
 		"--health-probe-bind-address", "0", "--pprof-bind-address", fmt.Sprintf("127.0.0.1:%d", pprof),
 		"--proxy-bind-address", fmt.Sprintf("127.0.0.1:%d", proxy),
 		"--runtime-extension-bind-address", "127.0.0.1:0", "--runtime-extension-service", "",
+		"--host-access-bind-address", "127.0.0.1:0", "--host-access-service", "",
 		"--zap-log-level", "error"}, append(leader, o.Args...)...)
 	if h.log, err = os.OpenFile(filepath.Join(o.Dir, "hub.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err != nil {
 		return nil, err
@@ -163,7 +164,9 @@ func StartHub(ctx context.Context, c client.Client, o HubOptions) (*Hub, error) 
 		}
 		select {
 		case <-h.done:
-			return nil, fmt.Errorf("fleet-hub exited while starting (log %s)", h.log.Name())
+			// The log is in the caller's temporary directory, gone with it.
+			b, _ := os.ReadFile(h.log.Name())
+			return nil, fmt.Errorf("fleet-hub exited while starting (log %s):\n%s", h.log.Name(), b[max(0, len(b)-3000):])
 		default:
 		}
 		if time.Now().After(deadline) {
@@ -419,22 +422,45 @@ func (a *Agents) Start(spread time.Duration) {
 		defer close(gate)
 	}
 	for _, i := range a.startOrder() {
-		e := a.edges[i]
-		ctx, cancel := context.WithCancel(context.Background())
-		e.cancel, e.done = cancel, make(chan struct{})
-		var prov agent.Provisioner = &agenttest.Recorder{}
-		if a.provisioner != nil {
-			prov = a.provisioner(i, e.cfg)
-		}
-		go func(done chan struct{}) {
-			defer close(done)
-			<-gate
-			a.run(ctx, i, e, prov)
-		}(e.done)
+		a.launch(i, gate)
 		if step > 0 {
 			time.Sleep(step)
 		}
 	}
+}
+
+// launch runs agent i once gate is closed; a.mu held.
+func (a *Agents) launch(i int, gate <-chan struct{}) {
+	e := a.edges[i]
+	ctx, cancel := context.WithCancel(context.Background())
+	e.cancel, e.done = cancel, make(chan struct{})
+	var prov agent.Provisioner = &agenttest.Recorder{}
+	if a.provisioner != nil {
+		prov = a.provisioner(i, e.cfg)
+	}
+	go func(done chan struct{}) {
+		defer close(done)
+		<-gate
+		a.run(ctx, i, e, prov)
+	}(e.done)
+}
+
+// Restart stops agent i and starts it again, as a reboot does: its
+// session ends and a new one begins.
+func (a *Agents) Restart(i int) {
+	a.mu.Lock()
+	e := a.edges[i]
+	cancel, done := e.cancel, e.done
+	a.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+	open := make(chan struct{})
+	close(open)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.launch(i, open)
 }
 
 // run runs agent i until ctx ends; with releases, it starts it again

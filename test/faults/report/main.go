@@ -45,14 +45,19 @@ func run(dir, doc string) error {
 	if err != nil {
 		return err
 	}
-	if len(runs) == 0 {
-		return fmt.Errorf("no run records in %s: run make reliability first", dir)
+	soaks, err := results.ReadSoaks(dir)
+	if err != nil {
+		return err
 	}
-	return mdsection.Splice(doc, beginMarker, endMarker, render(runs))
+	if len(runs) == 0 && len(soaks) == 0 {
+		return fmt.Errorf("no run records in %s: run make reliability (or make soak) first", dir)
+	}
+	return mdsection.Splice(doc, beginMarker, endMarker, render(runs, soaks))
 }
 
-// render is the generated section: a row per test, then the failing runs.
-func render(runs []results.Run) []byte {
+// render is the generated section: a row per test, the failing runs, then
+// the soaks.
+func render(runs []results.Run, soaks []results.Soak) []byte {
 	var md bytes.Buffer
 	md.WriteString(beginMarker + "\n\n")
 	md.WriteString("## Measured: the latest runs\n\n")
@@ -108,8 +113,43 @@ func render(runs []results.Run) []byte {
 		}
 		md.WriteString("\n")
 	}
+	if len(soaks) > 0 {
+		renderSoaks(&md, soaks)
+	}
 	md.WriteString(endMarker + "\n")
 	return md.Bytes()
+}
+
+// renderSoaks is a row per soak, then each one's samples every tenth of
+// its run.
+func renderSoaks(md *bytes.Buffer, soaks []results.Soak) {
+	md.WriteString("## The soak\n\n")
+	md.WriteString("Generated from `docs/reliability/soak/*.json` (`make soak`). Growth is from the first sample at or after a sixth of the " +
+		"run to the last, summed over the replicas; the heap and the goroutines may grow 5 % at most, and no session may be left " +
+		"beyond the agents connected once the churn stops.\n\n")
+	md.WriteString("| agents | replicas | minutes | restarted a minute | a replica restarted every | heap growth | goroutines growth | RSS growth | sessions leaked | violations | when |\n")
+	md.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, s := range soaks {
+		fmt.Fprintf(md, "| %d | %d | %.0f | %d | %.0f min | %+.1f %% | %+.1f %% | %+.1f %% | %d | **%d** | %s |\n", s.Agents, s.Replicas, s.Minutes,
+			s.ChurnPerMinute, s.ReplicaRestartMinutes, 100*s.HeapGrowth, 100*s.GoroutinesGrowth, 100*s.RSSGrowth, s.LeakedSessions,
+			len(s.Violations), s.When.Format("2006-01-02"))
+	}
+	md.WriteString("\n")
+	for _, s := range soaks {
+		fmt.Fprintf(md, "%d agents (`%s`):\n\n| minute | RSS | heap in use | goroutines | sessions |\n|---|---|---|---|---|\n", s.Agents, s.Command)
+		next := 0.0
+		for i, x := range s.Samples {
+			if x.Minute < next && i != len(s.Samples)-1 {
+				continue
+			}
+			fmt.Fprintf(md, "| %.0f | %.1f MiB | %.1f MiB | %d | %d |\n", x.Minute, float64(x.RSSBytes)/(1<<20), float64(x.HeapBytes)/(1<<20), x.Goroutines, x.Sessions)
+			next = x.Minute + s.Minutes/10
+		}
+		for _, v := range s.Violations {
+			fmt.Fprintf(md, "\nViolation: %s\n", v)
+		}
+		md.WriteString("\n")
+	}
 }
 
 // percentile is the nearest-rank p-th percentile of xs; NaN for none.

@@ -2,6 +2,7 @@ package results
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -80,5 +81,85 @@ func Read(dir string) ([]Run, error) {
 		}
 		return out[i].Seed < out[j].Seed
 	})
+	return out, nil
+}
+
+// Soak is a long run of many simulated agents under churn (make soak).
+type Soak struct {
+	When     time.Time `json:"when"`
+	Agents   int       `json:"agents"`
+	Replicas int       `json:"replicas"`
+	Minutes  float64   `json:"minutes"`
+	// ChurnPerMinute is how many agents were restarted every minute;
+	// ReplicaRestartMinutes how often a hub replica was.
+	ChurnPerMinute        int     `json:"churnPerMinute"`
+	ReplicaRestartMinutes float64 `json:"replicaRestartMinutes"`
+	// Samples is one a minute, over every replica.
+	Samples []SoakSample `json:"samples"`
+	// FromMinute and the last sample are compared: their growth.
+	FromMinute       float64 `json:"fromMinute"`
+	HeapGrowth       float64 `json:"heapGrowth"`
+	GoroutinesGrowth float64 `json:"goroutinesGrowth"`
+	RSSGrowth        float64 `json:"rssGrowth"`
+	// LeakedSessions is the sessions the replicas hold beyond the agents
+	// connected, once the churn stopped; Violations what went wrong.
+	LeakedSessions int      `json:"leakedSessions"`
+	Violations     []string `json:"violations,omitempty"`
+	Command        string   `json:"command"`
+}
+
+// SoakSample is the replicas' state at a minute of the soak.
+type SoakSample struct {
+	Minute     float64 `json:"minute"`
+	RSSBytes   int64   `json:"rssBytes"`
+	HeapBytes  int64   `json:"heapBytes"`
+	Goroutines int     `json:"goroutines"`
+	Sessions   int     `json:"sessions"`
+}
+
+// soakFile is where WriteSoak keeps a soak of n agents.
+func soakFile(dir string, n int) string {
+	return filepath.Join(dir, "soak", fmt.Sprintf("soak-%d.json", n))
+}
+
+// WriteSoak puts s in dir/soak/, replacing an earlier soak of as many
+// agents.
+func WriteSoak(dir string, s Soak) error {
+	path := soakFile(dir, s.Agents)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// ReadSoaks returns the soaks in dir/soak/, by agents.
+func ReadSoaks(dir string) ([]Soak, error) {
+	entries, err := os.ReadDir(filepath.Join(dir, "soak"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []Soak
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".json") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, "soak", e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		var s Soak
+		if err := json.Unmarshal(b, &s); err != nil {
+			return nil, fmt.Errorf("%s: %w", e.Name(), err)
+		}
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Agents < out[j].Agents })
 	return out, nil
 }

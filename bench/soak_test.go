@@ -1,0 +1,167 @@
+package bench
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/edgefleet/fleet/bench/load"
+	"github.com/edgefleet/fleet/test/faults/results"
+)
+
+var (
+	soakAgents  = flag.Int("soak-agents", 10000, "Simulated agents BenchmarkSoak runs.")
+	soakFor     = flag.Duration("soak-duration", time.Hour, "How long BenchmarkSoak runs its churn.")
+	soakChurn   = flag.Float64("soak-churn", 0.01, "Share of the agents BenchmarkSoak restarts every minute.")
+	soakReplica = flag.Duration("soak-replica-restart", 10*time.Minute, "How often BenchmarkSoak restarts a hub replica (SIGTERM, as a rolling update).")
+	soakResults = flag.String("soak-results", "", "Directory BenchmarkSoak writes its record to (make soak: docs/reliability).")
+)
+
+// BenchmarkSoak runs two fleet-hub replicas (leader election on) behind a
+// balancer with N simulated agents for a long while: every minute a share
+// of the agents restarts (a new session each), every few minutes a
+// replica is stopped and started again, one after the other. It samples,
+// every minute and over both replicas, the resident memory, the heap in
+// use, the goroutines and the sessions; once the churn stops, every agent
+// must hold exactly one session (none leaked) and every host read as
+// connected. The heap and the goroutines must not grow by more than 5 %
+// from the first sample at or after a sixth of the run (minute 10 of an
+// hour) to the last.
+//
+//	go test ./bench -run '^$' -bench Soak -benchtime 1x -timeout 120m -args -soak-agents=10000 -soak-duration=1h
+func BenchmarkSoak(b *testing.B) {
+	ctx := context.Background()
+	n := *soakAgents
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "[%s] soak agents=%d: %s\n", time.Now().Format("15:04:05"), n, fmt.Sprintf(format, args...))
+	}
+	if _, err := load.RaiseFileLimit(); err != nil {
+		b.Fatal(err)
+	}
+	bin := buildHub(b)
+	dir := b.TempDir()
+	ns := fmt.Sprintf("soak-%d", time.Now().UnixNano()%100000)
+	var hubs []*load.Hub
+	var gateways []string
+	for _, name := range []string{"hub-a", "hub-b"} {
+		h, err := load.StartHub(ctx, env.Client, load.HubOptions{Binary: bin, Dir: filepath.Join(dir, name), Config: env.Config,
+			Namespace: ns, Replica: name, Args: []string{"--enroll-rate", "1000", "--enroll-burst", "1000"}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer h.Stop()
+		hubs = append(hubs, h)
+		gateways = append(gateways, h.GatewayAddr)
+	}
+	lb, err := load.NewBalancer(gateways...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer lb.Close()
+	front := *hubs[0]
+	front.URL = lb.URL()
+	agents, err := load.NewAgents(ctx, env.Client, &front, load.AgentOptions{N: n, Dir: agentStateDir(b, dir), Sources: 1 + n/250})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer agents.Stop()
+	b.ResetTimer()
+
+	agents.Start(0)
+	took := mustWait(b, "every agent connected", func() error { return sessionsOn(ctx, hubs, n) })
+	logf("%d agents connected in %s (%s)", n, took.Round(time.Second), spread(ctx, hubs))
+	mustWait(b, "every host recorded connected", func() error { return allConnected(ctx, ns, n) })
+
+	rec := results.Soak{When: time.Now().UTC().Truncate(time.Second), Agents: n, Replicas: len(hubs),
+		ChurnPerMinute: int(float64(n) * *soakChurn), ReplicaRestartMinutes: soakReplica.Minutes(),
+		Command: fmt.Sprintf("go test ./bench -run '^$' -bench Soak -benchtime 1x -timeout 120m -args -soak-agents=%d -soak-duration=%s", n, *soakFor)}
+	rng := rand.New(rand.NewPCG(1, 2)) //nolint:gosec // which agents restart, not a secret
+	start := time.Now()
+	sample := func() {
+		s := results.SoakSample{Minute: time.Since(start).Minutes()}
+		for _, h := range hubs {
+			if rss, err := h.RSS(); err == nil {
+				s.RSSBytes += rss
+			}
+			m, err := h.Metrics(ctx)
+			if err != nil {
+				continue
+			}
+			s.HeapBytes += int64(m["go_memstats_heap_inuse_bytes"])
+			s.Goroutines += int(m["go_goroutines"])
+			s.Sessions += int(m["fleet_gateway_connected_agents"])
+		}
+		rec.Samples = append(rec.Samples, s)
+		logf("minute %.0f: RSS %.1f MiB, heap %.1f MiB, %d goroutines, %d sessions (%s)", s.Minute,
+			float64(s.RSSBytes)/(1<<20), float64(s.HeapBytes)/(1<<20), s.Goroutines, s.Sessions, spread(ctx, hubs))
+	}
+	sample()
+	nextReplica, turn := *soakReplica, 0
+	for minute := 1; time.Duration(minute)*time.Minute <= *soakFor; minute++ {
+		time.Sleep(time.Until(start.Add(time.Duration(minute) * time.Minute)))
+		if time.Duration(minute)*time.Minute >= nextReplica {
+			// Sampled before the restart: the replica's memory is then
+			// what the churn left it.
+			sample()
+			h := hubs[turn%len(hubs)]
+			turn++
+			h.Terminate()
+			if err := restart(ctx, h); err != nil {
+				b.Fatal(err)
+			}
+			logf("restarted replica %s", h.GatewayAddr)
+			nextReplica += *soakReplica
+		} else {
+			sample()
+		}
+		var wg sync.WaitGroup
+		for _, i := range rng.Perm(n)[:rec.ChurnPerMinute] {
+			wg.Go(func() { agents.Restart(i) })
+		}
+		wg.Wait()
+	}
+	rec.Minutes = time.Since(start).Minutes()
+	mustWait(b, "every agent connected once the churn stopped", func() error { return sessionsOn(ctx, hubs, n) })
+	mustWait(b, "every host recorded connected once the churn stopped", func() error { return allConnected(ctx, ns, n) })
+	sample()
+	last := rec.Samples[len(rec.Samples)-1]
+	rec.LeakedSessions = last.Sessions - agents.Connected()
+	rec.FromMinute = soakFor.Minutes() / 6
+	var from results.SoakSample
+	for _, s := range rec.Samples {
+		if s.Minute >= rec.FromMinute {
+			from = s
+			break
+		}
+	}
+	growth := func(a, b float64) float64 { return (b - a) / a }
+	rec.HeapGrowth = growth(float64(from.HeapBytes), float64(last.HeapBytes))
+	rec.GoroutinesGrowth = growth(float64(from.Goroutines), float64(last.Goroutines))
+	rec.RSSGrowth = growth(float64(from.RSSBytes), float64(last.RSSBytes))
+	if rec.LeakedSessions != 0 {
+		rec.Violations = append(rec.Violations, fmt.Sprintf("%d sessions leaked", rec.LeakedSessions))
+	}
+	if rec.HeapGrowth > 0.05 || rec.GoroutinesGrowth > 0.05 {
+		rec.Violations = append(rec.Violations, fmt.Sprintf("from minute %.0f to the end the heap grew %.1f %% and the goroutines %.1f %% (at most 5 %%)",
+			from.Minute, 100*rec.HeapGrowth, 100*rec.GoroutinesGrowth))
+	}
+	b.ReportMetric(100*rec.HeapGrowth, "heap-growth-%")
+	b.ReportMetric(100*rec.GoroutinesGrowth, "goroutines-growth-%")
+	b.ReportMetric(float64(rec.LeakedSessions), "leaked-sessions")
+	logf("from minute %.0f to %.0f: heap %+.1f %%, goroutines %+.1f %%, RSS %+.1f %%; %d sessions leaked",
+		from.Minute, last.Minute, 100*rec.HeapGrowth, 100*rec.GoroutinesGrowth, 100*rec.RSSGrowth, rec.LeakedSessions)
+	if *soakResults != "" {
+		if err := results.WriteSoak(*soakResults, rec); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, v := range rec.Violations {
+		b.Error(v)
+	}
+}
