@@ -80,7 +80,8 @@ func BenchmarkSoak(b *testing.B) {
 
 	rec := results.Soak{When: time.Now().UTC().Truncate(time.Second), Agents: n, Replicas: len(hubs),
 		ChurnPerMinute: int(float64(n) * *soakChurn), ReplicaRestartMinutes: soakReplica.Minutes(),
-		Command: fmt.Sprintf("go test ./bench -run '^$' -bench Soak -benchtime 1x -timeout 120m -args -soak-agents=%d -soak-duration=%s", n, *soakFor)}
+		Command: fmt.Sprintf("go test ./bench -run '^$' -bench Soak -benchtime 1x -timeout 0 -args -soak-agents=%d -soak-duration=%s -soak-churn=%g -soak-replica-restart=%s",
+			n, *soakFor, *soakChurn, *soakReplica)}
 	rng := rand.New(rand.NewPCG(1, 2)) //nolint:gosec // which agents restart, not a secret
 	start := time.Now()
 	sample := func() {
