@@ -124,10 +124,11 @@ func (s Store) write(name string, data []byte, mode os.FileMode) error {
 	return atomicfile.Write(s.path(name+copySuffix), data, mode)
 }
 
-// remove deletes name and its copy.
+// remove deletes name's copy, then name: a crash between the two leaves
+// name, still whole, rather than a copy that read would bring back.
 func (s Store) remove(name string) error {
 	defer s.lock()()
-	for _, p := range []string{s.path(name), s.path(name + copySuffix)} {
+	for _, p := range []string{s.path(name + copySuffix), s.path(name)} {
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
