@@ -106,7 +106,9 @@ func BenchmarkSoak(b *testing.B) {
 	nextReplica, turn := *soakReplica, 0
 	for minute := 1; time.Duration(minute)*time.Minute <= *soakFor; minute++ {
 		time.Sleep(time.Until(start.Add(time.Duration(minute) * time.Minute)))
-		if time.Duration(minute)*time.Minute >= nextReplica {
+		// Not in the last minute: the final sample would catch the
+		// replica's agents in the middle of moving.
+		if at := time.Duration(minute) * time.Minute; at >= nextReplica && at < *soakFor {
 			// Sampled before the restart: the replica's memory is then
 			// what the churn left it.
 			sample()
