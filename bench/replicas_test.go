@@ -51,30 +51,7 @@ func BenchmarkHubReplicas(b *testing.B) {
 	bin := buildHub(b)
 	dir := b.TempDir()
 	ns := fmt.Sprintf("replicas-%d", time.Now().UnixNano()%100000)
-	var hubs []*load.Hub
-	var gateways []string
-	for _, name := range []string{"hub-a", "hub-b", "hub-c"} {
-		h, err := load.StartHub(ctx, env.Client, load.HubOptions{Binary: bin, Dir: filepath.Join(dir, name), Config: env.Config,
-			Namespace: ns, Replica: name, Args: []string{"--enroll-rate", "1000", "--enroll-burst", "1000"}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer h.Stop()
-		hubs = append(hubs, h)
-		gateways = append(gateways, h.GatewayAddr)
-	}
-	lb, err := load.NewBalancer(gateways...)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer lb.Close()
-	front := *hubs[0]
-	front.URL = lb.URL()
-	agents, err := load.NewAgents(ctx, env.Client, &front, load.AgentOptions{N: n, Dir: agentStateDir(b, dir), Sources: 1 + n/250})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer agents.Stop()
+	hubs, agents := replicasWithAgents(b, bin, dir, ns, []string{"hub-a", "hub-b", "hub-c"}, n)
 	b.ResetTimer()
 
 	agents.Start(0)
@@ -142,6 +119,40 @@ func BenchmarkHubReplicas(b *testing.B) {
 	if flapped > 0 {
 		b.Errorf("%d hosts were recorded disconnected during the fail-overs and the roll", flapped)
 	}
+}
+
+// replicasWithAgents starts a fleet-hub replica per name (leader election
+// on) and n agents that dial them through a balancer, as through the
+// gateway Service; everything stops when the benchmark ends.
+func replicasWithAgents(b *testing.B, bin, dir, ns string, names []string, n int) ([]*load.Hub, *load.Agents) {
+	b.Helper()
+	ctx := context.Background()
+	var hubs []*load.Hub
+	var gateways []string
+	for _, name := range names {
+		h, err := load.StartHub(ctx, env.Client, load.HubOptions{Binary: bin, Dir: filepath.Join(dir, name), Config: env.Config,
+			Namespace: ns, Replica: name, Args: []string{"--enroll-rate", "1000", "--enroll-burst", "1000"}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(h.Stop)
+		hubs = append(hubs, h)
+		gateways = append(gateways, h.GatewayAddr)
+	}
+	lb, err := load.NewBalancer(gateways...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(lb.Close)
+	front := *hubs[0]
+	front.URL = lb.URL()
+	agents, err := load.NewAgents(ctx, env.Client, &front, load.AgentOptions{N: n, Dir: agentStateDir(b, dir), Sources: 1 + n/250})
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Registered last, so it runs first: agents stop before their hubs.
+	b.Cleanup(agents.Stop)
+	return hubs, agents
 }
 
 // mustWait polls cond every 250 ms for up to 10 minutes and returns how

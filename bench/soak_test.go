@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -47,30 +46,7 @@ func BenchmarkSoak(b *testing.B) {
 	bin := buildHub(b)
 	dir := b.TempDir()
 	ns := fmt.Sprintf("soak-%d", time.Now().UnixNano()%100000)
-	var hubs []*load.Hub
-	var gateways []string
-	for _, name := range []string{"hub-a", "hub-b"} {
-		h, err := load.StartHub(ctx, env.Client, load.HubOptions{Binary: bin, Dir: filepath.Join(dir, name), Config: env.Config,
-			Namespace: ns, Replica: name, Args: []string{"--enroll-rate", "1000", "--enroll-burst", "1000"}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer h.Stop()
-		hubs = append(hubs, h)
-		gateways = append(gateways, h.GatewayAddr)
-	}
-	lb, err := load.NewBalancer(gateways...)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer lb.Close()
-	front := *hubs[0]
-	front.URL = lb.URL()
-	agents, err := load.NewAgents(ctx, env.Client, &front, load.AgentOptions{N: n, Dir: agentStateDir(b, dir), Sources: 1 + n/250})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer agents.Stop()
+	hubs, agents := replicasWithAgents(b, bin, dir, ns, []string{"hub-a", "hub-b"}, n)
 	b.ResetTimer()
 
 	agents.Start(0)
