@@ -22,8 +22,8 @@ import (
 var replicaAgents = flag.Int("replica-agents", 1000, "Agents BenchmarkHubReplicas spreads over three hub replicas.")
 
 // BenchmarkHubReplicas runs three fleet-hub replicas against one API
-// server, leader election on, with N agents dialling them through a
-// balancer (the gateway Service), and measures:
+// server, leader election on, with N agents dialling them as through
+// the gateway Service (load.Replicas), and measures:
 //
 //  1. the enrollment storm: N new agents at once, spread over the three;
 //  2. a gateway replica's fail-over: the replica holding the most sessions
@@ -122,8 +122,8 @@ func BenchmarkHubReplicas(b *testing.B) {
 }
 
 // replicasWithAgents starts a fleet-hub replica per name (leader election
-// on) and n agents that dial them through a balancer, as through the
-// gateway Service; everything stops when the benchmark ends.
+// on) and n agents that dial them as through the gateway Service
+// (load.Replicas); everything stops when the benchmark ends.
 func replicasWithAgents(b *testing.B, bin, dir, ns string, names []string, n int) ([]*load.Hub, *load.Agents) {
 	b.Helper()
 	ctx := context.Background()
@@ -139,14 +139,8 @@ func replicasWithAgents(b *testing.B, bin, dir, ns string, names []string, n int
 		hubs = append(hubs, h)
 		gateways = append(gateways, h.GatewayAddr)
 	}
-	lb, err := load.NewBalancer(gateways...)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(lb.Close)
-	front := *hubs[0]
-	front.URL = lb.URL()
-	agents, err := load.NewAgents(ctx, env.Client, &front, load.AgentOptions{N: n, Dir: agentStateDir(b, dir), Sources: 1 + n/250})
+	agents, err := load.NewAgents(ctx, env.Client, hubs[0], load.AgentOptions{N: n, Dir: agentStateDir(b, dir), Sources: 1 + n/250,
+		Replicas: load.NewReplicas(gateways...)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -159,14 +153,21 @@ func replicasWithAgents(b *testing.B, bin, dir, ns string, names []string, n int
 // long it took.
 func mustWait(b *testing.B, what string, cond func() error) time.Duration {
 	b.Helper()
+	return mustWaitFor(b, what, 10*time.Minute, cond)
+}
+
+// mustWaitFor polls cond every 250 ms for up to limit and returns how
+// long it took.
+func mustWaitFor(b *testing.B, what string, limit time.Duration, cond func() error) time.Duration {
+	b.Helper()
 	start := time.Now()
 	for {
 		err := cond()
 		if err == nil {
 			return time.Since(start)
 		}
-		if time.Since(start) > 10*time.Minute {
-			b.Fatalf("%s: not after 10 minutes: %v", what, err)
+		if time.Since(start) > limit {
+			b.Fatalf("%s: not after %s: %v", what, limit, err)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}

@@ -22,8 +22,8 @@ var (
 	soakResults = flag.String("soak-results", "", "Directory BenchmarkSoak writes its record to (make soak: docs/reliability).")
 )
 
-// BenchmarkSoak runs two fleet-hub replicas (leader election on) behind a
-// balancer with N simulated agents for a long while: every minute a share
+// BenchmarkSoak runs two fleet-hub replicas (leader election on), reached as
+// through the gateway Service, with N simulated agents for a long while: every minute a share
 // of the agents restarts (a new session each), every few minutes a
 // replica is stopped and started again, one after the other. It samples,
 // every minute and over both replicas, the resident memory, the heap in
@@ -40,8 +40,13 @@ func BenchmarkSoak(b *testing.B) {
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(os.Stderr, "[%s] soak agents=%d: %s\n", time.Now().Format("15:04:05"), n, fmt.Sprintf(format, args...))
 	}
-	if _, err := load.RaiseFileLimit(); err != nil {
+	limit, err := load.RaiseFileLimit()
+	if err != nil {
 		b.Fatal(err)
+	}
+	// This process holds each agent's socket.
+	if need := uint64(n + 2000); limit < need {
+		b.Fatalf("%d agents need about %d open files in this process; the limit is %d (ulimit -n; raise it, or run as root)", n, need, limit)
 	}
 	bin := buildHub(b)
 	dir := b.TempDir()
@@ -50,9 +55,12 @@ func BenchmarkSoak(b *testing.B) {
 	b.ResetTimer()
 
 	agents.Start(0)
-	took := mustWait(b, "every agent connected", func() error { return sessionsOn(ctx, hubs, n) })
+	// The first connection is an enrollment: on two cores the API server
+	// takes 15–20 a second (docs/PERFORMANCE.md).
+	enrolling := max(10*time.Minute, time.Duration(n)*100*time.Millisecond)
+	took := mustWaitFor(b, "every agent enrolled and connected", enrolling, func() error { return sessionsOn(ctx, hubs, n) })
 	logf("%d agents connected in %s (%s)", n, took.Round(time.Second), spread(ctx, hubs))
-	mustWait(b, "every host recorded connected", func() error { return allConnected(ctx, ns, n) })
+	mustWaitFor(b, "every host recorded connected", enrolling, func() error { return allConnected(ctx, ns, n) })
 
 	rec := results.Soak{When: time.Now().UTC().Truncate(time.Second), Agents: n, Replicas: len(hubs),
 		ChurnPerMinute: int(float64(n) * *soakChurn), ReplicaRestartMinutes: soakReplica.Minutes(),

@@ -38,12 +38,21 @@ import (
 	"github.com/edgefleet/fleet/pkg/release"
 )
 
-// RaiseFileLimit lifts the soft limit on open files to the hard one:
-// every agent holds a socket, the hub one per agent.
+// RaiseFileLimit lifts the limit on open files as far as it goes: to the
+// kernel's most (fs.nr_open) where the process may raise the hard limit
+// (root), else the soft one to the hard one. Every agent holds a socket,
+// the hub one per agent, a balancer two.
 func RaiseFileLimit() (uint64, error) {
 	var l syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
 		return 0, err
+	}
+	if b, err := os.ReadFile("/proc/sys/fs/nr_open"); err == nil {
+		if most, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil && most > l.Max {
+			if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: most, Max: most}) == nil {
+				return most, nil
+			}
+		}
 	}
 	l.Cur = l.Max
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
@@ -335,6 +344,9 @@ type AgentOptions struct {
 	// Provisioner makes agent i's provisioner (default agenttest.Recorder:
 	// it records assignments and writes nothing).
 	Provisioner func(i int, cfg agent.Config) agent.Provisioner
+	// Replicas, when set, spreads the agents' connections over several
+	// hub replicas, as the gateway Service would.
+	Replicas *Replicas
 	// Releases, when set, lets the agents run the releases the hub
 	// orders: each keeps its own release store and restarts into a
 	// release as fleet-agent's launcher would, reporting its version.
@@ -395,6 +407,9 @@ func NewAgents(ctx context.Context, c client.Client, hub *Hub, o AgentOptions) (
 			LocalAddr: fmt.Sprintf("127.0.0.%d", 2+i%sources), LinkInterval: o.LinkInterval}
 		if o.LinkInterval == 0 {
 			cfg.LinkInterval = -1
+		}
+		if o.Replicas != nil {
+			cfg.Dial = o.Replicas.dialer(cfg.LocalAddr)
 		}
 		if err := cfg.Complete(); err != nil {
 			return nil, err

@@ -73,10 +73,17 @@ type Config struct {
 	// IP, no port). Load tests spread thousands of agents over loopback
 	// addresses with it; it is not read from the config file.
 	LocalAddr string `json:"-"`
+	// Dial, when set, makes the connections to the hub instead (load
+	// tests spread agents over hub replicas with it); it is not read from
+	// the config file.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error) `json:"-"`
 }
 
 // dialContext dials from LocalAddr when it is set.
 func (c *Config) dialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	if c.Dial != nil {
+		return c.Dial(ctx, network, addr)
+	}
 	d := net.Dialer{Timeout: 15 * time.Second, KeepAlive: 30 * time.Second}
 	if c.LocalAddr != "" {
 		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(c.LocalAddr)}
