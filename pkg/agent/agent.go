@@ -87,6 +87,9 @@ type Agent struct {
 	linkEnabled     bool
 	link            atomic.Pointer[infrav1.LinkHealth]
 	refreshMu       sync.Mutex
+	// clockSkew is how far this host's clock is ahead of the hub's, as
+	// reported: zero when within wire.MinClockSkew.
+	clockSkew atomic.Int64
 
 	// Edge reach: how this host's cluster endpoint is reached at the site,
 	// and the tunnels the hub opens to it.
@@ -136,6 +139,7 @@ func New(cfg Config, prov Provisioner, log logr.Logger) *Agent {
 	opts.Streams = mux.Accept
 	opts.Capabilities = a.hostAccess.Capabilities()
 	opts.Announce = a.announce
+	opts.ClockSkew = a.learnClockSkew
 	a.session = session.New(opts, a.store, log)
 	return a
 }

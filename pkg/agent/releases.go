@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/edgefleet/fleet/pkg/agent/hostclock"
 	"github.com/edgefleet/fleet/pkg/agent/selfupdate"
 	"github.com/edgefleet/fleet/pkg/agent/streams"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
@@ -265,7 +266,7 @@ func (a *Agent) runOrdered(ctx context.Context, o *wire.AgentReleaseOrder) (done
 		a.refuseRelease(o, release.ReasonUntrusted, "this host holds no release root keys, so it runs no release it is sent: "+r.RootsProblem)
 		return false, nil
 	}
-	p := release.Policy{Roots: r.Roots, OS: runtime.GOOS, Arch: runtime.GOARCH, Now: time.Now()}
+	p := release.Policy{Roots: r.Roots, OS: runtime.GOOS, Arch: runtime.GOARCH, Now: hostclock.Now()}
 	art, err := r.Store.Check(o.Bundle, p)
 	if err == nil && (art.Version != o.Version || art.SHA256 != o.SHA256 || art.Size != o.Size) {
 		err = &release.Error{Reason: release.ReasonMalformed, Err: fmt.Errorf("the bundle signs %s (%s), not the ordered %s (%s)", art.Version, art.SHA256, o.Version, o.SHA256)}

@@ -311,7 +311,23 @@ func (a *Agent) refreshStatus() {
 	if why := a.unsaved.Load(); why != nil {
 		st.StateUnwritable = truncate(*why, 1000)
 	}
+	if skew := time.Duration(a.clockSkew.Load()); skew != 0 {
+		st.ClockSkew = &metav1.Duration{Duration: skew}
+	}
 	a.status.Set(st)
+}
+
+// learnClockSkew takes how far this host's clock is off the hub's, as a
+// session's start measured it, and reports it when that changed. It is
+// rounded to 10 s so that a session's round trip does not make news.
+func (a *Agent) learnClockSkew(skew time.Duration) {
+	skew = skew.Round(10 * time.Second)
+	if skew.Abs() < wire.MinClockSkew {
+		skew = 0
+	}
+	if a.clockSkew.Swap(int64(skew)) != int64(skew) {
+		a.refreshStatus()
+	}
 }
 
 // truncate fits s into n bytes keeping both ends: the first line says

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/fleet/pkg/agent/cloudconfig"
+	"github.com/edgefleet/fleet/pkg/agent/hostclock"
 )
 
 // MaxTranscript bounds a transcript (agent.BootstrapTranscript,
@@ -72,7 +73,7 @@ func (t *transcript) Write(b []byte) (int, error) {
 // note writes a line of the agent's own, marked apart from commands'
 // output.
 func (t *transcript) note(format string, args ...any) {
-	_, _ = fmt.Fprintf(t, "==> %s %s\n", time.Now().UTC().Format(time.RFC3339), fmt.Sprintf(format, args...))
+	_, _ = fmt.Fprintf(t, "==> %s %s\n", hostclock.Now().UTC().Format(time.RFC3339), fmt.Sprintf(format, args...))
 }
 
 func (t *transcript) close() {

@@ -75,12 +75,10 @@ func (s *Source) connectOnce(ctx context.Context) error {
 		Send: func(msg any) error { return ctrl.send(msg) }}) {
 		return ctx.Err()
 	}
-	rot := newRotator(s, ctrl, creds.leaf)
-	go rot.run(sessCtx)
 	if s.opts.Streams != nil {
 		go s.opts.Streams(sessCtx, mux)
 	}
-	return s.read(ctx, ctrl, rot)
+	return s.read(sessCtx, ctrl, newRotator(s, ctrl, creds.leaf))
 }
 
 // credentials loads the host's identity, enrolling first if it has none.
@@ -189,7 +187,10 @@ func (s *Source) hello(mux *yamux.Session, id state.Identity) (*control, error) 
 
 // read hands what the hub sends on the control stream to the sync loop
 // (desired states) and the rotator (certificates) until the session ends.
+// The rotator starts once the hub's first frame is read: a Welcome tells
+// the hub's clock, which rotations are timed by.
 func (s *Source) read(ctx context.Context, ctrl *control, rot *rotator) error {
+	rotating := rot == nil
 	for {
 		frame, err := wire.ReadFrame(ctrl.conn, wire.MaxFrameSize)
 		if err != nil {
@@ -216,6 +217,9 @@ func (s *Source) read(ctx context.Context, ctrl *control, rot *rotator) error {
 		switch m := msg.(type) {
 		case *wire.Welcome:
 			s.log.Info("Hub welcomed this agent", "protocol", wire.ProtocolName(v), "hubVersion", m.HubVersion)
+			if m.Time != nil {
+				s.learnHubClock(m.Time.Time)
+			}
 		case *wire.DesiredState:
 			if !s.send(ctx, Update{Op: OpDesired, Desired: m}) {
 				return ctx.Err()
@@ -241,6 +245,10 @@ func (s *Source) read(ctx context.Context, ctrl *control, rot *rotator) error {
 		default:
 			_ = ctrl.send(&wire.Error{Code: wire.ErrUnexpected, Message: "agents do not accept this message"})
 			return fmt.Errorf("hub sent an unexpected %T", msg)
+		}
+		if !rotating {
+			rotating = true
+			go rot.run(ctx)
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/fleet/pkg/agent/facts"
+	"github.com/edgefleet/fleet/pkg/agent/hostclock"
 	"github.com/edgefleet/fleet/pkg/agent/state"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
 	"github.com/edgefleet/fleet/pkg/pki"
@@ -79,7 +80,7 @@ func fetchCA(ctx context.Context, dial func(ctx context.Context, network, addr s
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(ca)
-	if err := verifyHub(served, pool, "", time.Now()); err != nil {
+	if err := verifyHub(served, pool, "", hostclock.Now()); err != nil {
 		return nil, nil, fmt.Errorf("%w: the hub's serving certificate is not from the pinned CA: %w", ErrPinMismatch, err)
 	}
 	return caPEM, pool, nil

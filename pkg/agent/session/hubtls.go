@@ -5,6 +5,8 @@ import (
 	"crypto/x509"
 	"errors"
 	"time"
+
+	"github.com/edgefleet/fleet/pkg/agent/hostclock"
 )
 
 // hubTLS is the TLS configuration that reaches the hub: its certificate
@@ -17,7 +19,7 @@ func hubTLS(pool *x509.CertPool, hub string, certs ...tls.Certificate) *tls.Conf
 		Certificates:       certs,
 		InsecureSkipVerify: true, //nolint:gosec // VerifyConnection checks the chain and the name
 		VerifyConnection: func(cs tls.ConnectionState) error {
-			return verifyHub(cs.PeerCertificates, pool, name, time.Now())
+			return verifyHub(cs.PeerCertificates, pool, name, hostclock.Now())
 		},
 	}
 }

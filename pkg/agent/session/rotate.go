@@ -13,7 +13,10 @@ import (
 )
 
 // rotator renews the client certificate over the session at a jittered
-// 70–90 % of its lifetime, without dropping the session.
+// 70–90 % of its lifetime, without dropping the session. The lifetime is
+// the hub's, and so is the clock it is timed by: a host whose clock is
+// behind would otherwise let its certificate expire, one ahead would
+// renew it again as soon as it got it.
 type rotator struct {
 	src  *Source
 	ctrl *control
@@ -37,7 +40,7 @@ func (r *rotator) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(time.Until(deadline)):
+		case <-time.After(deadline.Sub(r.src.hubNow())):
 		}
 		// The same key until a certificate for it arrives: the hub may
 		// have recorded it already, with the answer lost.

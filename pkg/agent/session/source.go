@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/edgefleet/fleet/internal/version"
+	"github.com/edgefleet/fleet/pkg/agent/hostclock"
 	"github.com/edgefleet/fleet/pkg/agent/state"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
 )
@@ -48,6 +49,9 @@ type Options struct {
 	Announce func(string)
 	// Version is the release the agent reports (default the binary's).
 	Version string
+	// ClockSkew hears, at every session's start, how far this host's
+	// clock is ahead of the hub's (negative: behind).
+	ClockSkew func(time.Duration)
 }
 
 // Op says what an Update is.
@@ -88,6 +92,9 @@ type Source struct {
 	sessions    atomic.Int64
 	connected   atomic.Bool
 	rotations   atomic.Int64
+	// hubOffset is the hub's clock minus this host's, as the last Welcome
+	// told (zero until one did): what certificate rotations are timed by.
+	hubOffset atomic.Int64
 	// extra capabilities, added after New.
 	extra []string
 }
@@ -117,6 +124,26 @@ func (s *Source) Connected() bool { return s.connected.Load() }
 
 // Rotations counts certificate rotations.
 func (s *Source) Rotations() int64 { return s.rotations.Load() }
+
+// hubNow is the hub's clock as best this host knows it.
+func (s *Source) hubNow() time.Time {
+	return hostclock.Now().Add(time.Duration(s.hubOffset.Load()))
+}
+
+// learnHubClock takes the hub's time from its Welcome: the offset that
+// rotations are timed by, and the skew the agent reports.
+func (s *Source) learnHubClock(hub time.Time) {
+	offset := hub.Sub(hostclock.Now())
+	s.hubOffset.Store(int64(offset))
+	skew := -offset
+	if skew.Abs() >= wire.MinClockSkew {
+		s.log.Info("This host's clock is off the hub's: certificate rotations follow the hub's; set the host's time (NTP)",
+			"ahead", skew.Round(time.Second).String())
+	}
+	if s.opts.ClockSkew != nil {
+		s.opts.ClockSkew(skew)
+	}
+}
 
 func (s *Source) announce(text string) {
 	if s.opts.Announce != nil {

@@ -212,6 +212,17 @@ const (
 	StateUnwritableReason = "StateUnwritable"
 	// StateRecordedReason: the agent wrote its state again.
 	StateRecordedReason = "StateRecorded"
+
+	// ClockSkewedCondition on an EdgeHost is True while its agent measures
+	// its clock a minute or more off the hub's (a dead battery, no NTP):
+	// fleet's own work goes on by the hub's clock, but the host's logs and
+	// Kubernetes' certificate checks on it are off. False once it is back
+	// within a minute; hosts never skewed do not carry it.
+	ClockSkewedCondition = "ClockSkewed"
+	// ClockSkewedReason: the host's clock is off the hub's.
+	ClockSkewedReason = "ClockSkewed"
+	// ClockSynchronizedReason: the host's clock agrees with the hub's again.
+	ClockSynchronizedReason = "ClockSynchronized"
 )
 
 // Manual approval of enrolled hosts.

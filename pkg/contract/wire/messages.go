@@ -3,6 +3,7 @@ package wire
 import (
 	"slices"
 	"strconv"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -131,6 +132,10 @@ type Welcome struct {
 	HubVersion string `json:"hubVersion"`
 	// Capabilities lists what this hub can do beyond the base protocol.
 	Capabilities []string `json:"capabilities,omitempty"`
+	// Time is the hub's clock as it sent the Welcome: the agent times its
+	// certificate rotations by the hub's clock, which judges them, and
+	// reports how far its own is off. Hubs that predate it send none.
+	Time *metav1.MicroTime `json:"time,omitempty"`
 }
 
 // CapabilityTunnel says the agent serves Tunnel streams (edge reach). An agent
@@ -272,7 +277,15 @@ type Status struct {
 	// state directory (full, read-only); empty while it can. What it
 	// reports holds meanwhile, but would not survive a restart.
 	StateUnwritable string `json:"stateUnwritable,omitempty"`
+	// ClockSkew is how far the host's clock is ahead of the hub's
+	// (negative: behind), as measured from the hub's Welcome, when it is
+	// at least a minute (MinClockSkew); nil otherwise.
+	ClockSkew *metav1.Duration `json:"clockSkew,omitempty"`
 }
+
+// MinClockSkew is the smallest clock skew an agent reports: less is what
+// NTP and a session's round trip leave.
+const MinClockSkew = time.Minute
 
 // CertificateRequest asks for a new client certificate for the session's
 // identity, made from a fresh key that never leaves the host.

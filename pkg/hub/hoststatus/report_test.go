@@ -134,38 +134,65 @@ func (s staleCache) Get(_ context.Context, _ client.ObjectKey, obj client.Object
 // reads StateUnwritable True with why and a Warning event; once it writes
 // again the condition turns False. A host never affected has none.
 func TestStateUnwritableFollowsTheAgentsReport(t *testing.T) {
+	const why = "writing /var/lib/fleet-agent/applied.json: no space left on device"
+	checkConditionSteps(t, infrav1.StateUnwritableCondition, []conditionStep{
+		{wire.Status{}, "", "", "", ""},
+		{wire.Status{StateUnwritable: why}, metav1.ConditionTrue, infrav1.StateUnwritableReason, why, "Warning StateUnwritable"},
+		{wire.Status{}, metav1.ConditionFalse, infrav1.StateRecordedReason, "again", "Normal StateRecorded"},
+	})
+}
+
+// An agent whose clock is a minute or more off the hub's says by how
+// much, and the host reads ClockSkewed True, saying which way, with a
+// Warning event; back within a minute it turns False. A host whose clock
+// never disagreed has none.
+func TestClockSkewedFollowsTheAgentsReport(t *testing.T) {
+	skew := func(d time.Duration) wire.Status { return wire.Status{ClockSkew: &metav1.Duration{Duration: d}} }
+	checkConditionSteps(t, infrav1.ClockSkewedCondition, []conditionStep{
+		{wire.Status{}, "", "", "", ""},
+		{skew(time.Hour), metav1.ConditionTrue, infrav1.ClockSkewedReason, "1h0m0s ahead of the hub's", "Warning ClockSkewed"},
+		{skew(-2 * time.Hour), metav1.ConditionTrue, infrav1.ClockSkewedReason, "2h0m0s behind the hub's", ""},
+		{wire.Status{}, metav1.ConditionFalse, infrav1.ClockSynchronizedReason, "agrees", "Normal ClockSynchronized"},
+	})
+}
+
+// conditionStep is an agent's report and what it must leave on its host.
+type conditionStep struct {
+	report wire.Status
+	// status, reason and a part of the message of the condition; no
+	// status: the host must not have it.
+	status  metav1.ConditionStatus
+	reason  string
+	message string
+	// event is the start of the event the report records; "": none.
+	event string
+}
+
+// checkConditionSteps records each step's report in turn, and checks the
+// condition and the event it leaves.
+func checkConditionSteps(t *testing.T, condition string, steps []conditionStep) {
+	t.Helper()
 	ctx := context.Background()
 	c, host := oneHost()
 	rec := events.NewFakeRecorder(10)
 	s := New(c, c, rec, logr.Discard(), noSessions{}, admission.NewPlaces(1), nil,
 		Options{ReplicaName: "hub-0", LastSeenInterval: 5 * time.Minute, LinkThresholds: linkhealth.DefaultThresholds()})
 	ss := &testSession{peer: identity.Peer{ID: pki.Identity{Namespace: "site-a", Name: "store-1", UID: "uid-1"}}, done: make(chan struct{})}
-	condition := func() *metav1.Condition {
-		t.Helper()
+	for i, step := range steps {
+		st := step.report
+		st.ObservedGeneration = int64(i + 1)
+		if err := s.RecordStatus(ctx, ss, &st); err != nil {
+			t.Fatal(err)
+		}
 		got := &infrav1.EdgeHost{}
 		if err := c.Get(ctx, client.ObjectKeyFromObject(host), got); err != nil {
 			t.Fatal(err)
 		}
-		return meta.FindStatusCondition(got.Status.Conditions, infrav1.StateUnwritableCondition)
-	}
-	for i, step := range []struct {
-		why    string
-		status metav1.ConditionStatus
-		reason string
-		event  string
-	}{
-		{"", "", "", ""},
-		{"writing /var/lib/fleet-agent/applied.json: no space left on device", metav1.ConditionTrue, infrav1.StateUnwritableReason, "Warning StateUnwritable"},
-		{"", metav1.ConditionFalse, infrav1.StateRecordedReason, "Normal StateRecorded"},
-	} {
-		if err := s.RecordStatus(ctx, ss, &wire.Status{ObservedGeneration: int64(i + 1), StateUnwritable: step.why}); err != nil {
-			t.Fatal(err)
-		}
-		cond := condition()
+		cond := meta.FindStatusCondition(got.Status.Conditions, condition)
 		switch {
 		case step.status == "" && cond != nil:
 			t.Fatalf("step %d: a host never affected has %+v", i, cond)
-		case step.status != "" && (cond == nil || cond.Status != step.status || cond.Reason != step.reason || !strings.Contains(cond.Message, step.why)):
+		case step.status != "" && (cond == nil || cond.Status != step.status || cond.Reason != step.reason || !strings.Contains(cond.Message, step.message)):
 			t.Fatalf("step %d: %+v", i, cond)
 		}
 		select {

@@ -163,21 +163,46 @@ func (w *Writer) reported(host *infrav1.EdgeHost, st *wire.Status) *infrav1.Edge
 		w.setLinkDegraded(want, connectedNow(host))
 	}
 	setStateUnwritable(want, st.StateUnwritable)
+	setClockSkewed(want, st.ClockSkew)
 	return want
+}
+
+// setClockSkewed sets ClockSkewed from the agent's report: True with how
+// far off, False once the host's clock agrees again, absent on hosts
+// whose clock never disagreed.
+func setClockSkewed(host *infrav1.EdgeHost, skew *metav1.Duration) {
+	off, message := skew != nil && skew.Duration.Abs() >= wire.MinClockSkew, ""
+	if off {
+		way := "ahead of"
+		if skew.Duration < 0 {
+			way = "behind"
+		}
+		message = fmt.Sprintf("The host's clock is %s %s the hub's: fleet times the host's certificates by the hub's clock, "+
+			"but the host's logs, and Kubernetes' certificate checks on the host, are off; set its time (NTP)", skew.Duration.Abs(), way)
+	}
+	setReported(host, infrav1.ClockSkewedCondition, off, infrav1.ClockSkewedReason, message,
+		infrav1.ClockSynchronizedReason, "The host's clock agrees with the hub's")
 }
 
 // setStateUnwritable sets StateUnwritable from the agent's report: True
 // with why, False once the agent wrote its state again, absent on hosts
 // that never failed to.
 func setStateUnwritable(host *infrav1.EdgeHost, why string) {
-	cond := metav1.Condition{Type: infrav1.StateUnwritableCondition, ObservedGeneration: host.Generation}
+	setReported(host, infrav1.StateUnwritableCondition, why != "", infrav1.StateUnwritableReason,
+		"The agent cannot write its state directory: what it did holds and is reported, but a restart would not find it: "+why,
+		infrav1.StateRecordedReason, "The agent records its state again")
+}
+
+// setReported sets condition from what an agent reported: True with bad
+// and message while it holds, False with good and recovered once it no
+// longer does; hosts it never held for do not carry it.
+func setReported(host *infrav1.EdgeHost, condition string, holds bool, bad, message, good, recovered string) {
+	cond := metav1.Condition{Type: condition, ObservedGeneration: host.Generation}
 	switch {
-	case why != "":
-		cond.Status, cond.Reason = metav1.ConditionTrue, infrav1.StateUnwritableReason
-		cond.Message = "The agent cannot write its state directory: what it did holds and is reported, but a restart would not find it: " + why
-	case meta.FindStatusCondition(host.Status.Conditions, infrav1.StateUnwritableCondition) != nil:
-		cond.Status, cond.Reason = metav1.ConditionFalse, infrav1.StateRecordedReason
-		cond.Message = "The agent records its state again"
+	case holds:
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, bad, message
+	case meta.FindStatusCondition(host.Status.Conditions, condition) != nil:
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, good, recovered
 	default:
 		return
 	}
@@ -212,6 +237,7 @@ func (w *Writer) writeReport(ctx context.Context, ss Session, host *infrav1.Edge
 			statusWrites.WithLabelValues("report").Inc()
 			w.linkEvent(host, want)
 			w.stateEvent(host, want)
+			w.clockEvent(host, want)
 			return nil
 		}
 		if !apierrors.IsConflict(err) || attempt == reportAttempts {
@@ -422,35 +448,35 @@ func (w *Writer) setLinkDegraded(host *infrav1.EdgeHost, connected bool) {
 // linkEvent tells users when a write turned the link verdict to or from
 // degraded.
 func (w *Writer) linkEvent(before, after *infrav1.EdgeHost) {
-	if w.recorder == nil {
-		return
-	}
-	was := meta.FindStatusCondition(before.Status.Conditions, infrav1.LinkDegradedCondition)
-	now := meta.FindStatusCondition(after.Status.Conditions, infrav1.LinkDegradedCondition)
-	wasDegraded := was != nil && was.Status == metav1.ConditionTrue
-	switch {
-	case now == nil:
-	case now.Status == metav1.ConditionTrue && !wasDegraded:
-		w.recorder.Eventf(after, nil, corev1.EventTypeWarning, infrav1.LinkDegradedReason, "LinkHealth", "%s", now.Message)
-	case now.Status == metav1.ConditionFalse && wasDegraded:
-		w.recorder.Eventf(after, nil, corev1.EventTypeNormal, "LinkRecovered", "LinkHealth", "%s", now.Message)
-	}
+	w.turnEvent(before, after, infrav1.LinkDegradedCondition, infrav1.LinkDegradedReason, "LinkRecovered", "LinkHealth")
 }
 
 // stateEvent tells users when a report turned StateUnwritable to or from
 // True.
 func (w *Writer) stateEvent(before, after *infrav1.EdgeHost) {
+	w.turnEvent(before, after, infrav1.StateUnwritableCondition, infrav1.StateUnwritableReason, infrav1.StateRecordedReason, "AgentState")
+}
+
+// clockEvent tells users when a report turned ClockSkewed to or from
+// True.
+func (w *Writer) clockEvent(before, after *infrav1.EdgeHost) {
+	w.turnEvent(before, after, infrav1.ClockSkewedCondition, infrav1.ClockSkewedReason, infrav1.ClockSynchronizedReason, "AgentClock")
+}
+
+// turnEvent records a Warning (reason bad) when a write turned condition
+// True, a Normal one (reason good) when it turned it back to False.
+func (w *Writer) turnEvent(before, after *infrav1.EdgeHost, condition, bad, good, action string) {
 	if w.recorder == nil {
 		return
 	}
-	was := meta.IsStatusConditionTrue(before.Status.Conditions, infrav1.StateUnwritableCondition)
-	now := meta.FindStatusCondition(after.Status.Conditions, infrav1.StateUnwritableCondition)
+	was := meta.IsStatusConditionTrue(before.Status.Conditions, condition)
+	now := meta.FindStatusCondition(after.Status.Conditions, condition)
 	switch {
 	case now == nil:
 	case now.Status == metav1.ConditionTrue && !was:
-		w.recorder.Eventf(after, nil, corev1.EventTypeWarning, infrav1.StateUnwritableReason, "AgentState", "%s", now.Message)
+		w.recorder.Eventf(after, nil, corev1.EventTypeWarning, bad, action, "%s", now.Message)
 	case now.Status == metav1.ConditionFalse && was:
-		w.recorder.Eventf(after, nil, corev1.EventTypeNormal, infrav1.StateRecordedReason, "AgentState", "%s", now.Message)
+		w.recorder.Eventf(after, nil, corev1.EventTypeNormal, good, action, "%s", now.Message)
 	}
 }
 

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/edgefleet/fleet/internal/version"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
@@ -204,7 +206,7 @@ func (ss *Session) Handshake(timeout time.Duration) error {
 	}
 	ss.protocol = v
 	if v >= wire.Since(wire.TypeWelcome) {
-		if err := ss.send(&wire.Welcome{HubVersion: version.Version}); err != nil {
+		if err := ss.send(&wire.Welcome{HubVersion: version.Version, Time: ptr.To(metav1.NowMicro())}); err != nil {
 			return fmt.Errorf("sending Welcome: %w", err)
 		}
 	}
