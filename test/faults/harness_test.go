@@ -25,6 +25,7 @@ import (
 
 	"github.com/edgefleet/fleet/internal/testkit"
 	"github.com/edgefleet/fleet/internal/testkit/testhost"
+	"github.com/edgefleet/fleet/pkg/agent/hostclock"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/enrolltoken"
 	fleethub "github.com/edgefleet/fleet/pkg/hub"
@@ -47,16 +48,19 @@ func must(t *testing.T, err error) {
 }
 
 // startHub runs fleet's hub for ns with timeouts compressed: agents ping
-// every 2 s, and a session silent for 8 s is closed.
-func startHub(t *testing.T, ns string) *gateway.Server {
+// every 2 s, and a session silent for 8 s is closed; tune changes more.
+func startHub(t *testing.T, ns string, tune ...func(*gateway.Options)) *gateway.Server {
 	t.Helper()
 	mgr, err := ctrl.NewManager(hub.Config, ctrl.Options{Scheme: hub.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
 		Logger: logr.Discard(), Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}}})
 	must(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
-	h, err := fleethub.Setup(ctx, mgr, fleethub.Options{Reconcilers: hubreconcilers.Options{Concurrency: 4, SkipNameValidation: true},
-		Gateway: &gateway.Options{Addr: "127.0.0.1:0", HubNamespace: ns, IPs: []net.IP{net.IPv4(127, 0, 0, 1)},
-			KeepAlive: 2 * time.Second, DisconnectGrace: -1, LastSeenInterval: 10 * time.Second}})
+	gw := &gateway.Options{Addr: "127.0.0.1:0", HubNamespace: ns, IPs: []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeepAlive: 2 * time.Second, DisconnectGrace: -1, LastSeenInterval: 10 * time.Second}
+	for _, f := range tune {
+		f(gw)
+	}
+	h, err := fleethub.Setup(ctx, mgr, fleethub.Options{Reconcilers: hubreconcilers.Options{Concurrency: 4, SkipNameValidation: true}, Gateway: gw})
 	must(t, err)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = mgr.Start(ctx) }()
@@ -65,15 +69,16 @@ func startHub(t *testing.T, ns string) *gateway.Server {
 	return h.Gateway
 }
 
-// siteOnHub starts a run with the hub in this process (startHub) and a
-// site of four hosts (startAgents, named prefix…) whose router leads
-// straight to it; each bootstrap of the run pauses as its hosts' resets.
-func siteOnHub(t *testing.T, prefix string, opts hostOptions) (*run, []*agent) {
+// siteOnHub starts a run with the hub in this process (startHub, with
+// tune) and a site of four hosts (startAgents, named prefix…) whose
+// router leads straight to it; each bootstrap of the run pauses as its
+// hosts' resets.
+func siteOnHub(t *testing.T, prefix string, opts hostOptions, tune ...func(*gateway.Options)) (*run, []*agent) {
 	t.Helper()
 	ns := hub.NewNamespace(t, "faults")
 	r := newRun(t, ns)
 	r.pause = opts.pause
-	gw := startHub(t, ns)
+	gw := startHub(t, ns, tune...)
 	site := newSite(t)
 	const router = "127.0.0.1:17443"
 	_, err := site.Forward(router, gw.Addr())
@@ -83,12 +88,13 @@ func siteOnHub(t *testing.T, prefix string, opts hostOptions) (*run, []*agent) {
 	return r, agents
 }
 
-// build compiles fleet-agent and the node simulator (as kubeadm).
+// build compiles fleet-agent, in the build whose clock a host's options
+// can move (hostclock's faultclock), and the node simulator (as kubeadm).
 func build(t *testing.T) (agentBin, simBin string) {
 	t.Helper()
 	dir := t.TempDir()
 	for pkg, out := range map[string]string{"./cmd/fleet-agent": "fleet-agent", "./test/nodesim": "kubeadm"} {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, out), pkg)
+		cmd := exec.Command("go", "build", "-tags", "faultclock", "-o", filepath.Join(dir, out), pkg)
 		cmd.Dir = filepath.Join("..", "..")
 		if b, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("building %s: %v\n%s", pkg, err, b)
@@ -107,6 +113,8 @@ type agent struct {
 	exited chan struct{}
 	cgroup string
 	args   []string
+	// env is added to the agent's environment.
+	env []string
 	// stateDir is the mount point of the agent's state directory when it
 	// is a file system of its own.
 	stateDir string
@@ -121,6 +129,11 @@ type hostOptions struct {
 	// stateFS puts the agent's state directory on a file system of its
 	// own (a 16 MiB tmpfs), which the suite can fill or make read-only.
 	stateFS bool
+	// clocks[i] is how far host i's clock is ahead of the hub's (as
+	// startAgents numbers them; none: every clock agrees); clock is the
+	// one host's.
+	clocks []time.Duration
+	clock  time.Duration
 }
 
 // startAgent starts host name's agent in site s, enrolling with token.
@@ -164,7 +177,7 @@ resetCommands:
 	must(t, os.MkdirAll(filepath.Join(root, "opt/fleet/bin"), 0o755))
 	must(t, os.WriteFile(filepath.Join(root, "opt/fleet/bin/kubeadm"), sim, 0o755))
 
-	a := &agent{name: name, root: root, log: &testkit.SyncBuffer{},
+	a := &agent{name: name, root: root, log: &testkit.SyncBuffer{}, env: []string{hostclock.OffsetEnv + "=" + opts.clock.String()},
 		cgroup: filepath.Join(freezerRoot, fmt.Sprintf("fleet-faults-%d-%s", os.Getpid(), name)),
 		args:   []string{"nsenter", "--net=" + s.Path(), "--", agentBin, "--config", filepath.Join(root, "etc/fleet-agent.yaml")}}
 	if opts.stateFS {
@@ -192,6 +205,7 @@ const freezerRoot = "/sys/fs/cgroup/freezer"
 func (a *agent) boot() error {
 	a.cmd = exec.Command("sh", append([]string{"-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, a.cgroup}, a.args...)...)
 	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
+	a.cmd.Env = append(os.Environ(), a.env...)
 	if err := a.cmd.Start(); err != nil {
 		return fmt.Errorf("starting the agent of %s: %w", a.name, err)
 	}

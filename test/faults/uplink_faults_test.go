@@ -96,7 +96,11 @@ func startAgents(t *testing.T, site *testhost.Site, ns string, n int, prefix, hu
 		if i == 0 {
 			name, token = prefix+"-cp-0", cpToken
 		}
-		agents = append(agents, startAgent(t, site, name, agentBin, simBin, hubURL, pin, token, wkc, opts))
+		o := opts
+		if i < len(opts.clocks) {
+			o.clock = opts.clocks[i]
+		}
+		agents = append(agents, startAgent(t, site, name, agentBin, simBin, hubURL, pin, token, wkc, o))
 	}
 	testkit.Eventually(t, 2*time.Minute, time.Second, fmt.Sprintf("%d hosts enrolled and Available", n), func() error {
 		return testenv.HostsAvailable(context.Background(), hub.Client, ns, n)

@@ -28,6 +28,7 @@ var faults = map[string]string{
 	"TestFullAndReadOnlyStateDir": "agent state directory full or read-only mid-bootstrap and mid-reset, then a restart",
 	"TestCorruptStateFiles":       "a state file emptied, truncated or overwritten between runs",
 	"TestMixedFaults":             "uplink spells, hub kills and workers' power cuts mixed at random during provisioning and deletion",
+	"TestClockSkew":               "hosts' clocks an hour ahead of and behind the hub's, certificates of 30 s, through provisioning, renewals and deletion",
 }
 
 func main() {
