@@ -21,14 +21,23 @@ import (
 // order like the host whose clock agrees: none is cut off by a
 // certificate that expired, none renews over and over, lastSeen is the
 // hub's clock, and each skewed host reads ClockSkewed, saying which way.
+// The seed deals the clocks: one host agrees, one is ahead, one behind,
+// and the fourth either.
 func TestClockSkew(t *testing.T) {
 	const validity = 30 * time.Second
-	clocks := []time.Duration{-time.Hour, time.Hour, 0, -time.Hour}
-	r, agents := siteOnHub(t, "c", hostOptions{clocks: clocks}, func(o *gateway.Options) { o.ClientCertValidity = validity })
+	var clocks []time.Duration
+	deal := func(r *run) []time.Duration {
+		clocks = []time.Duration{0, time.Hour, -time.Hour, []time.Duration{time.Hour, -time.Hour}[r.intN(2)]}
+		r.rng.Shuffle(len(clocks), func(i, j int) { clocks[i], clocks[j] = clocks[j], clocks[i] })
+		return clocks
+	}
+	r, agents := siteOnHub(t, "c", hostOptions{pickClocks: deal}, func(o *gateway.Options) { o.ClientCertValidity = validity })
 	enrolled := time.Now()
 	for i, a := range agents {
 		if clocks[i] != 0 {
-			r.h.add("fault", "", fmt.Sprintf("%s: clock %+v off the hub's", a.name, clocks[i]))
+			f := fmt.Sprintf("%s: clock %+v off the hub's", a.name, clocks[i])
+			r.h.add("fault", "", f)
+			t.Log(f)
 			r.count(1, 0)
 		}
 	}

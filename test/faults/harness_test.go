@@ -78,6 +78,9 @@ func siteOnHub(t *testing.T, prefix string, opts hostOptions, tune ...func(*gate
 	ns := hub.NewNamespace(t, "faults")
 	r := newRun(t, ns)
 	r.pause = opts.pause
+	if opts.pickClocks != nil {
+		opts.clocks = opts.pickClocks(r)
+	}
 	gw := startHub(t, ns, tune...)
 	site := newSite(t)
 	const router = "127.0.0.1:17443"
@@ -134,6 +137,8 @@ type hostOptions struct {
 	// one host's.
 	clocks []time.Duration
 	clock  time.Duration
+	// pickClocks, when set, draws clocks from the run's seed.
+	pickClocks func(*run) []time.Duration
 }
 
 // startAgent starts host name's agent in site s, enrolling with token.
