@@ -216,3 +216,34 @@ func oneHost() (client.Client, *infrav1.EdgeHost) {
 	host := &infrav1.EdgeHost{ObjectMeta: metav1.ObjectMeta{Namespace: "site-a", Name: "store-1", UID: "uid-1"}}
 	return fake.NewClientBuilder().WithScheme(scheme).WithObjects(host).WithStatusSubresource(host).Build(), host
 }
+
+// An agent that reconnects to the replica its host already reads as
+// connected to costs no write, and its new session refreshes lastSeenTime
+// when the recorded one turns an interval old, not an interval from now:
+// an agent that reconnects again and again must not put the refresh off
+// until its host reads ContactLost.
+func TestAReconnectKeepsTheLastSeenRefreshDue(t *testing.T) {
+	ctx := context.Background()
+	c, host := oneHost()
+	seen := metav1.NewTime(time.Now().Add(-3 * time.Minute).Truncate(time.Second))
+	host.Status.HubReplica, host.Status.LastSeenTime = "hub-0", &seen
+	host.Status.Conditions = []metav1.Condition{{Type: infrav1.AgentConnectedCondition, Status: metav1.ConditionTrue,
+		Reason: ConnectedReason, LastTransitionTime: seen}}
+	if err := c.Status().Update(ctx, host); err != nil {
+		t.Fatal(err)
+	}
+	s := New(c, c, nil, logr.Discard(), noSessions{}, admission.NewPlaces(1), nil,
+		Options{ReplicaName: "hub-0", LastSeenInterval: 5 * time.Minute, LinkThresholds: linkhealth.DefaultThresholds()})
+	ss := &testSession{peer: identity.Peer{ID: pki.Identity{Namespace: "site-a", Name: "store-1", UID: "uid-1"}}, done: make(chan struct{})}
+	s.Connected(ctx, ss)
+	got := &infrav1.EdgeHost{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(host), got); err != nil {
+		t.Fatal(err)
+	}
+	if !got.Status.LastSeenTime.Equal(&seen) {
+		t.Errorf("a reconnect to a host already shown connected wrote lastSeenTime %v (was %v)", got.Status.LastSeenTime, seen)
+	}
+	if want := seen.Add(5 * time.Minute); !ss.refreshBy.Equal(want) {
+		t.Errorf("the new session refreshes lastSeenTime by %v, want %v (the recorded one an interval old)", ss.refreshBy, want)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -24,6 +25,10 @@ type Session interface {
 	Replaced() bool
 	// Reports is the session's memory of what was written for it.
 	Reports() *Reports
+	// RefreshLastSeenBy has the session refresh lastSeenTime at at, if
+	// that is sooner than it would: its connection wrote nothing, and the
+	// recorded time is as old as it was.
+	RefreshLastSeenBy(at time.Time)
 }
 
 // Registry finds the session this replica holds for a host.
@@ -114,7 +119,8 @@ type gone struct {
 
 var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-func (g *gone) Peer() identity.Peer   { return g.peer }
-func (g *gone) Done() <-chan struct{} { return closed }
-func (g *gone) Replaced() bool        { return false }
-func (g *gone) Reports() *Reports     { return &g.reports }
+func (g *gone) Peer() identity.Peer         { return g.peer }
+func (g *gone) Done() <-chan struct{}       { return closed }
+func (g *gone) Replaced() bool              { return false }
+func (g *gone) Reports() *Reports           { return &g.reports }
+func (g *gone) RefreshLastSeenBy(time.Time) {}

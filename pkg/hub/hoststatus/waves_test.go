@@ -137,12 +137,17 @@ type testSession struct {
 	done     chan struct{}
 	replaced bool
 	reports  Reports
+	// refreshBy is when the writer asked for lastSeenTime to be refreshed.
+	refreshBy time.Time
 }
 
 func (t *testSession) Peer() identity.Peer   { return t.peer }
 func (t *testSession) Done() <-chan struct{} { return t.done }
 func (t *testSession) Replaced() bool        { return t.replaced }
 func (t *testSession) Reports() *Reports     { return &t.reports }
+func (t *testSession) RefreshLastSeenBy(at time.Time) {
+	t.refreshBy = at
+}
 
 // noSessions is a replica holding no session.
 type noSessions struct{}

@@ -323,8 +323,7 @@ func (w *Writer) setConnectivity(ctx context.Context, ss Session, connected bool
 		// News that a host is well can wait for a wave of connections to
 		// pass; news of a host lost cannot. A host that needs no write
 		// (agents back after a hub restart) is not kept waiting for nothing.
-		if cause == "connected" && w.alreadyConnected(ctx, ss) {
-			skippedStatusWrites.WithLabelValues(cause).Inc()
+		if cause == "connected" && w.skipConnected(ctx, ss) {
 			return
 		}
 		// Counted as it starts to wait, so a wave in progress shows.
@@ -349,8 +348,7 @@ func (w *Writer) setConnectivity(ctx context.Context, ss Session, connected bool
 		default:
 		}
 	}
-	if cause == "connected" && w.alreadyConnected(ctx, ss) {
-		skippedStatusWrites.WithLabelValues(cause).Inc()
+	if cause == "connected" && w.skipConnected(ctx, ss) {
 		return
 	}
 	// The first attempt reads the informer cache (the optimistic lock
@@ -551,28 +549,46 @@ func isNetError(err error) bool {
 	return errors.As(err, &ne)
 }
 
+// skipConnected tells that a new session's host needs no write, as it
+// already reads connected to this replica (alreadyConnected). The session
+// then refreshes lastSeenTime when the recorded one turns a refresh
+// interval old, not a full interval from now: else agents that reconnect
+// again and again would each put the refresh off, until the reconciler
+// marked a connected host ContactLost.
+func (w *Writer) skipConnected(ctx context.Context, ss Session) bool {
+	seen, ok := w.alreadyConnected(ctx, ss)
+	if ok {
+		skippedStatusWrites.WithLabelValues("connected").Inc()
+		ss.RefreshLastSeenBy(seen.Add(w.opts.LastSeenInterval))
+	}
+	return ok
+}
+
 // alreadyConnected tells, from the cache, that the host already reads as
 // connected to this replica with a lastSeenTime younger than two refresh
 // intervals (one, plus a restart's worth of slack), so a reconnect need
 // not write it again: after a hub restart, thousands of agents come back to
 // hosts that still say so. Not when this process itself wrote "disconnected"
 // for the host (the cache may not show that write yet).
-func (w *Writer) alreadyConnected(ctx context.Context, ss Session) bool {
+func (w *Writer) alreadyConnected(ctx context.Context, ss Session) (lastSeen time.Time, ok bool) {
 	id := ss.Peer().ID
 	if _, wrote := w.wroteDisconnect.Load(id.String()); wrote {
-		return false
+		return time.Time{}, false
 	}
 	host := &infrav1.EdgeHost{}
 	if err := w.client.Get(ctx, client.ObjectKey{Namespace: id.Namespace, Name: id.Name}, host); err != nil || string(host.UID) != id.UID {
-		return false
+		return time.Time{}, false
 	}
 	if meta.IsStatusConditionTrue(host.Status.Conditions, infrav1.AgentVersionUnsupportedCondition) {
-		return false
+		return time.Time{}, false
 	}
 	c := meta.FindStatusCondition(host.Status.Conditions, infrav1.AgentConnectedCondition)
-	return c != nil && c.Status == metav1.ConditionTrue && host.Status.HubReplica == w.opts.ReplicaName &&
-		host.Status.HubReplicaProxy == w.opts.ReplicaProxy &&
-		host.Status.LastSeenTime != nil && time.Since(host.Status.LastSeenTime.Time) < 2*w.opts.LastSeenInterval
+	if c == nil || c.Status != metav1.ConditionTrue || host.Status.HubReplica != w.opts.ReplicaName ||
+		host.Status.HubReplicaProxy != w.opts.ReplicaProxy || host.Status.LastSeenTime == nil ||
+		time.Since(host.Status.LastSeenTime.Time) >= 2*w.opts.LastSeenInterval {
+		return time.Time{}, false
+	}
+	return host.Status.LastSeenTime.Time, true
 }
 
 // patchWithUID is a merge patch from host to want that also carries the

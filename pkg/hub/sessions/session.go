@@ -491,6 +491,19 @@ func (ss *Session) refreshLastSeen() {
 	}
 }
 
+// RefreshLastSeenBy moves the next lastSeenTime refresh to at, if that is
+// sooner.
+func (ss *Session) RefreshLastSeenBy(at time.Time) {
+	ss.seenMu.Lock()
+	defer ss.seenMu.Unlock()
+	if ss.seenStopped || ss.seenTimer == nil {
+		return
+	}
+	if d := max(time.Until(at), 0); d < ss.nextHousekeeping() {
+		ss.seenTimer.Reset(d)
+	}
+}
+
 func (ss *Session) stopHousekeeping() {
 	ss.seenMu.Lock()
 	defer ss.seenMu.Unlock()
