@@ -6,11 +6,18 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/edgefleet/fleet/bench/load"
+	"github.com/edgefleet/fleet/pkg/hub/reconcilers/edgehost"
 	"github.com/edgefleet/fleet/test/faults/results"
 )
 
@@ -28,8 +35,8 @@ var (
 // replica is stopped and started again, one after the other. It samples,
 // every minute and over both replicas, the resident memory, the heap in
 // use, the goroutines and the sessions; once the churn stops, every agent
-// must hold exactly one session (none leaked) and every host read as
-// connected. The heap and the goroutines must not grow by more than 5 %
+// must hold exactly one session (none leaked), every host read as
+// connected, and none have been marked ContactLost. The heap and the goroutines must not grow by more than 5 %
 // from the first sample at or after a sixth of the run (minute 10 of an
 // hour) to the last.
 //
@@ -134,6 +141,17 @@ func BenchmarkSoak(b *testing.B) {
 	if rec.LeakedSessions != 0 {
 		rec.Violations = append(rec.Violations, fmt.Sprintf("%d sessions leaked", rec.LeakedSessions))
 	}
+	// Every agent was connected but for its restarts: a host marked
+	// ContactLost lost its status (its lastSeenTime went unrefreshed).
+	lost, err := contactLost(ctx, ns)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rec.ContactLost = ptr.To(len(lost))
+	if len(lost) > 0 {
+		rec.Violations = append(rec.Violations, fmt.Sprintf("%d hosts marked ContactLost while their agents were connected: %s",
+			len(lost), strings.Join(lost[:min(len(lost), 5)], ", ")))
+	}
 	if rec.HeapGrowth > 0.05 || rec.GoroutinesGrowth > 0.05 {
 		rec.Violations = append(rec.Violations, fmt.Sprintf("from minute %.0f to the end the heap grew %.1f %% and the goroutines %.1f %% (at most 5 %%)",
 			from.Minute, 100*rec.HeapGrowth, 100*rec.GoroutinesGrowth))
@@ -141,8 +159,8 @@ func BenchmarkSoak(b *testing.B) {
 	b.ReportMetric(100*rec.HeapGrowth, "heap-growth-%")
 	b.ReportMetric(100*rec.GoroutinesGrowth, "goroutines-growth-%")
 	b.ReportMetric(float64(rec.LeakedSessions), "leaked-sessions")
-	logf("from minute %.0f to %.0f: heap %+.1f %%, goroutines %+.1f %%, RSS %+.1f %%; %d sessions leaked",
-		from.Minute, last.Minute, 100*rec.HeapGrowth, 100*rec.GoroutinesGrowth, 100*rec.RSSGrowth, rec.LeakedSessions)
+	logf("from minute %.0f to %.0f: heap %+.1f %%, goroutines %+.1f %%, RSS %+.1f %%; %d sessions leaked; %d hosts marked ContactLost",
+		from.Minute, last.Minute, 100*rec.HeapGrowth, 100*rec.GoroutinesGrowth, 100*rec.RSSGrowth, rec.LeakedSessions, len(lost))
 	if *soakResults != "" {
 		if err := results.WriteSoak(*soakResults, rec); err != nil {
 			b.Fatal(err)
@@ -151,4 +169,23 @@ func BenchmarkSoak(b *testing.B) {
 	for _, v := range rec.Violations {
 		b.Error(v)
 	}
+}
+
+// contactLost names the hosts of ns that the EdgeHost reconciler marked
+// ContactLost (its events say so).
+func contactLost(ctx context.Context, ns string) ([]string, error) {
+	list := &eventsv1.EventList{}
+	if err := env.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
+		return nil, fmt.Errorf("listing the soak's events: %w", err)
+	}
+	seen := map[string]bool{}
+	var hosts []string
+	for _, e := range list.Items {
+		if e.Reason == edgehost.ContactLostReason && !seen[e.Regarding.Name] {
+			seen[e.Regarding.Name] = true
+			hosts = append(hosts, e.Regarding.Name)
+		}
+	}
+	sort.Strings(hosts)
+	return hosts, nil
 }

@@ -127,13 +127,17 @@ func renderSoaks(md *bytes.Buffer, soaks []results.Soak) {
 	md.WriteString("## The soak\n\n")
 	md.WriteString("Generated from `docs/reliability/soak/*.json` (`make soak`). Growth is from the first sample at or after a sixth of the " +
 		"run to the last, summed over the replicas; the heap and the goroutines may grow 5 % at most, and no session may be left " +
-		"beyond the agents connected once the churn stops.\n\n")
-	md.WriteString("| agents | replicas | minutes | restarted a minute | a replica restarted every | heap growth | goroutines growth | RSS growth | sessions leaked | violations | when |\n")
-	md.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
+		"beyond the agents connected once the churn stops, nor a host marked ContactLost while its agent was connected.\n\n")
+	md.WriteString("| agents | replicas | minutes | restarted a minute | a replica restarted every | heap growth | goroutines growth | RSS growth | sessions leaked | hosts marked ContactLost | violations | when |\n")
+	md.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range soaks {
-		fmt.Fprintf(md, "| %d | %d | %.0f | %d | %.0f min | %+.1f %% | %+.1f %% | %+.1f %% | %d | **%d** | %s |\n", s.Agents, s.Replicas, s.Minutes,
+		lost := "not counted"
+		if s.ContactLost != nil {
+			lost = fmt.Sprint(*s.ContactLost)
+		}
+		fmt.Fprintf(md, "| %d | %d | %.0f | %d | %.0f min | %+.1f %% | %+.1f %% | %+.1f %% | %d | %s | **%d** | %s |\n", s.Agents, s.Replicas, s.Minutes,
 			s.ChurnPerMinute, s.ReplicaRestartMinutes, 100*s.HeapGrowth, 100*s.GoroutinesGrowth, 100*s.RSSGrowth, s.LeakedSessions,
-			len(s.Violations), s.When.Format("2006-01-02"))
+			lost, len(s.Violations), s.When.Format("2006-01-02"))
 	}
 	md.WriteString("\n")
 	for _, s := range soaks {

@@ -103,9 +103,12 @@ type Soak struct {
 	RSSGrowth        float64 `json:"rssGrowth"`
 	// LeakedSessions is the sessions the replicas hold beyond the agents
 	// connected, once the churn stopped; Violations what went wrong.
-	LeakedSessions int      `json:"leakedSessions"`
-	Violations     []string `json:"violations,omitempty"`
-	Command        string   `json:"command"`
+	LeakedSessions int `json:"leakedSessions"`
+	// ContactLost is how many hosts were marked ContactLost during the
+	// run though their agents were connected; nil when not counted.
+	ContactLost *int     `json:"contactLost,omitempty"`
+	Violations  []string `json:"violations,omitempty"`
+	Command     string   `json:"command"`
 }
 
 // SoakSample is the replicas' state at a minute of the soak.
