@@ -2,13 +2,8 @@ package session
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
-	"math/big"
 	"net"
 	"os"
 	"testing"
@@ -19,6 +14,7 @@ import (
 
 	"github.com/edgefleet/fleet/pkg/agent/state"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
+	"github.com/edgefleet/fleet/pkg/pki"
 )
 
 // A certificate is renewed at 70–90 % of its lifetime by the hub's clock,
@@ -80,16 +76,11 @@ func TestRotationsFollowTheHubsClock(t *testing.T) {
 // leafValid is a certificate valid from notBefore to notAfter.
 func leafValid(t *testing.T, notBefore, notAfter time.Time) *x509.Certificate {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := pki.NewCA("hub", 24*time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "store-1"}, NotBefore: notBefore, NotAfter: notAfter}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := x509.ParseCertificate(der)
+	leaf, err := x509.ParseCertificate(servingCert(t, ca, notBefore, notAfter).Certificate[0])
 	if err != nil {
 		t.Fatal(err)
 	}
