@@ -52,7 +52,11 @@ func prevKit(t *testing.T) (hostKit, map[string]string, string) {
 // still running (never restarted), the cluster's data in etcd kept, the
 // static pods on the new images. Versions the host cannot get, skips and
 // downgrades are refused before anything changes; a version whose kubeadm
-// fails is rolled back, and the site serves on its old version.
+// fails is rolled back, and the site serves on its old version. Faults in
+// the middle of kubeadm upgrade apply: with the uplink and then the power
+// cut, the host boots cut off and rolls itself back; with the uplink cut
+// past every session timeout, it upgrades on its own and the hub learns
+// of it once the uplink is back. Neither resets the host.
 func TestRealNodesInPlaceUpgradeOneHost(t *testing.T) {
 	ctx := context.Background()
 	c := hub.Client
@@ -197,9 +201,31 @@ data:
 		return nil
 	})
 
+	// Faults in the middle of kubeadm upgrade apply: the uplink and then
+	// the power cut (the host rolls back on its own), and then, ordered
+	// again, the uplink cut past every session timeout (the host upgrades
+	// on its own). The containers died with the power: the pod restarted.
+	powerCutMidUpgrade(t, fleet, site, h, ns, previousVersion, currentVersion)
+	realEventually(t, "the pod Running again after the power cut", func() error {
+		got := kubectl(t, kc, "get", "pod", "keep", "-o", `jsonpath={.metadata.uid} {.status.phase} {.status.containerStatuses[0].restartCount}`)
+		if f := strings.Fields(got); len(f) != 3 || f[0] != strings.Fields(podBefore)[0] || f[1] != "Running" {
+			return fmt.Errorf("pod keep: %q, before the power cut %q", got, podBefore)
+		}
+		podBefore = got
+		return nil
+	})
+	cutCtx, cancelCut := context.WithTimeout(ctx, 15*time.Minute)
+	defer cancelCut()
+	cut := make(chan error, 1)
+	go cutUplinkDuringUpgrade(cutCtx, site, h, ns, currentVersion, cut)
+
 	start := time.Now()
 	out = fleet.run(t, "upgrade", "cluster", clusterName, "-n", ns, "--kubernetes-version", currentVersion, "--wait", "--timeout", "15m")
-	t.Logf("kubectl fleet upgrade cluster --wait took %s:\n%s", time.Since(start).Round(time.Second), out)
+	t.Logf("kubectl fleet upgrade cluster --wait, the uplink cut meanwhile, took %s:\n%s", time.Since(start).Round(time.Second), out)
+	cancelCut()
+	if err := <-cut; err != nil {
+		t.Error(err)
+	}
 	if !strings.Contains(out, fmt.Sprintf("cluster %s: 1 control-plane and 0 worker machine(s) on %s, Ready", clusterName, currentVersion)) {
 		host := &infrav1.EdgeHost{}
 		_ = c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, host)

@@ -111,18 +111,19 @@ func openConsole() (*os.File, string, error) {
 	return os.NewFile(uintptr(fd), "console"), fmt.Sprintf("/dev/pts/%d", n), nil
 }
 
-// copyConsole writes what the box prints on its console to console.log.
-// A getty hanging up the terminal makes reads fail until it reopens it,
-// so errors other than the master being closed are waited out.
-func (h *Host) copyConsole() {
-	logf, err := os.Create(filepath.Join(h.Dir, "console.log"))
+// copyConsole appends what the box prints on console to path, one boot
+// after another. A getty hanging up the terminal makes reads fail until
+// it reopens it, so errors other than the master being closed are waited
+// out, until the boot is done.
+func copyConsole(console *os.File, path string, bootDone <-chan struct{}) {
+	logf, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return
 	}
 	defer logf.Close()
 	buf := make([]byte, 32<<10)
 	for {
-		n, err := h.console.Read(buf)
+		n, err := console.Read(buf)
 		if n > 0 {
 			_, _ = logf.Write(bytes.ReplaceAll(buf[:n], []byte("\r"), nil))
 		}
@@ -131,7 +132,7 @@ func (h *Host) copyConsole() {
 		}
 		if err != nil {
 			select {
-			case <-h.bootDone:
+			case <-bootDone:
 				return
 			case <-time.After(100 * time.Millisecond):
 			}

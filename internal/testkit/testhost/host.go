@@ -71,6 +71,7 @@ type Host struct {
 
 	netns, cgroup string
 	site          *Site
+	binds         map[string]string // what each boot mounts over the image
 	boot          *exec.Cmd
 	bootDone      chan struct{}
 	console       *os.File
@@ -199,6 +200,7 @@ func (h *Host) make(s *Site, o HostOptions, files map[string]string) error {
 	if err := s.plug(h.Name, h.netns); err != nil {
 		return err
 	}
+	h.binds = binds
 	return h.startBoot(binds)
 }
 
@@ -274,7 +276,7 @@ func (h *Host) startBoot(binds map[string]string) error {
 		return err
 	}
 	h.console = master
-	go h.copyConsole()
+	go copyConsole(master, filepath.Join(h.Dir, "console.log"), h.bootDone)
 	script := filepath.Join(h.Dir, "boot.sh")
 	if err := os.WriteFile(script, []byte(h.bootScript(slave, binds)), 0o755); err != nil {
 		return err
@@ -284,7 +286,7 @@ func (h *Host) startBoot(binds map[string]string) error {
 			return err
 		}
 	}
-	logf, err := os.Create(filepath.Join(h.Dir, "boot.log"))
+	logf, err := os.OpenFile(filepath.Join(h.Dir, "boot.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
@@ -388,6 +390,70 @@ func (h *Host) Root(p string) string {
 // PID is the box's first process (its systemd) as the machine numbers
 // it, for nsenter -t; 0 before it boots.
 func (h *Host) PID() int { return h.init }
+
+// PowerCut kills everything on the box at once, as pulling its plug does:
+// its init is SIGKILLed, which takes every process of its PID namespace
+// with it (containers too), then whatever else is left in its cgroup. Its
+// disk (the overlay's upper directory, containerd's directory) keeps what
+// was written; its mounts, /run and /tmp go. PowerOn boots it again.
+func (h *Host) PowerCut() error {
+	if h.boot == nil || h.boot.Process == nil {
+		return fmt.Errorf("host %s: not booted", h.Name)
+	}
+	select {
+	case <-h.bootDone:
+		return fmt.Errorf("host %s: already off", h.Name)
+	default:
+	}
+	if h.init == 0 {
+		h.init = childOf(h.boot.Process.Pid)
+	}
+	if h.init != 0 {
+		_ = syscall.Kill(h.init, syscall.SIGKILL)
+	}
+	_ = h.boot.Process.Kill()
+	select {
+	case <-h.bootDone:
+	case <-time.After(30 * time.Second):
+		return fmt.Errorf("host %s: its first process outlived SIGKILL by 30 s", h.Name)
+	}
+	h.init = 0
+	if h.console != nil {
+		h.console.Close()
+		h.console = nil
+	}
+	// A machine boots with fresh cgroups: the ones its systemd and kubelet
+	// made go with their processes.
+	if err := removeCgroup(h.cgroup); err != nil {
+		return fmt.Errorf("host %s: %w", h.Name, err)
+	}
+	return nil
+}
+
+// PowerOn boots a box whose power was cut from what its disk holds, and
+// waits, as NewHost does, until its systemd says it is up and its LAN
+// address is set.
+func (h *Host) PowerOn(ctx context.Context) error {
+	select {
+	case <-h.bootDone:
+	default:
+		return fmt.Errorf("host %s: already on", h.Name)
+	}
+	h.bootDone = make(chan struct{})
+	if err := makeCgroup(h.cgroup); err != nil {
+		return fmt.Errorf("host %s: %w", h.Name, err)
+	}
+	if err := h.startBoot(h.binds); err != nil {
+		return fmt.Errorf("host %s: %w", h.Name, err)
+	}
+	if err := h.waitRunning(ctx); err != nil {
+		return fmt.Errorf("host %s: booting again: %w\n%s", h.Name, err, h.Console())
+	}
+	if err := h.waitAddr(ctx); err != nil {
+		return fmt.Errorf("host %s: booting again: %w", h.Name, err)
+	}
+	return nil
+}
 
 // WriteFile writes a file inside the host, its directories made as
 // needed.

@@ -3,7 +3,6 @@ package testhost
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -31,6 +30,10 @@ type Site struct {
 	hosts int
 	lns   []net.Listener
 	conns map[net.Conn]bool // both ends of every forwarded connection
+	// restored is closed when the uplink is up; CutUplink replaces it
+	// with an open one.
+	restored chan struct{}
+	held     int // connections waiting at the cut
 
 	// routeMu orders the route changes of hosts that join and leave.
 	routeMu sync.Mutex
@@ -46,7 +49,9 @@ func NewSite(name, lan string) (*Site, error) {
 	if ip := net.ParseIP(lan + ".1"); ip == nil || ip.To4() == nil || !ip.IsPrivate() {
 		return nil, fmt.Errorf("site LAN %q: want the first three octets of a private IPv4 /24, such as 10.99.0", lan)
 	}
-	s := &Site{Name: name, Router: lan + ".1", lan: lan, conns: map[net.Conn]bool{}}
+	up := make(chan struct{})
+	close(up)
+	s := &Site{Name: name, Router: lan + ".1", lan: lan, conns: map[net.Conn]bool{}, restored: up}
 	if err := record(Record{Kind: "site", Name: name, NetNS: name}); err != nil {
 		return nil, err
 	}
@@ -175,6 +180,9 @@ func (s *Site) Forward(addr, target string) (string, error) {
 // the site does.
 func (s *Site) splice(c net.Conn, target string) {
 	defer c.Close()
+	if !s.uplinkUp() {
+		return
+	}
 	up, err := net.Dial("tcp", target)
 	if err != nil {
 		return
@@ -184,8 +192,83 @@ func (s *Site) splice(c net.Conn, target string) {
 		return
 	}
 	defer s.untrack(c, up)
-	go func() { _, _ = io.Copy(up, c); _ = up.(*net.TCPConn).CloseWrite() }()
-	_, _ = io.Copy(c, up)
+	go func() {
+		if s.pipe(up, c) {
+			_ = up.(*net.TCPConn).CloseWrite()
+			return
+		}
+		_, _ = c.Close(), up.Close()
+	}()
+	s.pipe(c, up)
+}
+
+// pipe copies src to dst through the uplink: true when src ended, false
+// when a write failed or the uplink was cut meanwhile.
+func (s *Site) pipe(dst, src net.Conn) bool {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 || err != nil {
+			// Not even the end of a stream passes a cut uplink.
+			if !s.uplinkUp() {
+				return false
+			}
+		}
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return false
+			}
+		}
+		if err != nil {
+			return true
+		}
+	}
+}
+
+// uplinkUp waits while the uplink is cut: true if it was up all along,
+// false once it is back after a cut (a connection that tried to pass
+// then is dead: each end has given up on it, or will get a reset).
+func (s *Site) uplinkUp() bool {
+	s.mu.Lock()
+	restored := s.restored
+	select {
+	case <-restored:
+		s.mu.Unlock()
+		return true
+	default:
+	}
+	s.held++
+	s.mu.Unlock()
+	<-restored
+	s.mu.Lock()
+	s.held--
+	s.mu.Unlock()
+	return false
+}
+
+// CutUplink cuts the site off, as a dead uplink does: nothing passes either
+// way and nobody is told, so each side finds out by its own timeouts; new
+// connections reach the router and get no further. RestoreUplink ends it.
+func (s *Site) CutUplink() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.restored:
+		s.restored = make(chan struct{})
+	default:
+	}
+}
+
+// RestoreUplink ends a cut: traffic passes again, and each connection
+// that tried to pass during the cut is closed.
+func (s *Site) RestoreUplink() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.restored:
+	default:
+		close(s.restored)
+	}
 }
 
 // track notes a connection's ends so Close can cut them; false once the
@@ -228,6 +311,7 @@ func (s *Site) Close() error {
 	}
 	s.lns, s.conns = nil, nil
 	s.mu.Unlock()
+	s.RestoreUplink()
 	var errs []error
 	if out, err := exec.Command("ip", "netns", "del", s.Name).CombinedOutput(); err != nil && !strings.Contains(string(out), "No such file") {
 		errs = append(errs, fmt.Errorf("ip netns del %s: %w: %s", s.Name, err, strings.TrimSpace(string(out))))
