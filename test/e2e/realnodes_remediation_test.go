@@ -25,12 +25,14 @@ import (
 	"github.com/edgefleet/fleet/pkg/hub/inventory"
 )
 
-// A worker host dies for real — its agent and its kubelet stop — on a site
-// with a spare host: the workload cluster's controller manager marks the
+// A worker host dies for real — its power is cut — on a site with a spare
+// host: the workload cluster's controller manager marks the
 // Node NotReady, the MachineHealthCheck that `create cluster` wrote finds
 // it unhealthy, the MachineSet replaces the Machine, and the replacement
 // is a Node on the spare host. The dead host is released but never handed
-// out: it stays Deprovisioning until its agent is back and has reset it.
+// out: it stays Deprovisioning until it is back and its agent has reset
+// it. The control plane's host loses its power in the middle of its reset
+// when the cluster is deleted, and is reset once it is back.
 // The one-host control plane's own Node going NotReady is never remediated
 // (KubeadmControlPlane refuses, and `kubectl fleet describe` says so), and
 // comes back healthy with its kubelet.
@@ -85,9 +87,8 @@ func TestRealNodesRemediation(t *testing.T) {
 	}
 	realEventually(t, "Node "+deadName+" Ready", func() error { return nodeReady(t, kc, deadName, inventory.ProviderIDOf(ns, deadName)) })
 
-	// The worker host dies: no agent, no kubelet.
-	must(t, dead.Unit(ctx, "stop", "fleet-agent.service"))
-	must(t, dead.Unit(ctx, "stop", "kubelet.service"))
+	// The worker host loses its power: agent, kubelet and pods die at once.
+	must(t, dead.PowerCut())
 	sawAgentGone := false
 	realEventually(t, "the dead worker's Machine replaced by one Running on "+spareName, func() error {
 		em := &infrav1.EdgeMachine{}
@@ -153,17 +154,33 @@ func TestRealNodesRemediation(t *testing.T) {
 		return nil
 	})
 
-	// The dead host's agent comes back: it resets the host on the hub's
-	// order, and the host returns to the pool.
-	must(t, dead.Unit(ctx, "start", "fleet-agent.service"))
+	// The dead host's power comes back: its agent resets it on the hub's
+	// order, and the host returns to the pool. Its kubelet, started at
+	// boot with the old cluster's credentials, leaves no Node behind.
+	must(t, dead.PowerOn(ctx))
 	realEventually(t, "the dead host reset and Available", func() error {
 		if err := hostPhase(ctx, c, ns, deadName, infrav1.HostAvailable); err != nil {
 			return err
 		}
 		return hostClean(dead)
 	})
+	realEventually(t, "no Node "+deadName+" in the workload cluster", func() error {
+		if out := kubectl(t, kc, "get", "node", deadName, "-o", "name", "--ignore-not-found"); out != "" {
+			return fmt.Errorf("the workload cluster has %s", out)
+		}
+		return nil
+	})
 
+	// The control plane's host loses its power in the middle of its reset
+	// (kubeadm reset, its static pods and etcd running): booted again, its
+	// agent carries the reset out.
 	must(t, c.Delete(ctx, &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: clusterName}}))
+	resetting, cancelWait := context.WithTimeout(ctx, realNodesWait)
+	defer cancelWait()
+	must(t, awaitHostResetting(resetting, cpHost))
+	must(t, cpHost.PowerCut())
+	t.Logf("host %s: power cut during its reset; booting it again", cpHost.Name)
+	must(t, cpHost.PowerOn(ctx))
 	realEventually(t, "every host reset and Available after the cluster is gone", func() error {
 		for _, h := range hosts {
 			if err := hostPhase(ctx, c, ns, h.Name, infrav1.HostAvailable); err != nil {

@@ -141,7 +141,7 @@ func (s *Site) NewHost(ctx context.Context, o HostOptions) (*Host, error) {
 		_ = h.Close()
 		return nil, fmt.Errorf("booting host %s: %w", o.Name, err)
 	}
-	if err := h.waitRunning(ctx); err != nil {
+	if err := h.waitRunning(ctx, false); err != nil {
 		err = fmt.Errorf("host %s: %w\n%s", o.Name, err, h.Console())
 		_ = h.Close()
 		return nil, err
@@ -308,8 +308,10 @@ exec nsenter --net=/run/netns/%s -- unshare --mount --uts --ipc --pid --cgroup -
 }
 
 // waitRunning waits for the box's systemd, then for `systemctl
-// is-system-running` to say running.
-func (h *Host) waitRunning(ctx context.Context) error {
+// is-system-running` to say running; degraded (a unit failed) is an error
+// unless degradedOK: a box booted again after a power cut may well have a
+// unit fail, as its agent stops the kubelet to reset the host.
+func (h *Host) waitRunning(ctx context.Context, degradedOK bool) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	state := ""
@@ -332,6 +334,9 @@ func (h *Host) waitRunning(ctx context.Context) error {
 		case "running":
 			return nil
 		case "degraded":
+			if degradedOK {
+				return nil
+			}
 			warnings, _ := h.Command(ctx, "journalctl", "-b", "-p", "warning", "--no-pager", "-n", "30").CombinedOutput()
 			return fmt.Errorf("degraded: failed units: %s\nwarnings:\n%s", h.failedUnits(), warnings)
 		}
@@ -431,8 +436,8 @@ func (h *Host) PowerCut() error {
 }
 
 // PowerOn boots a box whose power was cut from what its disk holds, and
-// waits, as NewHost does, until its systemd says it is up and its LAN
-// address is set.
+// waits until its systemd has finished booting (running or degraded) and
+// its LAN address is set.
 func (h *Host) PowerOn(ctx context.Context) error {
 	select {
 	case <-h.bootDone:
@@ -446,7 +451,7 @@ func (h *Host) PowerOn(ctx context.Context) error {
 	if err := h.startBoot(h.binds); err != nil {
 		return fmt.Errorf("host %s: %w", h.Name, err)
 	}
-	if err := h.waitRunning(ctx); err != nil {
+	if err := h.waitRunning(ctx, true); err != nil {
 		return fmt.Errorf("host %s: booting again: %w\n%s", h.Name, err, h.Console())
 	}
 	if err := h.waitAddr(ctx); err != nil {

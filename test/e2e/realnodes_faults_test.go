@@ -79,6 +79,36 @@ func awaitKubeadmChanging(ctx context.Context, h *testhost.Host) error {
 	}
 }
 
+// awaitHostResetting waits, reading the agent's record every 100 ms,
+// until the host is being reset.
+func awaitHostResetting(ctx context.Context, h *testhost.Host) error {
+	for {
+		a, err := hostApplied(h)
+		if err == nil && a.Workload != nil && a.Workload.State == infrav1.ProvisioningResetting {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("host %s was never seen resetting (its record %+v, %v): %w", h.Name, a.Workload, err, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// awaitFile waits, looking every 100 ms, until the host has file p.
+func awaitFile(ctx context.Context, h *testhost.Host, p string) error {
+	for {
+		if _, err := os.Stat(h.Root(p)); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("host %s never had /%s: %w", h.Name, p, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 // hostKubelet is the kubelet version the host's own binary reports.
 func hostKubelet(ctx context.Context, h *testhost.Host) (string, error) {
 	out, err := h.Command(ctx, "/usr/local/bin/kubelet", "--version").CombinedOutput()
