@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -26,7 +27,8 @@ import (
 )
 
 // Real hosts that cannot become nodes — no container runtime, no kubelet,
-// a port taken, an image missing, a kubelet that never gets healthy — each
+// a port taken, an image missing, a kubelet that never gets healthy, the
+// power cut in the middle of kubeadm init — each
 // end NeedsAttention with kubeadm's own words on the EdgeMachine, the
 // Machine and an Event, never a Running Machine; deleting the cluster
 // resets each for real and gives it back clean.
@@ -50,6 +52,11 @@ func TestRealNodesBootstrapFailures(t *testing.T) {
 		// cause checks the host for the cause, where kubeadm's words do
 		// not name it.
 		cause func(h *testhost.Host) error
+		// during does something to the host while its bootstrap runs.
+		during func(t *testing.T, h *testhost.Host)
+		// event is what the ProvisioningFailed Event says; default
+		// kubeadm's "error execution phase".
+		event string
 	}
 	failures := []failure{
 		{name: "nocri", host: testhost.HostOptions{Without: []string{"containerd"}}, want: "[ERROR CRI]"},
@@ -78,6 +85,18 @@ func TestRealNodesBootstrapFailures(t *testing.T) {
 				s.Files[0].Content = strings.Replace(s.Files[0].Content, "failCgroupV1: false\n", "failCgroupV1: false\ncgroupRoot: /missing\n", 1)
 				s.InitConfiguration.Timeouts.KubeletHealthCheckSeconds = ptr.To[int32](20)
 			}},
+		// The power goes in the middle of kubeadm init, once it has written
+		// the control plane's manifests: booted again, the agent never runs
+		// the bootstrap a second time (it cannot know how far it got).
+		{name: "powercut", want: "fleet-agent restarted during the bootstrap at step runcmd", event: "restarted during the bootstrap",
+			during: func(t *testing.T, h *testhost.Host) {
+				wait, cancel := context.WithTimeout(context.Background(), realNodesWait)
+				defer cancel()
+				must(t, awaitFile(wait, h, "etc/kubernetes/manifests/kube-apiserver.yaml"))
+				must(t, h.PowerCut())
+				t.Logf("host %s: power cut during kubeadm init; booting it again", h.Name)
+				must(t, h.PowerOn(context.Background()))
+			}},
 	}
 	hosts := map[string]*testhost.Host{}
 	for _, f := range failures {
@@ -101,6 +120,11 @@ func TestRealNodesBootstrapFailures(t *testing.T) {
 			ControlPlane: "machines", ControlPlaneMachines: 1, ControlPlaneSelector: sel, WorkerSelector: sel,
 			Endpoint: infrav1.APIEndpoint{Host: f.name + "." + ns + "." + infrav1.EndpointDomain, Port: 6443}, Kubeadm: settings}) {
 			must(t, c.Create(ctx, o))
+		}
+	}
+	for _, f := range failures {
+		if f.during != nil {
+			f.during(t, hosts[f.name])
 		}
 	}
 	for _, f := range failures {
@@ -137,7 +161,7 @@ func TestRealNodesBootstrapFailures(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if !strings.Contains(e.Note, "error execution phase") {
+			if want := cmp.Or(f.event, "error execution phase"); !strings.Contains(e.Note, want) {
 				return fmt.Errorf("event: %s", e.Note)
 			}
 			return nil
