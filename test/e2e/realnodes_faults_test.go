@@ -63,50 +63,52 @@ func hostUpgradeJournal(h *testhost.Host) (*struct {
 	return j, nil
 }
 
-// awaitKubeadmChanging waits, reading the host's journal every 100 ms,
-// until kubeadm upgrades the host: the moment a fault does the most harm.
+// awaitOnHost checks cond every 100 ms until it holds: faults land on
+// moments that last seconds, too short for the tests' usual 2 s polls.
+func awaitOnHost(ctx context.Context, h *testhost.Host, what string, cond func() error) error {
+	for {
+		err := cond()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("host %s: %s: %w (%w)", h.Name, what, err, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// awaitKubeadmChanging waits until kubeadm upgrades the host, by the
+// agent's journal: the moment a fault does the most harm.
 func awaitKubeadmChanging(ctx context.Context, h *testhost.Host) error {
-	for {
+	return awaitOnHost(ctx, h, "kubeadm upgrading it", func() error {
 		j, err := hostUpgradeJournal(h)
-		if err == nil && j != nil && j.Changed && strings.HasPrefix(j.Step, "kubeadm upgrade") {
-			return nil
+		if err == nil && (j == nil || !j.Changed || !strings.HasPrefix(j.Step, "kubeadm upgrade")) {
+			err = fmt.Errorf("journal %+v", j)
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("kubeadm never started on host %s (journal %+v, %v): %w", h.Name, j, err, ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+		return err
+	})
 }
 
-// awaitHostResetting waits, reading the agent's record every 100 ms,
-// until the host is being reset.
+// awaitHostResetting waits until the agent's record says it resets the
+// host.
 func awaitHostResetting(ctx context.Context, h *testhost.Host) error {
-	for {
+	return awaitOnHost(ctx, h, "resetting", func() error {
 		a, err := hostApplied(h)
-		if err == nil && a.Workload != nil && a.Workload.State == infrav1.ProvisioningResetting {
-			return nil
+		if err == nil && (a.Workload == nil || a.Workload.State != infrav1.ProvisioningResetting) {
+			err = fmt.Errorf("its record %+v", a.Workload)
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("host %s was never seen resetting (its record %+v, %v): %w", h.Name, a.Workload, err, ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+		return err
+	})
 }
 
-// awaitFile waits, looking every 100 ms, until the host has file p.
+// awaitFile waits until the host has file p.
 func awaitFile(ctx context.Context, h *testhost.Host, p string) error {
-	for {
-		if _, err := os.Stat(h.Root(p)); err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("host %s never had /%s: %w", h.Name, p, ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	return awaitOnHost(ctx, h, "/"+p, func() error {
+		_, err := os.Stat(h.Root(p))
+		return err
+	})
 }
 
 // hostKubelet is the kubelet version the host's own binary reports.

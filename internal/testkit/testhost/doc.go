@@ -8,7 +8,9 @@
 // node), so the image's units, containerd, kubelet and fleet-agent run as
 // on a real box, hardening and D-Bus included. Each host's pod range is
 // routed through it on the other hosts of its site, as a host-gateway CNI
-// would, so pods on different hosts reach each other.
+// would, so pods on different hosts reach each other. For fault tests a
+// host's power can be cut and restored (PowerCut, PowerOn) and a site's
+// uplink cut without telling either end (CutUplink, RestoreUplink).
 //
 // Everything a host makes is recorded under RecordDir while it runs, so
 // Sweep can remove it after a run that was killed before it cleaned up.
