@@ -25,7 +25,8 @@ import (
 // Machine's version, then the worker through Cluster API's in-place hooks
 // (CanUpdateMachineSet, UpdateMachine) served by the hub. No Machine is
 // deleted, no host reset, the worker's pod keeps running, both Nodes end on
-// the new version and Ready.
+// the new version and Ready, though the site's uplink is cut while the
+// worker upgrades, past every session timeout.
 func TestRealNodesInPlaceUpgradeTwoHosts(t *testing.T) {
 	ctx := context.Background()
 	c := hub.Client
@@ -115,9 +116,20 @@ spec:
 		return nil
 	})
 
+	// The site's uplink is cut while the worker's kubeadm upgrades it,
+	// until the hub has recorded the worker gone and the worker's own
+	// record says it is done: Cluster API's UpdateMachine hook waits it out.
+	cutCtx, cancelCut := context.WithTimeout(ctx, 20*time.Minute)
+	defer cancelCut()
+	cut := make(chan error, 1)
+	go cutUplinkDuringUpgrade(cutCtx, site, hosts[wName], ns, currentVersion, cut)
 	start := time.Now()
 	out = fleet.run(t, "upgrade", "cluster", clusterName, "-n", ns, "--kubernetes-version", currentVersion, "--wait", "--timeout", "20m")
-	t.Logf("kubectl fleet upgrade cluster --wait took %s:\n%s", time.Since(start).Round(time.Second), out)
+	t.Logf("kubectl fleet upgrade cluster --wait, the uplink cut during the worker's, took %s:\n%s", time.Since(start).Round(time.Second), out)
+	cancelCut()
+	if err := <-cut; err != nil {
+		t.Error(err)
+	}
 	if !strings.Contains(out, fmt.Sprintf("cluster %s: 1 control-plane and 1 worker machine(s) on %s, Ready", clusterName, currentVersion)) ||
 		!strings.Contains(out, "machinedeployment/"+clusterName+"-md-0: "+previousVersion+" → "+currentVersion+" ordered") {
 		t.Fatalf("upgrade: %s\n%s\n%s", lastLine(out), out, hosts[wName].UnitLog("fleet-agent.service"))
