@@ -287,12 +287,13 @@ test-race: k8s k8s-prev ## Run every test with the race detector.
 	$(GO) test -race -timeout 30m $(TEST_FLAGS) ./...
 
 REL_SEEDS ?= 1 2 3
-REL_HOSTS ?= 8
+REL_HOSTS ?= 0
+REL_RUN ?= .
 
 .PHONY: reliability
-reliability: k8s ## Run the fault suite (test/faults) once per seed of REL_SEEDS (default "1 2 3"; TestHubKills with REL_HOSTS hosts, default 8, the long form 30), keep each run's record in docs/reliability/ and write docs/RELIABILITY.md's figures; fails if a run failed, after the report.
+reliability: k8s ## Run the fault suite (test/faults, or the tests REL_RUN matches) once per seed of REL_SEEDS (default "1 2 3"; TestHubKills and TestReplicaFailover with REL_HOSTS hosts, default their short forms, the long form 30), keep each run's record in docs/reliability/ and write docs/RELIABILITY.md's figures; fails if a run failed, after the report.
 	@failed=0; for s in $(REL_SEEDS); do \
-		$(GO) test ./test/faults -count=1 -timeout 60m -args -faults.seed=$$s -faults.hosts=$(REL_HOSTS) -faults.results=$(CURDIR)/docs/reliability || failed=1; \
+		$(GO) test ./test/faults -run '$(REL_RUN)' -count=1 -timeout 60m -args -faults.seed=$$s -faults.hosts=$(REL_HOSTS) -faults.results=$(CURDIR)/docs/reliability || failed=1; \
 	done; \
 	$(GO) run ./test/faults/report && exit $$failed
 

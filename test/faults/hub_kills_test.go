@@ -3,7 +3,6 @@ package faults
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"net/http"
 	"os/exec"
@@ -23,8 +22,6 @@ import (
 	"github.com/edgefleet/fleet/pkg/contract/hubinfo"
 )
 
-var hostsFlag = flag.Int("faults.hosts", 8, "hosts in TestHubKills (the long form: 30)")
-
 // The hub is killed with SIGKILL again and again while a site's hosts are
 // provisioned and while all but the control plane are deleted, and
 // started again on the same address each time, as its Deployment would.
@@ -39,7 +36,7 @@ func TestHubKills(t *testing.T) {
 	const router = "127.0.0.1:17443"
 	_, err := site.Forward(router, hp.gateway)
 	must(t, err)
-	n := *hostsFlag
+	n := hosts(8)
 	r.setAgents(startAgents(t, site, ns, n, "k"+strings.TrimPrefix(ns, "faults-"), "https://"+router, hp.pin(t), hostOptions{}))
 
 	kill := func(f fault) error {

@@ -18,8 +18,18 @@ import (
 var (
 	seedFlag    = flag.Int64("faults.seed", 0, "seed of the fault schedule (0: a new one, printed)")
 	roundsFlag  = flag.Int("faults.rounds", 3, "faults per phase of a run")
+	hostsFlag   = flag.Int("faults.hosts", 0, "hosts in TestHubKills and TestReplicaFailover (0: each its short form, 8 and 4; the long form: 30)")
 	resultsFlag = flag.String("faults.results", "", "directory to write each run's outcome to, as JSON (make reliability; empty: none)")
 )
+
+// hosts is how many hosts a run of a test that scales has: -faults.hosts,
+// or def, the test's short form.
+func hosts(def int) int {
+	if *hostsFlag > 0 {
+		return *hostsFlag
+	}
+	return def
+}
 
 // hub is the management cluster (API server, etcd, Cluster API); workload
 // is the API server the simulated nodes join.

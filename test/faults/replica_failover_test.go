@@ -2,6 +2,7 @@ package faults
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -30,7 +31,8 @@ func TestReplicaFailover(t *testing.T) {
 	const router = "127.0.0.1:17443"
 	_, err := site.Forward(router, lb.Addr())
 	must(t, err)
-	r.setAgents(startAgents(t, site, ns, 4, "f"+strings.TrimPrefix(ns, "faults-"), "https://"+router, a.pin(t), hostOptions{}))
+	n := hosts(4)
+	r.setAgents(startAgents(t, site, ns, n, "f"+strings.TrimPrefix(ns, "faults-"), "https://"+router, a.pin(t), hostOptions{}))
 
 	failover := func(f fault) error {
 		var leader *hubProcess
@@ -56,9 +58,12 @@ func TestReplicaFailover(t *testing.T) {
 		}
 		return out
 	}
-	all := []string{"cp", "w0", "w1", "w2"}
+	all := []string{"cp"}
+	for i := range n - 1 {
+		all = append(all, fmt.Sprintf("w%d", i))
+	}
 	r.phase("provisioning", draw(), failover, func() { r.createMachines(all...) }, all)
-	r.phase("deletion", draw(), failover, func() { r.deleteMachines("w1", "w2") }, all[:2])
-	r.waitGone("w1", "w2")
-	r.check(2)
+	r.phase("deletion", draw(), failover, func() { r.deleteMachines(all[2:]...) }, all[:2])
+	r.waitGone(all[2:]...)
+	r.check(len(all) - 2)
 }

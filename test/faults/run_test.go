@@ -47,8 +47,10 @@ func newRun(t *testing.T, ns string) *run {
 	if seed == 0 {
 		seed = time.Now().UnixNano()
 	}
-	replay := fmt.Sprintf("go test ./test/faults -run '%s$' -args -faults.seed=%d -faults.rounds=%d -faults.hosts=%d",
-		t.Name(), seed, *roundsFlag, *hostsFlag)
+	replay := fmt.Sprintf("go test ./test/faults -run '%s$' -args -faults.seed=%d -faults.rounds=%d", t.Name(), seed, *roundsFlag)
+	if *hostsFlag > 0 {
+		replay += fmt.Sprintf(" -faults.hosts=%d", *hostsFlag)
+	}
 	t.Logf("seed %d (replay: %s)", seed, replay)
 	r := &run{t: t, seed: seed, rng: rand.New(rand.NewPCG(uint64(seed), 0)), h: &history{seed: seed}, ns: ns, //nolint:gosec // a replayable schedule, not a secret
 		res: results.Run{Test: t.Name(), Seed: seed, When: time.Now().UTC().Truncate(time.Second), Replay: replay}}

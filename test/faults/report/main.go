@@ -65,20 +65,32 @@ func render(runs []results.Run, soaks []results.Soak) []byte {
 	md.WriteString("Generated from `docs/reliability/*.json` by `go run ./test/faults/report` (part of `make reliability`). " +
 		"\"Converged\" is, per phase, the time from the end of its last fault (from its orders where the faults fall on the acts " +
 		"themselves) until the API server read as the agents' own records; p50 and p99 are over every phase of every run.\n\n")
-	md.WriteString("| test | faults | runs (seeds) | failed | faults injected | orders | invariant violations | converged p50 | converged p99 | run p50 |\n")
-	md.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
-	by := map[string][]results.Run{}
-	var tests []string
-	for _, r := range runs {
-		if _, ok := by[r.Test]; !ok {
-			tests = append(tests, r.Test)
-		}
-		by[r.Test] = append(by[r.Test], r)
+	md.WriteString("| test | faults | hosts | runs (seeds) | failed | faults injected | orders | invariant violations | converged p50 | converged p99 | run p50 |\n")
+	md.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
+	// A row per test and size: a long form's figures are not averaged
+	// into the short one's.
+	type key struct {
+		test  string
+		hosts int
 	}
-	sort.Strings(tests)
+	by := map[key][]results.Run{}
+	var keys []key
+	for _, r := range runs {
+		k := key{r.Test, r.Hosts}
+		if _, ok := by[k]; !ok {
+			keys = append(keys, k)
+		}
+		by[k] = append(by[k], r)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].test != keys[j].test {
+			return keys[i].test < keys[j].test
+		}
+		return keys[i].hosts < keys[j].hosts
+	})
 	var failed []results.Run
-	for _, test := range tests {
-		rs := by[test]
+	for _, k := range keys {
+		rs := by[k]
 		var conv, secs []float64
 		var seeds []string
 		nFailed, nFaults, nOrders, nViol := 0, 0, 0, 0
@@ -96,7 +108,7 @@ func render(runs []results.Run, soaks []results.Soak) []byte {
 				failed = append(failed, r)
 			}
 		}
-		fmt.Fprintf(&md, "| `%s` | %s | %d (%s) | %d | %d | %d | **%d** | %s | %s | %s |\n", test, faults[test], len(rs),
+		fmt.Fprintf(&md, "| `%s` | %s | %d | %d (%s) | %d | %d | %d | **%d** | %s | %s | %s |\n", k.test, faults[k.test], k.hosts, len(rs),
 			strings.Join(seeds, ", "), nFailed, nFaults, nOrders, nViol, seconds(percentile(conv, 50)), seconds(percentile(conv, 99)),
 			seconds(percentile(secs, 50)))
 	}
@@ -110,7 +122,7 @@ func render(runs []results.Run, soaks []results.Soak) []byte {
 			if len(r.Violations) > 0 {
 				why = strings.Join(r.Violations, "; ")
 			}
-			fmt.Fprintf(&md, "- `%s` seed %d (%s): %s — `%s`\n", r.Test, r.Seed, r.When.Format("2006-01-02"), why, r.Replay)
+			fmt.Fprintf(&md, "- `%s` seed %d, %d hosts (%s): %s — `%s`\n", r.Test, r.Seed, r.Hosts, r.When.Format("2006-01-02"), why, r.Replay)
 		}
 		md.WriteString("\n")
 	}

@@ -41,8 +41,9 @@ type Phase struct {
 	ConvergeSeconds float64 `json:"convergeSeconds"`
 }
 
-// Write puts r in dir as <test>-<seed>.json, replacing an earlier run of
-// the same test and seed.
+// Write puts r in dir as <test>-<hosts>hosts-<seed>.json, replacing an
+// earlier run of the same test, size and seed: a long form (more hosts)
+// is kept beside the short one.
 func Write(dir string, r Run) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -51,10 +52,10 @@ func Write(dir string, r Run) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%d.json", r.Test, r.Seed)), append(b, '\n'), 0o644)
+	return os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%dhosts-%d.json", r.Test, r.Hosts, r.Seed)), append(b, '\n'), 0o644)
 }
 
-// Read returns the runs in dir, by test and seed.
+// Read returns the runs in dir, by test, hosts and seed.
 func Read(dir string) ([]Run, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -78,6 +79,9 @@ func Read(dir string) ([]Run, error) {
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Test != out[j].Test {
 			return out[i].Test < out[j].Test
+		}
+		if out[i].Hosts != out[j].Hosts {
+			return out[i].Hosts < out[j].Hosts
 		}
 		return out[i].Seed < out[j].Seed
 	})
