@@ -233,7 +233,7 @@ func runAgent(ctx context.Context, cfg agent.Config, log logr.Logger, ring *logr
 		// Only an agent that can restart the host's kubelet upgrades it.
 		a.UseUpgrader(kubeupgrade.New(kubeupgrade.Options{Root: cfg.RootDir, StateDir: cfg.StateDir,
 			Runner: opts.Runner, Units: opts.Units, Log: opts.Log}))
-		a.UseStager(kubestage.New(kubestage.Options{Dir: filepath.Join(cfg.RootDir, kubeupgrade.DefaultStagingDir)}))
+		a.UseStager(kubestage.New(kubestage.Options{Dir: filepath.Join(cfg.RootDir, kubeupgrade.DefaultStagingDir), Hub: a.ArchivesFromHub()}))
 	}
 	if cfg.LinkInterval > 0 {
 		probe, err := linkprobe.Start(linkprobe.Options{HubPort: hubPort(cfg.Hub)})

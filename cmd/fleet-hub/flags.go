@@ -151,9 +151,9 @@ func addGatewayFlags(fs *pflag.FlagSet, o *gateway.Options) {
 	fs.DurationVar(&o.LastSeenInterval, "last-seen-interval", 5*time.Minute, "How often a connected host's lastSeenTime is refreshed (its only idle API write).")
 	fs.DurationVar(&o.DisconnectGrace, "disconnect-grace", 30*time.Second, "How long a host whose session ended still reads as connected, so an agent back within it costs no API write; 0 records every disconnection at once.")
 	fs.DurationVar(&o.WaveStatusDelay, "wave-status-delay", time.Minute, "How long a write that only records a host as well waits while connections queue for TLS handshakes, which come first; 0 writes at once.")
-	fs.StringVar(&o.Releases.CacheDir, "release-cache-dir", "", "Where the hub keeps the agent release binaries it fetched from their EdgeAgentReleases' urls, by sha256 (default <temp dir>/fleet-hub-releases; an emptyDir does).")
-	fs.IntVar(&o.Releases.MaxTransfers, "release-max-transfers", delivery.DefaultMaxTransfers, "Agent release transfers this replica carries at once, one per host at most; more wait for a place.")
-	fs.Int64Var(&o.Releases.BytesPerSecond, "release-bandwidth", delivery.DefaultBytesPerSecond, "Bytes per second this replica sends to agents in release transfers, all together; 0 is unbounded.")
+	fs.StringVar(&o.Releases.CacheDir, "release-cache-dir", "", "Where the hub keeps the agent release binaries and the Kubernetes archives it carries, fetched from their EdgeAgentReleases' and EdgeKubernetesReleases' urls, by sha256 (default <temp dir>/fleet-hub-releases; an emptyDir does).")
+	fs.IntVar(&o.Releases.MaxTransfers, "release-max-transfers", delivery.DefaultMaxTransfers, "Transfers (agent releases, Kubernetes archives) this replica carries at once, one per host at most; more wait for a place.")
+	fs.Int64Var(&o.Releases.BytesPerSecond, "release-bandwidth", delivery.DefaultBytesPerSecond, "Bytes per second this replica sends to agents in transfers (agent releases, Kubernetes archives), all together; 0 is unbounded.")
 }
 
 func addReachFlags(fs *pflag.FlagSet, o *reachOptions) {

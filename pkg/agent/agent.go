@@ -103,6 +103,8 @@ type Agent struct {
 	trial *trialGate
 	// rel runs the releases the hub orders; nil when the agent does not.
 	rel *releaseRoom
+	// archives brings the Kubernetes archives the hub carries.
+	archives *HubArchives
 }
 
 // New makes an agent. cfg must be Completed and Validated.
@@ -123,6 +125,7 @@ func New(cfg Config, prov Provisioner, log logr.Logger) *Agent {
 		housekeeping: time.Second,
 		stallLimits:  defaultStallLimits,
 		staging:      newStaging(),
+		archives:     newHubArchives(),
 	}
 	a.reach = reach.NewOwner(cfg.RootDir, log)
 	a.tunnels = &tunnel.Server{Targets: a.reach.DialTargets, Log: log}
@@ -133,7 +136,7 @@ func New(cfg Config, prov Provisioner, log logr.Logger) *Agent {
 	}}
 	mux := &streams.Mux{Handlers: a.hostAccess.Handlers(), Log: log}
 	mux.Handlers[wire.TypeTunnel] = a.tunnels.Handler
-	mux.Handlers[wire.TypeReleaseData] = a.receiveRelease
+	mux.Handlers[wire.TypeReleaseData] = a.receiveTransfer
 	opts := sessionOptions(cfg)
 	opts.Generation = a.helloGeneration
 	opts.Streams = mux.Accept

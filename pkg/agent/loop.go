@@ -81,9 +81,11 @@ func (a *Agent) handleUpdate(u session.Update) {
 	case session.OpConnected:
 		a.status.Attach(u.Report)
 		a.attachRelease(u.Send)
+		a.archives.attach(u.Send)
 	case session.OpDisconnected:
 		a.status.Attach(nil)
 		a.attachRelease(nil)
+		a.archives.attach(nil)
 	case session.OpDesired:
 		d := u.Desired
 		if a.OnDesired != nil {

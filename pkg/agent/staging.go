@@ -36,8 +36,15 @@ const (
 
 // UseStager lets the agent fetch the versions the hub names in Stage. Only
 // an agent with an upgrader stages (it is what uses staged versions and
-// reports them). Call before Run.
-func (a *Agent) UseStager(s Stager) { a.staging.stager = s }
+// reports them). A stager that takes the archives the hub carries
+// (ArchivesFromHub) says so, and the agent announces it. Call before Run,
+// after UseUpgrader.
+func (a *Agent) UseStager(s Stager) {
+	a.staging.stager = s
+	if h, ok := s.(interface{ TakesArchivesFromHub() bool }); ok && h.TakesArchivesFromHub() && a.upgrader != nil {
+		a.session.AddCapability(wire.CapabilityStageFromHub)
+	}
+}
 
 // staging is the room that fetches versions, one at a time, apart from the
 // worker: a download of hundreds of megabytes over a site's uplink must not
@@ -162,7 +169,11 @@ func (a *Agent) stageOne(ctx context.Context, o wire.StageOrder) time.Duration {
 		s.mu.Unlock()
 	}()
 
-	a.log.Info("Fetching a Kubernetes version", "version", o.Version, "url", o.URL)
+	from := o.URL
+	if o.Hub {
+		from = "the hub, through the session"
+	}
+	a.log.Info("Fetching a Kubernetes version", "version", o.Version, "from", from)
 	a.setStaging(o.Version, infrav1.StagingDownloading, "")
 	start := time.Now()
 	reported := int64(-1)

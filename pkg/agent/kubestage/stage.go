@@ -52,6 +52,9 @@ type Options struct {
 	// FreeBytes tells how much the file system holding dir can take;
 	// default statfs.
 	FreeBytes func(dir string) (int64, error)
+	// Hub brings the archives of orders that say Hub, through the agent's
+	// session; nil: such orders fail for good.
+	Hub Source
 }
 
 // Stager fetches and stages versions. Stage is not safe for concurrent
@@ -75,6 +78,10 @@ func New(opts Options) *Stager {
 	}
 	return &Stager{opts: opts}
 }
+
+// TakesArchivesFromHub reports whether the stager fetches the archives
+// the hub carries (Options.Hub).
+func (s *Stager) TakesArchivesFromHub() bool { return s.opts.Hub != nil }
 
 // Error is a failed Stage. Permanent errors (the archive is not what the
 // release says) are not worth another download of the same URL and
@@ -114,7 +121,7 @@ func (s *Stager) Stage(ctx context.Context, o wire.StageOrder, progress func(don
 	if err := verify(archive, o.SHA256); err != nil {
 		_ = os.Remove(archive)
 		return &Error{Err: fmt.Errorf("%s from %s: %w; the archive was deleted and is not fetched again until the release's url or sha256 changes",
-			o.Version, o.URL, err), Permanent: true}
+			o.Version, from(o), err), Permanent: true}
 	}
 	if err := s.unpack(archive, o.Version, total); err != nil {
 		var se *Error
@@ -128,6 +135,35 @@ func (s *Stager) Stage(ctx context.Context, o wire.StageOrder, progress func(don
 	return nil
 }
 
+// Source gives an archive's bytes from an offset: the order's url over
+// HTTP, or the hub through the agent's session.
+type Source interface {
+	// Open returns the archive's bytes from offset on; start is where
+	// they begin (offset, or 0 when the source sends it all again) and
+	// total the archive's size (0 when the source does not say). An
+	// error that is not an *Error is worth another try.
+	Open(ctx context.Context, o wire.StageOrder, offset int64) (body io.ReadCloser, start, total int64, err error)
+}
+
+// source is where o's archive comes from.
+func (s *Stager) source(o wire.StageOrder) (Source, error) {
+	if !o.Hub {
+		return httpSource{s.opts.Client}, nil
+	}
+	if s.opts.Hub == nil {
+		return nil, &Error{Err: fmt.Errorf("%s: the hub carries this archive, and this agent cannot take it through its session", o.Version), Permanent: true}
+	}
+	return s.opts.Hub, nil
+}
+
+// from names where o's archive comes from, for messages.
+func from(o wire.StageOrder) string {
+	if o.Hub {
+		return "the hub"
+	}
+	return o.URL
+}
+
 // download brings the archive to path, resuming a partial file; it returns
 // the archive's size.
 func (s *Stager) download(ctx context.Context, o wire.StageOrder, file string, progress func(done, total int64)) (int64, error) {
@@ -137,45 +173,32 @@ func (s *Stager) download(ctx context.Context, o wire.StageOrder, file string, p
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, o.URL, nil)
+	src, err := s.source(o)
 	if err != nil {
-		return 0, &Error{Err: fmt.Errorf("%s: url %q: %w", o.Version, o.URL, err), Permanent: true}
+		return 0, err
 	}
-	if have > 0 {
-		req.Header.Set("Range", "bytes="+strconv.FormatInt(have, 10)+"-")
-	}
-	resp, err := s.opts.Client.Do(req)
+	body, start, total, err := src.Open(ctx, o, have)
 	if err != nil {
-		return 0, &Error{Err: fmt.Errorf("downloading %s from %s: %w", o.Version, o.URL, err)}
-	}
-	defer func() { _ = resp.Body.Close() }()
-
-	total := int64(0)
-	flags := os.O_WRONLY | os.O_CREATE
-	switch {
-	case resp.StatusCode == http.StatusPartialContent && have > 0:
-		start, size, ok := contentRange(resp.Header.Get("Content-Range"))
-		if !ok || start != have {
-			return 0, &Error{Err: fmt.Errorf("downloading %s from %s: the server resumed at %q, not at byte %d",
-				o.Version, o.URL, resp.Header.Get("Content-Range"), have)}
+		var se *Error
+		if !errors.As(err, &se) {
+			err = &Error{Err: fmt.Errorf("downloading %s from %s: %w", o.Version, from(o), err)}
 		}
-		total = size
-		flags |= os.O_APPEND
-	case resp.StatusCode == http.StatusRequestedRangeNotSatisfiable && have > 0:
+		return 0, err
+	}
+	defer func() { _ = body.Close() }()
+	flags := os.O_WRONLY | os.O_CREATE | os.O_APPEND
+	switch {
+	case start == have && total > 0 && have >= total:
 		// The partial file is the whole archive already.
 		return have, nil
-	case resp.StatusCode == http.StatusOK:
-		// A server without ranges sends it all again.
-		have, total = 0, max(resp.ContentLength, 0)
-		flags |= os.O_TRUNC
-	default:
-		err := fmt.Errorf("downloading %s from %s: %s", o.Version, o.URL, resp.Status)
-		// A URL that is not there will not appear by asking again soon;
-		// but it may once the operator uploads it, so it is not permanent.
-		return 0, &Error{Err: err}
+	case start == 0:
+		have = 0
+		flags = os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+	case start != have:
+		return 0, &Error{Err: fmt.Errorf("downloading %s from %s: resumed at byte %d, not at %d", o.Version, from(o), start, have)}
 	}
 	if total > s.opts.MaxArchiveBytes {
-		return 0, &Error{Err: fmt.Errorf("%s from %s is %d bytes, more than the %d an archive may have", o.Version, o.URL, total, s.opts.MaxArchiveBytes), Permanent: true}
+		return 0, &Error{Err: fmt.Errorf("%s from %s is %d bytes, more than the %d an archive may have", o.Version, from(o), total, s.opts.MaxArchiveBytes), Permanent: true}
 	}
 	if total > 0 {
 		// The rest of the download, and about as much again to unpack it.
@@ -198,14 +221,17 @@ func (s *Stager) download(ctx context.Context, o wire.StageOrder, file string, p
 		cancel(fmt.Errorf("nothing received for %s", s.opts.StallTimeout))
 	})
 	defer stall.Stop()
+	// The stream of the hub's source does not end with ctx by itself.
+	stop := context.AfterFunc(ctx, func() { _ = body.Close() })
+	defer stop()
 	buf := make([]byte, 256<<10)
 	limit := s.opts.MaxArchiveBytes - have
 	for {
-		n, rerr := resp.Body.Read(buf)
+		n, rerr := body.Read(buf)
 		if n > 0 {
 			stall.Reset(s.opts.StallTimeout)
 			if int64(n) > limit {
-				return 0, &Error{Err: fmt.Errorf("%s from %s is more than the %d bytes an archive may have", o.Version, o.URL, s.opts.MaxArchiveBytes), Permanent: true}
+				return 0, &Error{Err: fmt.Errorf("%s from %s is more than the %d bytes an archive may have", o.Version, from(o), s.opts.MaxArchiveBytes), Permanent: true}
 			}
 			if _, werr := f.Write(buf[:n]); werr != nil {
 				return 0, s.classify(fmt.Errorf("writing %s: %w", file, werr))
@@ -221,16 +247,54 @@ func (s *Stager) download(ctx context.Context, o wire.StageOrder, file string, p
 			if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
 				rerr = cause
 			}
-			return 0, &Error{Err: fmt.Errorf("downloading %s from %s: cut at byte %d: %w; the next try resumes there", o.Version, o.URL, have, rerr)}
+			return 0, &Error{Err: fmt.Errorf("downloading %s from %s: cut at byte %d: %w; the next try resumes there", o.Version, from(o), have, rerr)}
 		}
 	}
 	if total > 0 && have != total {
-		return 0, &Error{Err: fmt.Errorf("downloading %s from %s: the server ended at byte %d of %d; the next try resumes there", o.Version, o.URL, have, total)}
+		return 0, &Error{Err: fmt.Errorf("downloading %s from %s: the source ended at byte %d of %d; the next try resumes there", o.Version, from(o), have, total)}
 	}
 	if err := f.Sync(); err != nil {
 		return 0, s.classify(fmt.Errorf("writing %s: %w", file, err))
 	}
 	return have, nil
+}
+
+// httpSource downloads the order's url, resuming with a Range request.
+type httpSource struct{ client *http.Client }
+
+func (h httpSource) Open(ctx context.Context, o wire.StageOrder, have int64) (io.ReadCloser, int64, int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, o.URL, nil)
+	if err != nil {
+		return nil, 0, 0, &Error{Err: fmt.Errorf("%s: url %q: %w", o.Version, o.URL, err), Permanent: true}
+	}
+	if have > 0 {
+		req.Header.Set("Range", "bytes="+strconv.FormatInt(have, 10)+"-")
+	}
+	resp, err := h.client.Do(req)
+	if err != nil {
+		return nil, 0, 0, &Error{Err: fmt.Errorf("downloading %s from %s: %w", o.Version, o.URL, err)}
+	}
+	switch {
+	case resp.StatusCode == http.StatusPartialContent && have > 0:
+		start, size, ok := contentRange(resp.Header.Get("Content-Range"))
+		if !ok || start != have {
+			_ = resp.Body.Close()
+			return nil, 0, 0, &Error{Err: fmt.Errorf("downloading %s from %s: the server resumed at %q, not at byte %d",
+				o.Version, o.URL, resp.Header.Get("Content-Range"), have)}
+		}
+		return resp.Body, start, size, nil
+	case resp.StatusCode == http.StatusRequestedRangeNotSatisfiable && have > 0:
+		// The partial file is the whole archive already.
+		_ = resp.Body.Close()
+		return io.NopCloser(strings.NewReader("")), have, have, nil
+	case resp.StatusCode == http.StatusOK:
+		// A server without ranges sends it all again.
+		return resp.Body, 0, max(resp.ContentLength, 0), nil
+	}
+	_ = resp.Body.Close()
+	// A URL that is not there will not appear by asking again soon; but it
+	// may once the operator uploads it, so it is not permanent.
+	return nil, 0, 0, &Error{Err: fmt.Errorf("downloading %s from %s: %s", o.Version, o.URL, resp.Status)}
 }
 
 // classify wraps err, marking a full disk as such.

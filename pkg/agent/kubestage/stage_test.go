@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -344,5 +345,65 @@ func TestStageCutsAStalledDownload(t *testing.T) {
 	err := s.Stage(context.Background(), order(ts.URL, body), func(int64, int64) {})
 	if err == nil || !strings.Contains(err.Error(), "nothing received for 200ms") {
 		t.Fatalf("a stalled download: %v", err)
+	}
+}
+
+// hubSource plays the hub's end of a session: it sends the archive from
+// the offset asked, cut once at cutAt.
+type hubSource struct {
+	body    []byte
+	cutAt   int
+	offsets []int64
+}
+
+func (h *hubSource) Open(_ context.Context, _ wire.StageOrder, offset int64) (io.ReadCloser, int64, int64, error) {
+	h.offsets = append(h.offsets, offset)
+	end := len(h.body)
+	if h.cutAt > 0 && int(offset) < h.cutAt {
+		end = h.cutAt
+	}
+	r := io.MultiReader(bytes.NewReader(h.body[offset:end]), errReader{})
+	if end == len(h.body) {
+		r = bytes.NewReader(h.body[offset:])
+	}
+	return io.NopCloser(r), offset, int64(len(h.body)), nil
+}
+
+type errReader struct{}
+
+func (errReader) Read([]byte) (int, error) { return 0, errors.New("stream reset") }
+
+// An order the hub carries comes through the agent's session, not a url,
+// and goes on from the bytes the host holds after a cut; an agent that
+// cannot take archives from the hub fails such an order for good.
+func TestStageFromTheHub(t *testing.T) {
+	body := version(t, true)
+	sum := sha256.Sum256(body)
+	o := wire.StageOrder{Version: "v1.36.3", SHA256: hex.EncodeToString(sum[:]), Hub: true}
+	dir := t.TempDir()
+	hub := &hubSource{body: body, cutAt: len(body) / 2}
+	s := kubestage.New(kubestage.Options{Dir: dir, FreeBytes: plenty, Hub: hub})
+	if !s.TakesArchivesFromHub() {
+		t.Error("a stager with a hub source says it takes no archives from the hub")
+	}
+	err := s.Stage(context.Background(), o, func(int64, int64) {})
+	var se *kubestage.Error
+	if !errors.As(err, &se) || se.Permanent || !strings.Contains(err.Error(), "from the hub: cut at byte") {
+		t.Fatalf("a cut transfer: %v", err)
+	}
+	if err := s.Stage(context.Background(), o, func(int64, int64) {}); err != nil {
+		t.Fatalf("going on: %v", err)
+	}
+	if len(hub.offsets) != 2 || hub.offsets[0] != 0 || hub.offsets[1] != int64(len(body)/2) {
+		t.Errorf("asked the hub from offsets %v, want 0 then %d", hub.offsets, len(body)/2)
+	}
+	if err := kubestage.Complete(dir, "v1.36.3"); err != nil {
+		t.Fatalf("not staged: %v", err)
+	}
+
+	noHub := kubestage.New(kubestage.Options{Dir: t.TempDir(), FreeBytes: plenty})
+	err = noHub.Stage(context.Background(), o, func(int64, int64) {})
+	if !errors.As(err, &se) || !se.Permanent || noHub.TakesArchivesFromHub() {
+		t.Errorf("an order the hub carries, to a stager without a hub source: %v", err)
 	}
 }

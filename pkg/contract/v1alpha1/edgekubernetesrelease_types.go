@@ -16,8 +16,9 @@ type KubernetesArtifact struct {
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]+$`
 	Arch string `json:"arch"`
 
-	// url the agents download the archive from: a tar file, gzipped or not.
-	// http or https; the sha256 guards what arrives either way.
+	// url the archive is downloaded from: a tar file, gzipped or not. http
+	// or https; the sha256 guards what arrives either way. The hosts
+	// download it, or the hub with delivery Hub.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=2048
@@ -30,6 +31,21 @@ type KubernetesArtifact struct {
 	// +kubebuilder:validation:Pattern=`^[0-9a-f]{64}$`
 	SHA256 string `json:"sha256"`
 }
+
+// KubernetesDelivery is how a release's archive reaches its hosts.
+// +kubebuilder:validation:Enum=Direct;Hub
+type KubernetesDelivery string
+
+const (
+	// KubernetesDeliveryDirect means each host downloads the archive from its
+	// url.
+	KubernetesDeliveryDirect KubernetesDelivery = "Direct"
+	// KubernetesDeliveryHub means the hub downloads the archive and carries it
+	// to each host through the host's own session, for sites whose only
+	// way out is to the hub. Hosts whose agent cannot take it that way
+	// are not ordered to stage the version.
+	KubernetesDeliveryHub KubernetesDelivery = "Hub"
+)
 
 // EdgeKubernetesReleaseSpec says where hosts get a Kubernetes version from.
 type EdgeKubernetesReleaseSpec struct {
@@ -46,6 +62,14 @@ type EdgeKubernetesReleaseSpec struct {
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=8
 	Artifacts []KubernetesArtifact `json:"artifacts"`
+
+	// delivery is how the archives reach the hosts: Direct (each host
+	// downloads its url) or Hub (the hub downloads it and carries it
+	// through each host's session: resumable after a cut, one transfer per
+	// host, within the hub replica's transfer budget).
+	// +optional
+	// +kubebuilder:default=Direct
+	Delivery KubernetesDelivery `json:"delivery,omitempty"`
 
 	// hostSelector narrows the EdgeHosts, in the release's namespace, that
 	// stage the version. Empty means every host in the namespace.
@@ -127,4 +151,9 @@ type EdgeKubernetesReleaseList struct {
 
 func init() {
 	objectTypes = append(objectTypes, &EdgeKubernetesRelease{}, &EdgeKubernetesReleaseList{})
+}
+
+// ThroughHub reports whether the hub carries the release's archives.
+func (r *EdgeKubernetesRelease) ThroughHub() bool {
+	return r.Spec.Delivery == KubernetesDeliveryHub
 }

@@ -2,13 +2,15 @@ package wire
 
 import "fmt"
 
-// Agent releases: the hub orders a host's agent to run a release
+// Agent releases and hub-carried Kubernetes versions: the hub orders a host's agent to run a release
 // (DesiredState.AgentRelease); an agent that lacks the binary asks for it
 // (ReleaseRequest, on the control stream) and the hub opens a stream
 // that starts with ReleaseData and carries the binary's bytes from the
 // offset asked. Only agents that announce CapabilitySelfUpdate get
 // orders; the agent checks every byte against the signed bundle with
 // roots it holds from install time, so the hub alone cannot push code.
+// The same two messages carry a Kubernetes version's archive that a
+// StageOrder with Hub set names by its sha256 (CapabilityStageFromHub).
 const (
 	// CapabilitySelfUpdate says the agent runs the releases it is
 	// ordered to, on trial, and fetches them through the session.
@@ -27,6 +29,11 @@ const MaxReleaseBundleSize = 8 << 10
 
 // MaxReleaseSize bounds a release binary the hub serves.
 const MaxReleaseSize = 256 << 20
+
+// MaxTransferSize bounds anything a ReleaseData stream carries: a
+// Kubernetes version's archive (images included) is far larger than an
+// agent binary.
+const MaxTransferSize = 8 << 30
 
 // AgentReleaseOrder says which fleet-agent release the host must run.
 type AgentReleaseOrder struct {
@@ -47,15 +54,16 @@ type AgentReleaseOrder struct {
 	TrialSeconds int32 `json:"trialSeconds,omitempty"`
 }
 
-// ReleaseRequest asks for the bytes of the ordered release's binary from
-// Offset on (the size of what the agent already holds).
+// ReleaseRequest asks for the bytes of the ordered release's binary, or
+// of a hub-carried archive the host is ordered to stage, from Offset on
+// (the size of what the agent already holds).
 type ReleaseRequest struct {
 	SHA256 string `json:"sha256"`
 	Offset int64  `json:"offset"`
 }
 
-// ReleaseData starts a stream of a release binary's bytes: Size-Offset
-// bytes follow, then the hub closes the stream.
+// ReleaseData starts a stream of a release binary's (or an archive's)
+// bytes: Size-Offset bytes follow, then the hub closes the stream.
 type ReleaseData struct {
 	SHA256 string `json:"sha256"`
 	Offset int64  `json:"offset"`
@@ -84,8 +92,8 @@ func validRange(sha string, offset, size int64) error {
 	if !sha256Pattern.MatchString(sha) {
 		return fmt.Errorf("sha256 %q is not 64 hex digits", sha)
 	}
-	if offset < 0 || size < 0 || size > MaxReleaseSize || offset > max(size, MaxReleaseSize) {
-		return fmt.Errorf("offset %d and size %d are not a range of a release of at most %d bytes", offset, size, MaxReleaseSize)
+	if offset < 0 || size < 0 || size > MaxTransferSize || offset > max(size, MaxTransferSize) {
+		return fmt.Errorf("offset %d and size %d are not a range of at most %d bytes", offset, size, MaxTransferSize)
 	}
 	return nil
 }

@@ -284,7 +284,7 @@ func validate(msg any) error {
 		}
 	case *ReleaseData:
 		if err := validRange(m.SHA256, m.Offset, m.Size); err != nil || m.Offset > m.Size {
-			return bad("ReleaseData: offset %d of %d bytes is not a range of a release of at most %d bytes (sha256 %q)", m.Offset, m.Size, MaxReleaseSize, m.SHA256)
+			return bad("ReleaseData: offset %d of %d bytes is not a range of at most %d bytes (sha256 %q)", m.Offset, m.Size, MaxTransferSize, m.SHA256)
 		}
 	case *CertificateRequest:
 		if len(m.CSR) == 0 {
@@ -314,6 +314,13 @@ func (o StageOrder) validate() error {
 	}
 	if !sha256Pattern.MatchString(o.SHA256) {
 		return fmt.Errorf("%s: sha256 %q is not 64 lower-case hex digits", o.Version, o.SHA256)
+	}
+	if o.Hub {
+		// The hub does not tell a site where it fetched from.
+		if o.URL != "" {
+			return fmt.Errorf("%s: an archive the hub carries has no url", o.Version)
+		}
+		return nil
 	}
 	u, err := url.Parse(o.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || len(o.URL) > 2048 {

@@ -181,11 +181,19 @@ const MaxStageOrders = 8
 type StageOrder struct {
 	// Version is the Kubernetes version the archive holds.
 	Version string `json:"version"`
-	// URL of the archive (a tar file, gzipped or not).
-	URL string `json:"url"`
+	// URL of the archive (a tar file, gzipped or not); empty when Hub.
+	URL string `json:"url,omitempty"`
 	// SHA256 of the archive, hex.
 	SHA256 string `json:"sha256"`
+	// Hub: the agent asks the hub for the archive's bytes through its
+	// session (ReleaseRequest), by SHA256. Sent only to agents with
+	// CapabilityStageFromHub.
+	Hub bool `json:"hub,omitempty"`
 }
+
+// CapabilityStageFromHub says the agent takes a StageOrder's archive
+// through its session when the order says Hub.
+const CapabilityStageFromHub = "stagefromhub"
 
 // MaxReachAddresses bounds Reach.Addresses.
 const MaxReachAddresses = 16

@@ -8,4 +8,6 @@
 // byte rate per hub replica. The hub fetches each binary once from its
 // release's url into a local cache and checks it against the bundle; the
 // agent checks the bundle's signature with roots the hub never sees.
+// ServeArchive carries the Kubernetes archives of EdgeKubernetesReleases
+// with delivery Hub the same way, checked against their sha256.
 package delivery

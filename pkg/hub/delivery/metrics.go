@@ -8,19 +8,19 @@ import (
 var (
 	transferBytes = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "fleet_release_transfer_bytes_total",
-		Help: "Bytes of agent release binaries sent to agents by this hub replica.",
+		Help: "Bytes of agent release binaries and Kubernetes archives sent to agents by this hub replica.",
 	})
 	transfers = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fleet_release_transfers_total",
-		Help: "Release transfers to agents, by result (complete, cut, refused, source_failed).",
+		Help: "Transfers of agent releases and Kubernetes archives to agents, by result (complete, cut, refused, source_failed).",
 	}, []string{"result"})
 	transfersActive = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "fleet_release_transfers_active",
-		Help: "Release transfers under way or waiting for a place on this hub replica.",
+		Help: "Transfers under way or waiting for a place on this hub replica.",
 	})
 	sourceFetches = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fleet_release_source_fetches_total",
-		Help: "Fetches of release binaries from their url into the hub's cache, by result (ok, failed).",
+		Help: "Fetches of release binaries and Kubernetes archives from their url into the hub's cache, by result (ok, failed).",
 	}, []string{"result"})
 )
 

@@ -108,3 +108,23 @@ func (o *Orders) source(ctx context.Context, namespace, sha string) (url string,
 	}
 	return "", 0, fmt.Errorf("no EdgeAgentRelease of namespace %s has a binary of sha256 %s", namespace, sha)
 }
+
+// archiveSource is the url of the archive with sha256 in namespace's
+// EdgeKubernetesReleases that the hub carries.
+func (o *Orders) archiveSource(ctx context.Context, namespace, sha string) (string, error) {
+	list := &infrav1.EdgeKubernetesReleaseList{}
+	if err := o.Client.List(ctx, list, client.InNamespace(namespace)); err != nil {
+		return "", err
+	}
+	for _, r := range list.Items {
+		if !r.ThroughHub() || !r.DeletionTimestamp.IsZero() {
+			continue
+		}
+		for _, a := range r.Spec.Artifacts {
+			if a.SHA256 == sha {
+				return a.URL, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("no EdgeKubernetesRelease of namespace %s that the hub carries has an archive of sha256 %s", namespace, sha)
+}

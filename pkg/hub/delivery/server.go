@@ -112,10 +112,32 @@ func (s *Server) Serve(ss Session, req *wire.ReleaseRequest, ordered *wire.Agent
 		transfers.WithLabelValues("refused").Inc()
 		return fmt.Errorf("offset %d is past the end of the %d-byte binary", req.Offset, ordered.Size)
 	}
+	size := ordered.Size
+	s.start(ss, req, "release", func() (string, int64, error) {
+		path, err := s.cached(ss.Namespace, req.SHA256, size)
+		return path, size, err
+	})
+	return nil
+}
+
+// ServeArchive starts the transfer of a Kubernetes version's archive that
+// the host was ordered to stage from the hub (the session checked that),
+// fetched once into the replica's cache from its EdgeKubernetesRelease's
+// url, unless one for the host is under way.
+func (s *Server) ServeArchive(ss Session, req *wire.ReleaseRequest) error {
+	s.start(ss, req, "archive", func() (string, int64, error) {
+		return s.cachedArchive(ss.Namespace, req.SHA256)
+	})
+	return nil
+}
+
+// start runs one transfer for the host in the background, unless one is
+// queued or under way; source gives the cached file and its size.
+func (s *Server) start(ss Session, req *wire.ReleaseRequest, what string, source func() (string, int64, error)) {
 	s.mu.Lock()
 	if s.active[ss.Host] {
 		s.mu.Unlock()
-		return nil
+		return
 	}
 	s.active[ss.Host] = true
 	s.mu.Unlock()
@@ -127,21 +149,23 @@ func (s *Server) Serve(ss Session, req *wire.ReleaseRequest, ordered *wire.Agent
 			s.mu.Unlock()
 			transfersActive.Dec()
 		}()
-		result, err := s.transfer(ss, req, ordered.Size)
+		result, err := s.transfer(ss, req, source)
 		transfers.WithLabelValues(result).Inc()
 		if err != nil {
-			s.log.Info("A release transfer ended early; the agent asks again", "EdgeHost", ss.Host, "result", result, "reason", err.Error())
+			s.log.Info("A transfer ended early; the agent asks again", "EdgeHost", ss.Host, "what", what, "result", result, "reason", err.Error())
 		}
 	}()
-	return nil
 }
 
-func (s *Server) transfer(ss Session, req *wire.ReleaseRequest, size int64) (string, error) {
+func (s *Server) transfer(ss Session, req *wire.ReleaseRequest, source func() (string, int64, error)) (string, error) {
 	// The source first: a slow url must not hold a place other hosts'
 	// transfers could use.
-	path, err := s.cached(ss.Namespace, req.SHA256, size)
+	path, size, err := source()
 	if err != nil {
 		return "source_failed", err
+	}
+	if req.Offset > size {
+		return "refused", fmt.Errorf("offset %d is past the end of the %d bytes", req.Offset, size)
 	}
 	select {
 	case s.places <- struct{}{}:
@@ -233,10 +257,50 @@ func (s *Server) cached(namespace, sha string, size int64) (string, error) {
 	return path, err
 }
 
-// prune removes the cached binaries no EdgeAgentRelease names any more.
+// cachedArchive is the path and size of the archive of sha256 for
+// namespace's hosts, fetched from the url of that namespace's
+// EdgeKubernetesRelease the hub carries, the first time, and checked
+// against its sha256. Only a whole, checked archive is in the cache.
+func (s *Server) cachedArchive(namespace, sha string) (string, int64, error) {
+	path := filepath.Join(s.opts.CacheDir, namespace, sha)
+	if fi, err := os.Stat(path); err == nil {
+		return path, fi.Size(), nil
+	}
+	_, err, _ := s.fetches.Do(namespace+"/"+sha, func() (any, error) {
+		ctx := context.Background()
+		url, err := s.orders.archiveSource(ctx, namespace, sha)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.fetch(ctx, url, path, sha, -1); err != nil {
+			sourceFetches.WithLabelValues("failed").Inc()
+			s.log.Error(err, "Cannot fetch a Kubernetes archive into the hub's cache", "url", url, "sha256", sha)
+			return nil, err
+		}
+		sourceFetches.WithLabelValues("ok").Inc()
+		s.log.Info("Fetched a Kubernetes archive into the hub's cache", "url", url, "sha256", sha)
+		s.prune(ctx)
+		return nil, nil
+	})
+	if err != nil {
+		return "", 0, err
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", 0, err
+	}
+	return path, fi.Size(), nil
+}
+
+// prune removes the cached files no EdgeAgentRelease, nor
+// EdgeKubernetesRelease the hub carries, names any more.
 func (s *Server) prune(ctx context.Context) {
 	list := &infrav1.EdgeAgentReleaseList{}
 	if err := s.orders.Client.List(ctx, list); err != nil {
+		return
+	}
+	archives := &infrav1.EdgeKubernetesReleaseList{}
+	if err := s.orders.Client.List(ctx, archives); err != nil {
 		return
 	}
 	keep := map[string]bool{}
@@ -244,6 +308,13 @@ func (s *Server) prune(ctx context.Context) {
 		for _, art := range r.Spec.Artifacts {
 			if a, err := Artifact(art.Bundle); err == nil {
 				keep[filepath.Join(r.Namespace, a.SHA256)] = true
+			}
+		}
+	}
+	for _, r := range archives.Items {
+		for _, art := range r.Spec.Artifacts {
+			if r.ThroughHub() {
+				keep[filepath.Join(r.Namespace, art.SHA256)] = true
 			}
 		}
 	}
@@ -258,6 +329,8 @@ func (s *Server) prune(ctx context.Context) {
 	}
 }
 
+// fetch downloads url to path if it has sha256 and size bytes (size < 0:
+// any size up to wire.MaxTransferSize).
 func (s *Server) fetch(ctx context.Context, url, path, sha string, size int64) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
@@ -282,14 +355,20 @@ func (s *Server) fetch(ctx context.Context, url, path, sha string, size int64) e
 	}
 	defer os.Remove(tmp.Name())
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(resp.Body, size+1))
+	limit := size
+	if size < 0 {
+		limit = wire.MaxTransferSize
+	}
+	n, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(resp.Body, limit+1))
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
 	switch {
 	case err != nil:
 		return fmt.Errorf("fetching %s: %w", url, err)
-	case n != size:
+	case size < 0 && n > limit:
+		return fmt.Errorf("%s holds more than the %d bytes the hub carries", url, limit)
+	case size >= 0 && n != size:
 		return fmt.Errorf("%s holds %d bytes or more; its bundle says %d", url, n, size)
 	case hex.EncodeToString(h.Sum(nil)) != sha:
 		return fmt.Errorf("%s is not the binary its bundle signs (sha256 %s, want %s)", url, hex.EncodeToString(h.Sum(nil)), sha)

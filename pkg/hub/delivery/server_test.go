@@ -187,3 +187,87 @@ func TestOrdersOnlyFromRolloutsUnderWay(t *testing.T) {
 		}
 	}
 }
+
+// The hub carries a Kubernetes archive of a release it carries from the
+// offset asked, fetched once from the release's url and checked against
+// its sha256; one whose url serves something else is never passed on,
+// nor one of a release the hosts fetch themselves; a cached archive
+// survives the pruning of agent binaries.
+func TestServeAnArchiveTheHubCarries(t *testing.T) {
+	archive := bytes.Repeat([]byte("kubeadm kubelet images "), 50000)
+	var fetches atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fetches.Add(1)
+		if r.URL.Path == "/bad" {
+			_, _ = w.Write([]byte("not the archive"))
+			return
+		}
+		_, _ = w.Write(archive)
+	}))
+	t.Cleanup(srv.Close)
+	sum := sha256.Sum256(archive)
+	sha := hex.EncodeToString(sum[:])
+	release := func(name, path, sha string, delivery infrav1.KubernetesDelivery) *infrav1.EdgeKubernetesRelease {
+		return &infrav1.EdgeKubernetesRelease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"},
+			Spec: infrav1.EdgeKubernetesReleaseSpec{Version: "v1.36.3", Delivery: delivery,
+				Artifacts: []infrav1.KubernetesArtifact{{Arch: runtime.GOARCH, URL: srv.URL + path, SHA256: sha}}}}
+	}
+	badSHA, directSHA := strings.Repeat("b", 64), strings.Repeat("d", 64)
+	c := fake.NewClientBuilder().WithScheme(fleetscheme.New()).WithObjects(
+		release("hub", "/good", sha, infrav1.KubernetesDeliveryHub),
+		release("bad", "/bad", badSHA, infrav1.KubernetesDeliveryHub),
+		release("direct", "/good", directSHA, infrav1.KubernetesDeliveryDirect)).Build()
+	server := NewServer(&Orders{Client: c}, logr.Discard(), Options{CacheDir: t.TempDir()})
+	f := &fixture{server: server}
+	done := make(chan struct{})
+	defer close(done)
+	ss, got := f.session(t, done)
+
+	if err := server.ServeArchive(ss, &wire.ReleaseRequest{SHA256: sha, Offset: 4096}); err != nil {
+		t.Fatal(err)
+	}
+	if b := <-got; !bytes.Equal(b, archive[4096:]) {
+		t.Fatalf("sent %d bytes, want the %d after offset 4096", len(b), len(archive)-4096)
+	}
+	waitIdle := func() {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			server.mu.Lock()
+			busy := server.active["ns/h"]
+			server.mu.Unlock()
+			if !busy {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the transfer did not end")
+			}
+		}
+	}
+	waitIdle()
+	server.prune(t.Context())
+	if err := server.ServeArchive(ss, &wire.ReleaseRequest{SHA256: sha, Offset: int64(len(archive))}); err != nil {
+		t.Fatal(err)
+	}
+	if b := <-got; len(b) != 0 {
+		t.Fatalf("an agent holding the whole archive was sent %d bytes more", len(b))
+	}
+	if n := fetches.Load(); n != 1 {
+		t.Errorf("the hub fetched the archive %d times, want once", n)
+	}
+
+	opened := make(chan struct{}, 2)
+	open := ss.Open
+	ss.Open = func() (net.Conn, func(), error) { opened <- struct{}{}; return open() }
+	for _, other := range []string{badSHA, directSHA} {
+		waitIdle()
+		if err := server.ServeArchive(ss, &wire.ReleaseRequest{SHA256: other}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitIdle()
+	select {
+	case <-opened:
+		t.Fatal("the hub opened a stream for an archive it could not verify, or does not carry")
+	default:
+	}
+}

@@ -25,11 +25,19 @@ func (d releaseDelivery) For(ctx context.Context, h *infrav1.EdgeHost) *wire.Age
 }
 
 func (d releaseDelivery) Serve(ss *sessions.Session, req *wire.ReleaseRequest, ordered *wire.AgentReleaseOrder) error {
+	return d.server.Serve(transferSession(ss), req, ordered)
+}
+
+func (d releaseDelivery) ServeArchive(ss *sessions.Session, req *wire.ReleaseRequest) error {
+	return d.server.ServeArchive(transferSession(ss), req)
+}
+
+func transferSession(ss *sessions.Session) delivery.Session {
 	id := ss.Peer().ID
-	return d.server.Serve(delivery.Session{
+	return delivery.Session{
 		Host: id.Namespace + "/" + id.Name, Namespace: id.Namespace,
 		Open:     func() (net.Conn, func(), error) { return ss.OpenStream(releaseStreamLimit) },
 		Done:     ss.Done(),
 		Protocol: ss.Protocol(),
-	}, req, ordered)
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,9 +22,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/edgefleet/fleet/pkg/agent"
 	"github.com/edgefleet/fleet/pkg/agent/kubestage"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/enrolltoken"
+	"github.com/edgefleet/fleet/pkg/hub/delivery"
 )
 
 // stagingUpgrader is an upgrader whose staged versions are what is in its
@@ -51,12 +54,14 @@ func (u stagingUpgrader) Install(context.Context, string, func(string)) error {
 	return fmt.Errorf("not in this test")
 }
 
-func versionArchive(t *testing.T) []byte {
+// versionArchive is a version's archive whose binaries are size bytes
+// each (0: 10 KB).
+func versionArchive(t *testing.T, size int) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	w := tar.NewWriter(&buf)
 	for _, name := range []string{"kubeadm", "kubelet"} {
-		body := strings.Repeat("#!/bin/sh\n", 1000)
+		body := strings.Repeat("#!/bin/sh\n", max(size/10, 1000))
 		must(t, w.WriteHeader(&tar.Header{Name: name, Mode: 0o755, Size: int64(len(body)), Typeflag: tar.TypeReg}))
 		_, _ = w.Write([]byte(body))
 	}
@@ -73,7 +78,7 @@ func TestReleasesAreStagedOnTheirHosts(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
 	h := startHub(t, hubOptions{ns: ns})
-	body := versionArchive(t)
+	body := versionArchive(t, 0)
 	sum := sha256.Sum256(body)
 	files := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.ServeContent(w, r, "k.tar", time.Time{}, bytes.NewReader(body))
@@ -160,4 +165,83 @@ func TestReleasesAreStagedOnTheirHosts(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// A release the hub carries reaches a host whose only way out is its
+// session: the hub fetches the archive once from its url (the host is
+// never told where), carries it through the session within its transfer
+// rate, and a transfer cut mid-way (the agent restarted) goes on from the
+// bytes the host holds; the version is staged and counted.
+func TestArchivesTheHubCarriesAreStaged(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	h := startHub(t, hubOptions{ns: ns, releases: delivery.Options{CacheDir: t.TempDir(), BytesPerSecond: 512 << 10}})
+	body := versionArchive(t, 4<<20)
+	sum := sha256.Sum256(body)
+	var fetches atomic.Int32
+	files := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fetches.Add(1)
+		http.ServeContent(w, r, "k.tar", time.Time{}, bytes.NewReader(body))
+	}))
+	defer files.Close()
+
+	tok := newToken(t, ns, enrolltoken.Options{})
+	e := newEdge(t, "till", h.url, h.srv.CA().Pin(), tok)
+	dir := filepath.Join(e.cfg.RootDir, "opt", "fleet", "kubernetes")
+	e.upgrader = stagingUpgrader{dir: dir}
+	e.stagerFor = func(a *agent.Agent) agent.Stager {
+		return kubestage.New(kubestage.Options{Dir: dir, Hub: a.ArchivesFromHub()})
+	}
+	e.start()
+	eventually(t, "connected", func() error {
+		if s, err := connectedStatus(ns, "till"); err != nil || s != "True" {
+			return fmt.Errorf("%s %v", s, err)
+		}
+		return nil
+	})
+	sentBefore := metricValue(t, "fleet_release_transfer_bytes_total", nil)
+	must(t, env.Client.Create(ctx, &infrav1.EdgeKubernetesRelease{ObjectMeta: metav1.ObjectMeta{Name: "v1-36-3", Namespace: ns},
+		Spec: infrav1.EdgeKubernetesReleaseSpec{Version: "v1.36.3", Delivery: infrav1.KubernetesDeliveryHub,
+			Artifacts: []infrav1.KubernetesArtifact{{Arch: runtime.GOARCH, URL: files.URL + "/v1.36.3.tar", SHA256: hex.EncodeToString(sum[:])}}}}))
+
+	var cutAt int64
+	eventually(t, "a quarter of the archive on the host", func() error {
+		host, err := getHost(ns, "till")
+		if err != nil {
+			return err
+		}
+		if s := host.Status.Staging; len(s) != 1 || s[0].Bytes < int64(len(body))/4 || s[0].TotalBytes != int64(len(body)) {
+			return fmt.Errorf("staging %+v", s)
+		}
+		cutAt = host.Status.Staging[0].Bytes
+		return nil
+	})
+	e.stop()
+	e.start()
+	eventually(t, "v1.36.3 staged on the host and counted", func() error {
+		host, err := getHost(ns, "till")
+		if err != nil {
+			return err
+		}
+		if !slices.Equal(host.Status.Facts.KubernetesVersions, []string{"v1.36.3"}) {
+			return fmt.Errorf("staged %v, staging %+v", host.Status.Facts.KubernetesVersions, host.Status.Staging)
+		}
+		rel := &infrav1.EdgeKubernetesRelease{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "v1-36-3"}, rel); err != nil {
+			return err
+		}
+		if rel.Status.Hosts != 1 || rel.Status.Staged != 1 {
+			return fmt.Errorf("release status %+v", rel.Status)
+		}
+		return nil
+	})
+	if n := fetches.Load(); n != 1 {
+		t.Errorf("the archive's url was fetched %d times, want once (by the hub)", n)
+	}
+	// Started again from nothing, the hub would have sent the bytes before
+	// the cut twice; going on, at most what was on its way at the cut.
+	sent := int64(metricValue(t, "fleet_release_transfer_bytes_total", nil) - sentBefore)
+	if sent < int64(len(body)) || sent > int64(len(body))+cutAt/2 {
+		t.Errorf("the hub sent %d bytes of a %d-byte archive cut at byte %d: the transfer did not go on from the cut", sent, len(body), cutAt)
+	}
 }

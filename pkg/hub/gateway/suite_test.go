@@ -36,6 +36,7 @@ import (
 	"github.com/edgefleet/fleet/pkg/agent/agenttest"
 	"github.com/edgefleet/fleet/pkg/agent/logring"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/hub/delivery"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
 	"github.com/edgefleet/fleet/pkg/hub/hostaccess"
 	"github.com/edgefleet/fleet/pkg/hub/inventory"
@@ -194,6 +195,8 @@ type hubOptions struct {
 	hostAccess *hostaccess.Options
 	// replica and replicaProxy name this replica and its peer address.
 	replica, replicaProxy string
+	// releases bounds the replica's transfers.
+	releases delivery.Options
 }
 
 func startHub(t *testing.T, o hubOptions) *hub {
@@ -231,6 +234,7 @@ func startHub(t *testing.T, o hubOptions) *hub {
 		LinkThresholds: linkhealth.DefaultThresholds(), MaxConcurrentStatusWrites: o.statusWrites,
 		MaxConcurrentTLSHandshakes: o.tlsHandshakes, RotationOverlap: o.rotationOverlap, Logger: o.log,
 		SessionMux: o.mux, MinAgentProtocol: o.minAgentProtocol, ReplicaName: o.replica, ReplicaProxy: o.replicaProxy,
+		Releases: o.releases,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -298,9 +302,12 @@ type edge struct {
 	// it has none.
 	link   agent.LinkCounter
 	noLink string
-	// upgrader and stager, when set, let the agent upgrade and stage.
-	upgrader agent.Upgrader
-	stager   agent.Stager
+	// upgrader and stager, when set, let the agent upgrade and stage;
+	// stagerFor, when set, makes the stager of each start (one that takes
+	// the agent's archives from the hub).
+	upgrader  agent.Upgrader
+	stager    agent.Stager
+	stagerFor func(*agent.Agent) agent.Stager
 	// ring, when set, is the agent's own log.
 	ring *logring.Ring
 }
@@ -342,6 +349,9 @@ func (e *edge) start() *edge {
 	}
 	if e.upgrader != nil {
 		e.agent.UseUpgrader(e.upgrader)
+		if e.stagerFor != nil {
+			e.stager = e.stagerFor(e.agent)
+		}
 		e.agent.UseStager(e.stager)
 	}
 	go func() { e.done <- e.agent.Run(ctx, nil) }()

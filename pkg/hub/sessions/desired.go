@@ -62,6 +62,7 @@ func (ss *Session) push() (retry bool) {
 	// Before the send: the agent may ask for the ordered release as soon
 	// as the desired state reaches it.
 	ss.pushedRelease.Store(desired.AgentRelease)
+	ss.pushedStage.Store(&desired.Stage)
 	if err := ss.send(desired); err != nil {
 		ss.Close()
 		return false
@@ -82,7 +83,7 @@ func (ss *Session) nextDesired(ctx context.Context, host *infrav1.EdgeHost) (*wi
 	}
 	var stage []wire.StageOrder
 	if ss.reg.stage != nil {
-		stage = ss.reg.stage.For(ctx, host)
+		stage = ss.reg.stage.For(ctx, host, ss.Can(wire.CapabilityStageFromHub))
 	}
 	var agentRelease *wire.AgentReleaseOrder
 	if ss.reg.releases != nil && ss.Can(wire.CapabilitySelfUpdate) {

@@ -49,16 +49,19 @@ type ReachResolver interface {
 }
 
 // StageResolver says which Kubernetes versions a host should fetch, from
-// the informer cache (see package staging).
+// the informer cache (see package staging); fromHub tells whether the
+// host's agent takes archives through its session.
 type StageResolver interface {
-	For(ctx context.Context, h *infrav1.EdgeHost) []wire.StageOrder
+	For(ctx context.Context, h *infrav1.EdgeHost, fromHub bool) []wire.StageOrder
 }
 
 // ReleaseDelivery says which agent release each host must run and
-// carries the binaries (see package delivery).
+// carries the binaries, and the Kubernetes archives the hub carries (see
+// package delivery).
 type ReleaseDelivery interface {
 	For(ctx context.Context, h *infrav1.EdgeHost) *wire.AgentReleaseOrder
 	Serve(ss *Session, req *wire.ReleaseRequest, ordered *wire.AgentReleaseOrder) error
+	ServeArchive(ss *Session, req *wire.ReleaseRequest) error
 }
 
 // Registry holds this replica's sessions, one per host, and pushes their

@@ -81,7 +81,10 @@ type Session struct {
 	// pushedRelease is lastPushed's release order, for the session's
 	// reader: only that release's binary is served to the agent.
 	pushedRelease atomic.Pointer[wire.AgentReleaseOrder]
-	reports       hoststatus.Reports
+	// pushedStage is lastPushed's stage orders, for the same: the
+	// archives the hub carries are served only to hosts ordered them.
+	pushedStage atomic.Pointer[[]wire.StageOrder]
+	reports     hoststatus.Reports
 }
 
 // NewSession makes the session of peer over an upgraded connection; the
@@ -438,6 +441,13 @@ func (ss *Session) serveCertificateRequest(ctx context.Context, m *wire.Certific
 }
 
 func (ss *Session) serveReleaseRequest(m *wire.ReleaseRequest) bool {
+	if ss.reg.releases != nil && ss.orderedArchive(m.SHA256) {
+		if err := ss.reg.releases.ServeArchive(ss, m); err != nil {
+			rejectedFrames.WithLabelValues("ArchiveRefused").Inc()
+			return ss.send(&wire.Error{Code: wire.ErrRejected, Message: "archive request refused: " + err.Error()}) == nil
+		}
+		return true
+	}
 	ordered := ss.pushedRelease.Load()
 	if ss.reg.releases == nil || ordered == nil {
 		rejectedFrames.WithLabelValues("ReleaseNotOrdered").Inc()
@@ -448,6 +458,13 @@ func (ss *Session) serveReleaseRequest(m *wire.ReleaseRequest) bool {
 		return ss.send(&wire.Error{Code: wire.ErrRejected, Message: "release request refused: " + err.Error()}) == nil
 	}
 	return true
+}
+
+// orderedArchive reports whether the host was last ordered to stage, from
+// the hub, the archive of sha.
+func (ss *Session) orderedArchive(sha string) bool {
+	stage := ss.pushedStage.Load()
+	return stage != nil && slices.ContainsFunc(*stage, func(o wire.StageOrder) bool { return o.Hub && o.SHA256 == sha })
 }
 
 // startHousekeeping refreshes lastSeenTime every LastSeenInterval on a

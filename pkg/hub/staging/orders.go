@@ -47,20 +47,26 @@ func Wanted(h *infrav1.EdgeHost, version string) bool {
 
 // Orders are h's stage orders from releases, newest version first cut to
 // wire.MaxStageOrders, returned oldest first. Releases with a bad selector
-// are skipped (the reconciler reports them).
-func Orders(h *infrav1.EdgeHost, releases []infrav1.EdgeKubernetesRelease) []wire.StageOrder {
+// are skipped (the reconciler reports them), and so are those the hub
+// carries unless the host's agent can take them (fromHub).
+func Orders(h *infrav1.EdgeHost, releases []infrav1.EdgeKubernetesRelease, fromHub bool) []wire.StageOrder {
 	var out []wire.StageOrder
 	seen := map[string]bool{}
 	for i := range releases {
 		rel := &releases[i]
-		if ok, err := Selects(rel, h); !ok || err != nil || !Wanted(h, rel.Spec.Version) || seen[rel.Spec.Version] {
+		if ok, err := Selects(rel, h); !ok || err != nil || !Wanted(h, rel.Spec.Version) || seen[rel.Spec.Version] ||
+			rel.ThroughHub() && !fromHub {
 			continue
 		}
 		// Two releases of one version: the first by name wins, as the
 		// list is sorted by name.
 		seen[rel.Spec.Version] = true
 		a := rel.Artifact(h.Status.Facts.Arch)
-		out = append(out, wire.StageOrder{Version: rel.Spec.Version, URL: a.URL, SHA256: a.SHA256})
+		o := wire.StageOrder{Version: rel.Spec.Version, URL: a.URL, SHA256: a.SHA256}
+		if rel.ThroughHub() {
+			o.URL, o.Hub = "", true
+		}
+		out = append(out, o)
 	}
 	sort.Slice(out, func(i, j int) bool {
 		vi, _ := hostupgrade.Parse(out[i].Version)
@@ -73,14 +79,15 @@ func Orders(h *infrav1.EdgeHost, releases []infrav1.EdgeKubernetesRelease) []wir
 // Resolver reads releases from the informer cache.
 type Resolver struct{ Client client.Reader }
 
-// For is h's stage orders; nil when the cache cannot say (the next push
-// asks again).
-func (r *Resolver) For(ctx context.Context, h *infrav1.EdgeHost) []wire.StageOrder {
+// For is h's stage orders, fromHub telling whether its agent takes
+// archives through its session; nil when the cache cannot say (the next
+// push asks again).
+func (r *Resolver) For(ctx context.Context, h *infrav1.EdgeHost, fromHub bool) []wire.StageOrder {
 	list := &infrav1.EdgeKubernetesReleaseList{}
 	// Read-only, and asked on every push of a host's desired state: no copy.
 	if err := r.Client.List(ctx, list, client.InNamespace(h.Namespace), client.UnsafeDisableDeepCopy); err != nil || len(list.Items) == 0 {
 		return nil
 	}
 	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Name < list.Items[j].Name })
-	return Orders(h, list.Items)
+	return Orders(h, list.Items, fromHub)
 }

@@ -24,6 +24,10 @@ func rel(name, version string, arches ...string) infrav1.EdgeKubernetesRelease {
 func versions(orders []wire.StageOrder) string {
 	var out []string
 	for _, o := range orders {
+		if o.Hub {
+			out = append(out, o.Version+"@hub")
+			continue
+		}
 		out = append(out, o.Version+"@"+o.URL[len("https://m/"):])
 	}
 	return strings.Join(out, " ")
@@ -46,14 +50,14 @@ func TestOrders(t *testing.T) {
 		rel("older", "v1.35.0", "arm64"), rel("running", "v1.35.4", "arm64"), rel("patch", "v1.35.10", "amd64", "arm64"),
 		otherNS, notSelected, selected,
 	}
-	if got, want := versions(staging.Orders(host, releases)), "v1.35.10@patch-arm64 v1.36.2@selected-arm64 v1.36.3@a-dup-arm64"; got != want {
+	if got, want := versions(staging.Orders(host, releases, false)), "v1.35.10@patch-arm64 v1.36.2@selected-arm64 v1.36.3@a-dup-arm64"; got != want {
 		t.Errorf("orders %q, want %q", got, want)
 	}
 
 	// A host not provisioned yet takes every version (it may be claimed
 	// by a Machine of any of them).
 	host.Status.KubernetesVersion = ""
-	if got := staging.Orders(host, releases); len(got) != 5 {
+	if got := staging.Orders(host, releases, false); len(got) != 5 {
 		t.Errorf("a clean host gets %q", versions(got))
 	}
 
@@ -61,8 +65,29 @@ func TestOrders(t *testing.T) {
 	for i := range 12 {
 		many = append(many, rel(fmt.Sprintf("r%02d", i), fmt.Sprintf("v1.36.%d", i), "arm64"))
 	}
-	got := staging.Orders(host, many)
+	got := staging.Orders(host, many, false)
 	if len(got) != wire.MaxStageOrders || got[0].Version != "v1.36.4" || got[len(got)-1].Version != "v1.36.11" {
 		t.Errorf("12 releases give %q", versions(got))
+	}
+}
+
+// A release the hub carries is ordered with no url, and only to hosts
+// whose agent takes archives through its session; the others are not
+// ordered it (they could not fetch it), and an older direct release of
+// another version still is.
+func TestOrdersThroughTheHub(t *testing.T) {
+	host := &infrav1.EdgeHost{ObjectMeta: metav1.ObjectMeta{Name: "h", Namespace: "ns"},
+		Status: infrav1.EdgeHostStatus{KubernetesVersion: "v1.35.4", Facts: infrav1.HostFacts{Arch: "amd64"}}}
+	viaHub := rel("via-hub", "v1.36.3", "amd64")
+	viaHub.Spec.Delivery = infrav1.KubernetesDeliveryHub
+	releases := []infrav1.EdgeKubernetesRelease{rel("direct", "v1.35.10", "amd64"), viaHub}
+	if got, want := versions(staging.Orders(host, releases, true)), "v1.35.10@direct-amd64 v1.36.3@hub"; got != want {
+		t.Errorf("an agent that takes archives from the hub: orders %q, want %q", got, want)
+	}
+	if got := staging.Orders(host, releases, true); got[1].URL != "" || got[1].SHA256 != viaHub.Spec.Artifacts[0].SHA256 {
+		t.Errorf("the hub's order %+v tells where the hub fetches from, or lacks the sha256", got[1])
+	}
+	if got, want := versions(staging.Orders(host, releases, false)), "v1.35.10@direct-amd64"; got != want {
+		t.Errorf("an older agent: orders %q, want %q", got, want)
 	}
 }
