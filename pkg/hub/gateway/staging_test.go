@@ -176,7 +176,7 @@ func TestArchivesTheHubCarriesAreStaged(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
 	h := startHub(t, hubOptions{ns: ns, releases: delivery.Options{CacheDir: t.TempDir(), BytesPerSecond: 512 << 10}})
-	body := versionArchive(t, 4<<20)
+	body := versionArchive(t, 2<<20)
 	sum := sha256.Sum256(body)
 	var fetches atomic.Int32
 	files := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
