@@ -143,6 +143,7 @@ func New(cfg Config, prov Provisioner, log logr.Logger) *Agent {
 	opts.Capabilities = a.hostAccess.Capabilities()
 	opts.Announce = a.announce
 	opts.ClockSkew = a.learnClockSkew
+	opts.TransferRefused = a.archives.refused
 	a.session = session.New(opts, a.store, log)
 	return a
 }

@@ -29,11 +29,12 @@ type HubArchives struct {
 	ended   chan struct{}
 }
 
-// archiveWaiter is a fetch waiting for its stream; gone is closed when
-// it stops waiting.
+// archiveWaiter is a fetch waiting for its stream, or for the hub's
+// refusal; gone is closed when it stops waiting.
 type archiveWaiter struct {
-	ch   chan archiveStream
-	gone chan struct{}
+	ch      chan archiveStream
+	refused chan string
+	gone    chan struct{}
 }
 
 // archiveStream is a ReleaseData stream handed to the fetch that asked.
@@ -69,7 +70,7 @@ func (h *HubArchives) attach(send func(any) error) {
 // it opens: the bytes from ReleaseData's offset (the hub's answer to
 // where to start), and the archive's size.
 func (h *HubArchives) Open(ctx context.Context, o wire.StageOrder, offset int64) (io.ReadCloser, int64, int64, error) {
-	w := &archiveWaiter{ch: make(chan archiveStream), gone: make(chan struct{})}
+	w := &archiveWaiter{ch: make(chan archiveStream), refused: make(chan string, 1), gone: make(chan struct{})}
 	h.mu.Lock()
 	send, ended := h.send, h.ended
 	if send == nil {
@@ -98,12 +99,28 @@ func (h *HubArchives) Open(ctx context.Context, o wire.StageOrder, offset int64)
 	select {
 	case st := <-w.ch:
 		return &archiveBody{st: st}, st.data.Offset, st.data.Size, nil
+	case why := <-w.refused:
+		return nil, 0, 0, errors.New(why)
 	case <-ctx.Done():
 		return nil, 0, 0, ctx.Err()
 	case <-ended:
 		return nil, 0, 0, errors.New("the session ended before the hub started sending; asking again on the next one")
 	case <-wait.C:
 		return nil, 0, 0, fmt.Errorf("the hub did not start sending within %s (it may still be fetching the archive)", archiveWait)
+	}
+}
+
+// refused ends the wait of the fetch that asked for sha with the hub's
+// refusal.
+func (h *HubArchives) refused(sha, message string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if w := h.waiting[sha]; w != nil {
+		delete(h.waiting, sha)
+		select {
+		case w.refused <- message:
+		default:
+		}
 	}
 }
 

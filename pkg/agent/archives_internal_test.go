@@ -12,8 +12,9 @@ import (
 )
 
 // A fetch asks the hub once per Open and reads the stream the hub opens
-// for its sha256; a stream nobody asked for is not taken; a session that
-// ends ends the wait; without a session there is nothing to ask.
+// for its sha256; a stream nobody asked for is not taken; the hub's
+// refusal, or a session that ends, ends the wait; without a session
+// there is nothing to ask.
 func TestHubArchivesHandOverTheStreamAsked(t *testing.T) {
 	h := newHubArchives()
 	o := wire.StageOrder{Version: "v1.36.3", SHA256: strings.Repeat("a", 64), Hub: true}
@@ -58,6 +59,16 @@ func TestHubArchivesHandOverTheStreamAsked(t *testing.T) {
 	_ = r.body.Close()
 	if !<-handled {
 		t.Error("the stream asked for was not taken")
+	}
+
+	go func() {
+		_, _, _, err := h.Open(context.Background(), o, 0)
+		got <- opened{err: err}
+	}()
+	<-asked
+	h.refused(o.SHA256, "archive request refused: the hub cannot fetch the archive")
+	if r := <-got; r.err == nil || !strings.Contains(r.err.Error(), "the hub cannot fetch the archive") {
+		t.Errorf("a refusal: %v", r.err)
 	}
 
 	go func() {

@@ -239,6 +239,9 @@ func (s *Source) read(ctx context.Context, ctrl *control, rot *rotator) error {
 			}
 			if m.Code == wire.ErrRejected {
 				s.log.Info("Hub rejected a request", "message", m.Message)
+				if m.SHA256 != "" && s.opts.TransferRefused != nil {
+					s.opts.TransferRefused(m.SHA256, m.Message)
+				}
 				continue
 			}
 			return fmt.Errorf("hub closed the session: %w", m)

@@ -45,6 +45,9 @@ type Options struct {
 	Streams func(ctx context.Context, mux *yamux.Session)
 	// Capabilities are announced in Hello besides tunnels.
 	Capabilities []string
+	// TransferRefused hears the hub refuse a request for the bytes of
+	// sha256 (a ReleaseRequest), with why.
+	TransferRefused func(sha, message string)
 	// Announce hears a one-line status on every connection change.
 	Announce func(string)
 	// Version is the release the agent reports (default the binary's).

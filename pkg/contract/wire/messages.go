@@ -348,6 +348,9 @@ const (
 type Error struct {
 	Code    ErrorCode `json:"code"`
 	Message string    `json:"message"`
+	// SHA256 names the bytes a refused ReleaseRequest asked for, so the
+	// agent stops waiting for them.
+	SHA256 string `json:"sha256,omitempty"`
 }
 
 func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }

@@ -57,10 +57,25 @@ type Server struct {
 	fetches singleflight.Group
 
 	mu sync.Mutex
-	// active holds the hosts ("namespace/name") with a transfer queued or
-	// under way: one at a time each.
-	active map[string]bool
+	// active holds, by host ("namespace/name"), the session whose transfer
+	// is queued or under way: one at a time each. A new session of the
+	// host may start one while its old session's winds down.
+	active map[string]<-chan struct{}
+	// failed holds archive fetches that failed, by namespace/sha256, until
+	// when they are not tried again: a url that serves something else
+	// must not be downloaded again for every host that asks.
+	failed map[string]fetchFailure
 }
+
+// fetchFailure is a failed fetch of an archive into the cache.
+type fetchFailure struct {
+	err   error
+	until time.Time
+}
+
+// failedFetchHold is how long a failed archive fetch is answered from
+// memory.
+const failedFetchHold = 5 * time.Minute
 
 // NewServer returns a Server reading releases through orders.
 func NewServer(orders *Orders, log logr.Logger, opts Options) *Server {
@@ -81,7 +96,7 @@ func NewServer(orders *Orders, log logr.Logger, opts Options) *Server {
 		limit = rate.Limit(opts.BytesPerSecond)
 	}
 	return &Server{orders: orders, opts: opts, log: log.WithName("delivery"), limiter: rate.NewLimiter(limit, chunk),
-		places: make(chan struct{}, opts.MaxTransfers), active: map[string]bool{}}
+		places: make(chan struct{}, opts.MaxTransfers), active: map[string]<-chan struct{}{}, failed: map[string]fetchFailure{}}
 }
 
 // Session is what a transfer needs of the agent's session.
@@ -94,6 +109,9 @@ type Session struct {
 	Done <-chan struct{}
 	// Protocol is the session's protocol version.
 	Protocol int
+	// Refuse tells the agent that its request for sha256 will not be
+	// served, and why (nil: it is not told, and asks again).
+	Refuse func(sha, reason string)
 }
 
 // ErrNotOrdered refuses a request for a binary the host was not ordered
@@ -116,7 +134,7 @@ func (s *Server) Serve(ss Session, req *wire.ReleaseRequest, ordered *wire.Agent
 	s.start(ss, req, "release", func() (string, int64, error) {
 		path, err := s.cached(ss.Namespace, req.SHA256, size)
 		return path, size, err
-	})
+	}, nil)
 	return nil
 }
 
@@ -127,32 +145,40 @@ func (s *Server) Serve(ss Session, req *wire.ReleaseRequest, ordered *wire.Agent
 func (s *Server) ServeArchive(ss Session, req *wire.ReleaseRequest) error {
 	s.start(ss, req, "archive", func() (string, int64, error) {
 		return s.cachedArchive(ss.Namespace, req.SHA256)
-	})
+	}, ss.Refuse)
 	return nil
 }
 
-// start runs one transfer for the host in the background, unless one is
-// queued or under way; source gives the cached file and its size.
-func (s *Server) start(ss Session, req *wire.ReleaseRequest, what string, source func() (string, int64, error)) {
+// start runs one transfer for the host in the background, unless one of
+// the same session is queued or under way; source gives the cached file
+// and its size. refuse, when set, tells the agent of a transfer that
+// cannot be served (the source failed, a bad offset).
+func (s *Server) start(ss Session, req *wire.ReleaseRequest, what string, source func() (string, int64, error), refuse func(sha, reason string)) {
 	s.mu.Lock()
-	if s.active[ss.Host] {
+	if s.active[ss.Host] == ss.Done {
 		s.mu.Unlock()
 		return
 	}
-	s.active[ss.Host] = true
+	s.active[ss.Host] = ss.Done
 	s.mu.Unlock()
 	transfersActive.Inc()
 	go func() {
 		defer func() {
 			s.mu.Lock()
-			delete(s.active, ss.Host)
+			if s.active[ss.Host] == ss.Done {
+				delete(s.active, ss.Host)
+			}
 			s.mu.Unlock()
 			transfersActive.Dec()
 		}()
 		result, err := s.transfer(ss, req, source)
 		transfers.WithLabelValues(result).Inc()
-		if err != nil {
-			s.log.Info("A transfer ended early; the agent asks again", "EdgeHost", ss.Host, "what", what, "result", result, "reason", err.Error())
+		if err == nil {
+			return
+		}
+		s.log.Info("A transfer ended early; the agent asks again", "EdgeHost", ss.Host, "what", what, "result", result, "reason", err.Error())
+		if refuse != nil && (result == "source_failed" || result == "refused") {
+			refuse(req.SHA256, err.Error())
 		}
 	}()
 }
@@ -167,6 +193,13 @@ func (s *Server) transfer(ss Session, req *wire.ReleaseRequest, source func() (s
 	if req.Offset > size {
 		return "refused", fmt.Errorf("offset %d is past the end of the %d bytes", req.Offset, size)
 	}
+	// Opened before the wait for a place: a prune meanwhile must not take
+	// the file from under the transfer.
+	f, err := os.Open(path)
+	if err != nil {
+		return "source_failed", err
+	}
+	defer f.Close()
 	select {
 	case s.places <- struct{}{}:
 		defer func() { <-s.places }()
@@ -182,11 +215,6 @@ func (s *Server) transfer(ss Session, req *wire.ReleaseRequest, source func() (s
 		case <-ctx.Done():
 		}
 	}()
-	f, err := os.Open(path)
-	if err != nil {
-		return "source_failed", err
-	}
-	defer f.Close()
 	st, release, err := ss.Open()
 	if err != nil {
 		return "cut", err
@@ -266,7 +294,14 @@ func (s *Server) cachedArchive(namespace, sha string) (string, int64, error) {
 	if fi, err := os.Stat(path); err == nil {
 		return path, fi.Size(), nil
 	}
-	_, err, _ := s.fetches.Do(namespace+"/"+sha, func() (any, error) {
+	key := namespace + "/" + sha
+	s.mu.Lock()
+	failed, ok := s.failed[key]
+	s.mu.Unlock()
+	if ok && time.Now().Before(failed.until) {
+		return "", 0, failed.err
+	}
+	_, err, _ := s.fetches.Do(key, func() (any, error) {
 		ctx := context.Background()
 		url, err := s.orders.archiveSource(ctx, namespace, sha)
 		if err != nil {
@@ -275,8 +310,15 @@ func (s *Server) cachedArchive(namespace, sha string) (string, int64, error) {
 		if err := s.fetch(ctx, url, path, sha, -1); err != nil {
 			sourceFetches.WithLabelValues("failed").Inc()
 			s.log.Error(err, "Cannot fetch a Kubernetes archive into the hub's cache", "url", url, "sha256", sha)
+			err = fmt.Errorf("the hub cannot fetch the archive (it tries again after %s): %w", failedFetchHold, err)
+			s.mu.Lock()
+			s.failed[key] = fetchFailure{err: err, until: time.Now().Add(failedFetchHold)}
+			s.mu.Unlock()
 			return nil, err
 		}
+		s.mu.Lock()
+		delete(s.failed, key)
+		s.mu.Unlock()
 		sourceFetches.WithLabelValues("ok").Inc()
 		s.log.Info("Fetched a Kubernetes archive into the hub's cache", "url", url, "sha256", sha)
 		s.prune(ctx)

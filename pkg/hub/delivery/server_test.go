@@ -139,7 +139,7 @@ func TestServeRefusesABinaryThatIsNotTheBundles(t *testing.T) {
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		f.server.mu.Lock()
-		busy := f.server.active["ns/h"]
+		busy := f.server.active["ns/h"] != nil
 		f.server.mu.Unlock()
 		if !busy {
 			break
@@ -233,7 +233,7 @@ func TestServeAnArchiveTheHubCarries(t *testing.T) {
 		t.Helper()
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 			server.mu.Lock()
-			busy := server.active["ns/h"]
+			busy := server.active["ns/h"] != nil
 			server.mu.Unlock()
 			if !busy {
 				return
@@ -255,13 +255,23 @@ func TestServeAnArchiveTheHubCarries(t *testing.T) {
 		t.Errorf("the hub fetched the archive %d times, want once", n)
 	}
 
-	opened := make(chan struct{}, 2)
+	opened := make(chan struct{}, 4)
 	open := ss.Open
 	ss.Open = func() (net.Conn, func(), error) { opened <- struct{}{}; return open() }
-	for _, other := range []string{badSHA, directSHA} {
+	refusals := make(chan string, 4)
+	ss.Refuse = func(sha, reason string) { refusals <- sha + ": " + reason }
+	for _, other := range []string{badSHA, directSHA, badSHA} {
 		waitIdle()
 		if err := server.ServeArchive(ss, &wire.ReleaseRequest{SHA256: other}); err != nil {
 			t.Fatal(err)
+		}
+		select {
+		case r := <-refusals:
+			if !strings.HasPrefix(r, other+": ") {
+				t.Errorf("refused %q, want the archive asked for (%s)", r, other)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the agent was not told that %s will not come", other)
 		}
 	}
 	waitIdle()
@@ -269,5 +279,23 @@ func TestServeAnArchiveTheHubCarries(t *testing.T) {
 	case <-opened:
 		t.Fatal("the hub opened a stream for an archive it could not verify, or does not carry")
 	default:
+	}
+	// The bad url was fetched once: the second ask was answered from the
+	// failure remembered.
+	if n := fetches.Load(); n != 2 {
+		t.Errorf("the hub fetched %d times (the good archive once, the bad one once), want 2", n)
+	}
+
+	// A new session of the host (an agent back after a cut the hub has
+	// not noticed yet) is served though the old one's transfer is queued.
+	server.mu.Lock()
+	server.active["ns/h"] = make(chan struct{})
+	server.mu.Unlock()
+	ss, got = f.session(t, done)
+	if err := server.ServeArchive(ss, &wire.ReleaseRequest{SHA256: sha, Offset: 100}); err != nil {
+		t.Fatal(err)
+	}
+	if b := <-got; !bytes.Equal(b, archive[100:]) {
+		t.Errorf("the new session was sent %d bytes, want %d", len(b), len(archive)-100)
 	}
 }

@@ -39,5 +39,6 @@ func transferSession(ss *sessions.Session) delivery.Session {
 		Open:     func() (net.Conn, func(), error) { return ss.OpenStream(releaseStreamLimit) },
 		Done:     ss.Done(),
 		Protocol: ss.Protocol(),
+		Refuse:   ss.RefuseTransfer,
 	}
 }

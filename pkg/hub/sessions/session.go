@@ -443,8 +443,7 @@ func (ss *Session) serveCertificateRequest(ctx context.Context, m *wire.Certific
 func (ss *Session) serveReleaseRequest(m *wire.ReleaseRequest) bool {
 	if ss.reg.releases != nil && ss.orderedArchive(m.SHA256) {
 		if err := ss.reg.releases.ServeArchive(ss, m); err != nil {
-			rejectedFrames.WithLabelValues("ArchiveRefused").Inc()
-			return ss.send(&wire.Error{Code: wire.ErrRejected, Message: "archive request refused: " + err.Error()}) == nil
+			ss.RefuseTransfer(m.SHA256, err.Error())
 		}
 		return true
 	}
@@ -458,6 +457,13 @@ func (ss *Session) serveReleaseRequest(m *wire.ReleaseRequest) bool {
 		return ss.send(&wire.Error{Code: wire.ErrRejected, Message: "release request refused: " + err.Error()}) == nil
 	}
 	return true
+}
+
+// RefuseTransfer tells the agent that its request for the bytes of sha
+// will not be served, and why, so it stops waiting for them.
+func (ss *Session) RefuseTransfer(sha, reason string) {
+	rejectedFrames.WithLabelValues("ArchiveRefused").Inc()
+	_ = ss.send(&wire.Error{Code: wire.ErrRejected, Message: "archive request refused: " + reason, SHA256: sha})
 }
 
 // orderedArchive reports whether the host was last ordered to stage, from
