@@ -133,27 +133,37 @@ func render(runs []results.Run, soaks []results.Soak) []byte {
 	return md.Bytes()
 }
 
+// heapMeasure names what s's heap samples are.
+func heapMeasure(s results.Soak) string {
+	if s.HeapMeasure == results.LiveHeap {
+		return "live"
+	}
+	return "in use"
+}
+
 // renderSoaks is a row per soak, then each one's samples every tenth of
 // its run.
 func renderSoaks(md *bytes.Buffer, soaks []results.Soak) {
 	md.WriteString("## The soak\n\n")
 	md.WriteString("Generated from `docs/reliability/soak/*.json` (`make soak`). Growth is from the first sample at or after a sixth of the " +
-		"run to the last, summed over the replicas; the heap and the goroutines may grow 5 % at most, and no session may be left " +
+		"run to the last, summed over the replicas; the heap (live, after a GC the soak forces on each replica, or, in runs that " +
+		"predate that, in use: garbage included) and the goroutines may grow 5 % at most, and no session may be left " +
 		"beyond the agents connected once the churn stops, nor a host marked ContactLost while its agent was connected.\n\n")
-	md.WriteString("| agents | replicas | minutes | restarted a minute | a replica restarted every | heap growth | goroutines growth | RSS growth | sessions leaked | hosts marked ContactLost | violations | when |\n")
-	md.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	md.WriteString("| agents | replicas | minutes | restarted a minute | a replica restarted every | heap | heap growth | goroutines growth | RSS growth | sessions leaked | hosts marked ContactLost | violations | when |\n")
+	md.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range soaks {
 		lost := "not counted"
 		if s.ContactLost != nil {
 			lost = fmt.Sprint(*s.ContactLost)
 		}
-		fmt.Fprintf(md, "| %d | %d | %.0f | %d | %.0f min | %+.1f %% | %+.1f %% | %+.1f %% | %d | %s | **%d** | %s |\n", s.Agents, s.Replicas, s.Minutes,
-			s.ChurnPerMinute, s.ReplicaRestartMinutes, 100*s.HeapGrowth, 100*s.GoroutinesGrowth, 100*s.RSSGrowth, s.LeakedSessions,
+		fmt.Fprintf(md, "| %d | %d | %.0f | %d | %.0f min | %s | %+.1f %% | %+.1f %% | %+.1f %% | %d | %s | **%d** | %s |\n", s.Agents, s.Replicas, s.Minutes,
+			s.ChurnPerMinute, s.ReplicaRestartMinutes, heapMeasure(s), 100*s.HeapGrowth, 100*s.GoroutinesGrowth, 100*s.RSSGrowth, s.LeakedSessions,
 			lost, len(s.Violations), s.When.Format("2006-01-02"))
 	}
 	md.WriteString("\n")
 	for _, s := range soaks {
-		fmt.Fprintf(md, "%d agents (`%s`):\n\n| minute | RSS | heap in use | goroutines | sessions |\n|---|---|---|---|---|\n", s.Agents, s.Command)
+		fmt.Fprintf(md, "%d agents, %s (`%s`):\n\n| minute | RSS | heap (%s) | goroutines | sessions |\n|---|---|---|---|---|\n",
+			s.Agents, s.When.Format("2006-01-02 15:04 UTC"), s.Command, heapMeasure(s))
 		next := 0.0
 		for i, x := range s.Samples {
 			if x.Minute < next && i != len(s.Samples)-1 {

@@ -26,7 +26,7 @@ func TestRenderCountsTheRuns(t *testing.T) {
 		Samples: []results.SoakSample{{Minute: 0, Goroutines: 300, Sessions: 100}, {Minute: 3, Goroutines: 297, Sessions: 100}}}}))
 	for _, want := range []string{
 		"| `TestPowerCuts` | host power cut", "| 4 | 2 (1, 2) | 1 | 5 | 12 | **1** | 1.0 s | 3.0 s | 40.0 s |",
-		"| 30 | 1 (1) | 0 | 9 | 30 | **0** | 7.0 s | 7.0 s | 200.0 s |", "- `TestPowerCuts` seed 2, 4 hosts", "| 100 | 2 | 3 | 1 | 1 min | +2.0 % | -1.0 % |", "| 3 | 0.0 MiB | 0.0 MiB | 297 | 100 |", "Machine w0 was bootstrapped twice — `go test ./test/faults -run 'TestPowerCuts$' -args -faults.seed=2`",
+		"| 30 | 1 (1) | 0 | 9 | 30 | **0** | 7.0 s | 7.0 s | 200.0 s |", "- `TestPowerCuts` seed 2, 4 hosts", "| 100 | 2 | 3 | 1 | 1 min | in use | +2.0 % | -1.0 % |", "| 3 | 0.0 MiB | 0.0 MiB | 297 | 100 |", "Machine w0 was bootstrapped twice — `go test ./test/faults -run 'TestPowerCuts$' -args -faults.seed=2`",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("%q missing from:\n%s", want, md)

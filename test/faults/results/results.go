@@ -98,6 +98,9 @@ type Soak struct {
 	// ReplicaRestartMinutes how often a hub replica was.
 	ChurnPerMinute        int     `json:"churnPerMinute"`
 	ReplicaRestartMinutes float64 `json:"replicaRestartMinutes"`
+	// HeapMeasure is what the samples' heap is: LiveHeap, or (runs that
+	// predate it) "" for the heap in use, garbage included.
+	HeapMeasure string `json:"heapMeasure,omitempty"`
 	// Samples is one a minute, over every replica.
 	Samples []SoakSample `json:"samples"`
 	// FromMinute and the last sample are compared: their growth.
@@ -114,6 +117,10 @@ type Soak struct {
 	Violations  []string `json:"violations,omitempty"`
 	Command     string   `json:"command"`
 }
+
+// LiveHeap is the heap measure of soaks that force a GC on each replica
+// before they sample: the live heap.
+const LiveHeap = "live"
 
 // SoakSample is the replicas' state at a minute of the soak.
 type SoakSample struct {
@@ -143,7 +150,7 @@ func WriteSoak(dir string, s Soak) error {
 	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
 
-// ReadSoaks returns the soaks in dir/soak/, by agents.
+// ReadSoaks returns the soaks in dir/soak/, by agents, then oldest first.
 func ReadSoaks(dir string) ([]Soak, error) {
 	entries, err := os.ReadDir(filepath.Join(dir, "soak"))
 	if errors.Is(err, os.ErrNotExist) {
@@ -167,6 +174,11 @@ func ReadSoaks(dir string) ([]Soak, error) {
 		}
 		out = append(out, s)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Agents < out[j].Agents })
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Agents != out[j].Agents {
+			return out[i].Agents < out[j].Agents
+		}
+		return out[i].When.Before(out[j].When)
+	})
 	return out, nil
 }
