@@ -105,6 +105,8 @@ type Agent struct {
 	rel *releaseRoom
 	// archives brings the Kubernetes archives the hub carries.
 	archives *HubArchives
+	// renewals asks the worker to renew the certificates if they are due.
+	renewals chan struct{}
 }
 
 // New makes an agent. cfg must be Completed and Validated.
@@ -126,6 +128,7 @@ func New(cfg Config, prov Provisioner, log logr.Logger) *Agent {
 		stallLimits:  defaultStallLimits,
 		staging:      newStaging(),
 		archives:     newHubArchives(),
+		renewals:     make(chan struct{}, 1),
 	}
 	a.reach = reach.NewOwner(cfg.RootDir, log)
 	a.tunnels = &tunnel.Server{Targets: a.reach.DialTargets, Log: log}

@@ -21,7 +21,14 @@ import (
 
 func newTestAgent(t *testing.T, dir string, rec agent.Provisioner) *agent.Agent {
 	t.Helper()
+	return newTestAgentWith(t, dir, rec, func(*agent.Config) {})
+}
+
+// newTestAgentWith is newTestAgent with its configuration changed by set.
+func newTestAgentWith(t *testing.T, dir string, rec agent.Provisioner, set func(*agent.Config)) *agent.Agent {
+	t.Helper()
 	cfg := agent.Config{Hub: "https://hub.invalid", CACertHash: "sha256:" + string(make([]byte, 0)), StateDir: dir, RootDir: t.TempDir()}
+	set(&cfg)
 	if err := cfg.Complete(); err != nil {
 		t.Fatal(err)
 	}

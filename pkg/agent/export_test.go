@@ -47,3 +47,12 @@ func (a *Agent) SetStage(orders []wire.StageOrder) { a.setStage(orders) }
 // StageOrdered runs one round of the staging worker; it returns when to
 // try again.
 func (a *Agent) StageOrdered(ctx context.Context) time.Duration { return a.stageOrdered(ctx) }
+
+// RefreshCertificates is the loop's daily read of the certificates' expiry.
+func (a *Agent) RefreshCertificates() { a.refreshCertificates() }
+
+// RenewIfDue is what the worker does on the loop's daily tick.
+func (a *Agent) RenewIfDue(ctx context.Context) { a.renewIfDue(ctx) }
+
+// FinishInterruptedRenewal is what the worker does first, after upgrades.
+func (a *Agent) FinishInterruptedRenewal(ctx context.Context) { a.finishInterruptedRenewal(ctx) }

@@ -25,6 +25,10 @@ func (a *Agent) syncLoop(ctx context.Context) {
 	defer certs.Stop()
 	a.checkHealth(time.Now())
 	a.refreshCertificates()
+	select {
+	case a.renewals <- struct{}{}:
+	default:
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -46,6 +50,12 @@ func (a *Agent) syncLoop(ctx context.Context) {
 			}
 		case <-certs.C:
 			a.refreshCertificates()
+			// The worker renews them if they are due: it is the one room
+			// that changes the host.
+			select {
+			case a.renewals <- struct{}{}:
+			default:
+			}
 		}
 	}
 }

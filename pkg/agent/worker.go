@@ -20,6 +20,7 @@ import (
 // tells the watchdog when it is busy and each time it makes progress.
 func (a *Agent) worker(ctx context.Context) {
 	a.finishInterruptedUpgrade(ctx)
+	a.finishInterruptedRenewal(ctx)
 	for {
 		select {
 		case <-ctx.Done():
@@ -27,6 +28,10 @@ func (a *Agent) worker(ctx context.Context) {
 		case d := <-a.desired:
 			a.workerBusy.progress()
 			a.apply(ctx, d)
+			a.workerBusy.idle()
+		case <-a.renewals:
+			a.workerBusy.progress()
+			a.renewIfDue(ctx)
 			a.workerBusy.idle()
 		}
 	}
@@ -85,8 +90,11 @@ func (a *Agent) act(ctx context.Context, d *wire.DesiredState, w *infrav1.HostPr
 		}
 	case d.Assignment != nil && w != nil && w.ClaimUID == d.Assignment.ClaimUID && w.State == infrav1.ProvisioningSucceeded:
 		// Provisioned for this Machine: a bootstrap never runs twice, but
-		// the Machine may want another Kubernetes version.
+		// the Machine may want another Kubernetes version, and its
+		// certificates renewed.
 		a.upgradeIfOrdered(ctx, d.Generation, d.Assignment)
+		a.keepRenewalOrder(d.Assignment)
+		a.renewIfDue(ctx)
 	case d.Assignment != nil && w != nil && w.ClaimUID == d.Assignment.ClaimUID && w.State != infrav1.ProvisioningRunning:
 		// Failed for this Machine: a bootstrap never runs twice. Just
 		// record that this generation is seen.
@@ -216,6 +224,7 @@ func (a *Agent) reset(ctx context.Context, claim types.UID) bool {
 	_ = a.update(func(ap *state.Applied) {
 		ap.Workload, ap.ProviderID, ap.NodeName, ap.CertificatesExpiryDate = nil, "", "", nil
 		ap.KubernetesVersion, ap.Upgrade, ap.UpgradeGeneration = "", nil, 0
+		ap.CertificatesRenewBeforeDays, ap.CertificatesRenewal, ap.CertificatesRenewalHeld = 0, nil, 0
 	})
 	return true
 }
@@ -305,6 +314,7 @@ func (a *Agent) refreshStatus() {
 		Link:                   a.link.Load(),
 		KubernetesVersion:      cur.KubernetesVersion,
 		Upgrade:                cur.Upgrade,
+		CertificatesRenewal:    cur.CertificatesRenewal,
 		Staging:                a.stagingStatus(),
 	}
 	st.AgentRelease = a.releaseStatus()

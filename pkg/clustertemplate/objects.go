@@ -32,7 +32,8 @@ type Spec struct {
 	// plane and the workers.
 	HealthCheck *HealthCheck
 	// CertificatesExpiryDays, when set, has a KubeadmControlPlane replace
-	// a machine whose certificates expire within that many days.
+	// a machine whose certificates expire within that many days; a control
+	// plane of plain Machines has its hosts' agents renew them in place.
 	CertificatesExpiryDays int32
 }
 
@@ -147,7 +148,8 @@ func (s Spec) controlPlane() []Object {
 				&bootstrapv1.KubeadmConfig{TypeMeta: metav1.TypeMeta{APIVersion: bootstrapv1.GroupVersion.String(), Kind: "KubeadmConfig"},
 					ObjectMeta: s.meta(name), Spec: cfg},
 				&infrav1.EdgeMachine{TypeMeta: metav1.TypeMeta{APIVersion: infrav1.GroupVersion.String(), Kind: "EdgeMachine"},
-					ObjectMeta: s.meta(name), Spec: infrav1.EdgeMachineSpec{HostSelector: s.ControlPlaneSelector.DeepCopy()}},
+					ObjectMeta: s.meta(name), Spec: infrav1.EdgeMachineSpec{HostSelector: s.ControlPlaneSelector.DeepCopy(),
+						CertificatesRenewBeforeDays: s.CertificatesExpiryDays}},
 				&clusterv1.Machine{
 					TypeMeta:   metav1.TypeMeta{APIVersion: clusterv1.GroupVersion.String(), Kind: "Machine"},
 					ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.Namespace, Labels: cpLabels},

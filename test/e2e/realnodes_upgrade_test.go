@@ -271,4 +271,73 @@ data:
 			t.Errorf("/%s is still on the host after the upgrade", f)
 		}
 	}
+
+	renewCertificatesInPlace(ctx, t, h, kc, ns, name, em.Name, podBefore, nodeBefore)
+}
+
+// renewCertificatesInPlace has the one-host site renew its control plane's
+// certificates in place: a renewal window longer than they live (a year)
+// makes them due at once, as a short-lived PKI's would be. The API server
+// then serves a new certificate, the certificates' expiry moves on, and
+// nothing else changes: the same Node, the workload pod never restarted.
+func renewCertificatesInPlace(ctx context.Context, t *testing.T, h *testhost.Host, kc, ns, name, edgeMachine, podBefore, nodeBefore string) {
+	t.Helper()
+	c := hub.Client
+	host := &infrav1.EdgeHost{}
+	must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, host))
+	expiryBefore := host.Status.CertificatesExpiryDate
+	certBefore, err := os.ReadFile(h.Root("etc/kubernetes/pki/apiserver.crt"))
+	must(t, err)
+	if expiryBefore == nil || host.Status.CertificatesRenewal != nil {
+		t.Fatalf("EdgeHost %s before the renewal: expiry %v, renewal %+v", name, expiryBefore, host.Status.CertificatesRenewal)
+	}
+	em := &infrav1.EdgeMachine{}
+	must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: edgeMachine}, em))
+	patch := client.MergeFrom(em.DeepCopy())
+	em.Spec.CertificatesRenewBeforeDays = 400
+	must(t, c.Patch(ctx, em, patch))
+	start := time.Now()
+	realEventually(t, "the certificates renewed in place", func() error {
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, host); err != nil {
+			return err
+		}
+		r := host.Status.CertificatesRenewal
+		if r == nil || r.State != infrav1.RenewalSucceeded {
+			return fmt.Errorf("EdgeHost %s: certificatesRenewal %+v", name, r)
+		}
+		if e := host.Status.CertificatesExpiryDate; e == nil || !e.After(expiryBefore.Time) {
+			return fmt.Errorf("EdgeHost %s: certificates expire %v, before the renewal %v", name, e, expiryBefore)
+		}
+		return nil
+	})
+	t.Logf("the certificates renewed in place in %s (expiry %s → %s)", time.Since(start).Round(time.Second),
+		expiryBefore.UTC().Format(time.RFC3339), host.Status.CertificatesExpiryDate.UTC().Format(time.RFC3339))
+	if certAfter, err := os.ReadFile(h.Root("etc/kubernetes/pki/apiserver.crt")); err != nil || string(certAfter) == string(certBefore) {
+		t.Errorf("the API server's certificate on the host was not renewed (%v)", err)
+	}
+	if _, err := eventOn(ctx, ns, "EdgeHost", name, "CertificatesRenewed"); err != nil {
+		t.Error(err)
+	}
+	realEventually(t, "the site serving, the Node and pod as before", func() error {
+		if err := nodeReady(t, kc, name, inventory.ProviderIDOf(ns, name)); err != nil {
+			return err
+		}
+		if got := kubectl(t, kc, "get", "node", name, "-o", "jsonpath={.metadata.uid}"); got != nodeBefore {
+			return fmt.Errorf("node %s: uid %q, want %q", name, got, nodeBefore)
+		}
+		if got := kubectl(t, kc, "get", "pod", "keep", "-o", `jsonpath={.metadata.uid} {.status.phase} {.status.containerStatuses[0].restartCount}`); got != podBefore {
+			return fmt.Errorf("pod keep: %q, before the renewal %q", got, podBefore)
+		}
+		// The API server runs from a manifest the renewal marked.
+		if got := kubectl(t, kc, "get", "pod", "-n", "kube-system", "kube-apiserver-"+name, "-o",
+			`jsonpath={.metadata.annotations.fleet\.edgefleet\.io/certificates-renewed}`); got == "" {
+			return fmt.Errorf("kube-apiserver-%s not restarted by the renewal", name)
+		}
+		return nil
+	})
+	for _, f := range []string{"var/lib/fleet-agent/certificates-renewal.json", "var/lib/fleet-agent/certificates-backup"} {
+		if _, err := os.Stat(h.Root(f)); err == nil {
+			t.Errorf("/%s is still on the host after the renewal", f)
+		}
+	}
 }

@@ -131,3 +131,28 @@ func get(ctx context.Context, c *http.Client, url string, into any) error {
 	}
 	return nil
 }
+
+// serving is the certificate the host's API server serves, as the kubelet
+// reaches it.
+func (p *prober) serving(ctx context.Context) (*x509.Certificate, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	kc, err := p.kubeletClient()
+	if err != nil {
+		return nil, err
+	}
+	defer kc.client.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, kc.server+"/readyz", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := kc.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	_ = resp.Body.Close()
+	if resp.TLS == nil || len(resp.TLS.PeerCertificates) == 0 {
+		return nil, errors.New("no certificate served")
+	}
+	return resp.TLS.PeerCertificates[0], nil
+}

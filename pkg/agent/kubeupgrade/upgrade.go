@@ -2,6 +2,7 @@ package kubeupgrade
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -58,6 +59,9 @@ type Options struct {
 	// Probe checks the host serves; default probes the kubelet, the API
 	// server and the Node over the host's loopback.
 	Probe func(ctx context.Context, version, nodeName string, controlPlane bool) error
+	// Serving is the certificate the host's API server serves; default
+	// asks it over the host's loopback.
+	Serving func(ctx context.Context) (*x509.Certificate, error)
 	// Log hears what the upgrader did beyond its steps.
 	Log func(msg string)
 }
@@ -85,6 +89,9 @@ func New(opts Options) *Upgrader {
 	u := &Upgrader{opts: opts, root: opts.Root}
 	if opts.Probe == nil {
 		u.opts.Probe = (&prober{root: opts.Root}).probe
+	}
+	if opts.Serving == nil {
+		u.opts.Serving = (&prober{root: opts.Root}).serving
 	}
 	return u
 }

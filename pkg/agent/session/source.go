@@ -128,6 +128,10 @@ func (s *Source) Connected() bool { return s.connected.Load() }
 // Rotations counts certificate rotations.
 func (s *Source) Rotations() int64 { return s.rotations.Load() }
 
+// HubNow is the hub's clock as best this host knows it: this host's until
+// a session started.
+func (s *Source) HubNow() time.Time { return s.hubNow() }
+
 // hubNow is the hub's clock as best this host knows it.
 func (s *Source) hubNow() time.Time {
 	return hostclock.Now().Add(time.Duration(s.hubOffset.Load()))

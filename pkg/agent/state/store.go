@@ -57,6 +57,14 @@ type Applied struct {
 	// UpgradeGeneration is the desired-state generation that ordered it:
 	// a failed order is carried out again only under a new generation.
 	UpgradeGeneration int64 `json:"upgradeGeneration,omitempty"`
+	// CertificatesRenewBeforeDays is the hub's standing order, kept so
+	// that a host cut off from the hub still renews in time.
+	CertificatesRenewBeforeDays int32 `json:"certificatesRenewBeforeDays,omitempty"`
+	// CertificatesRenewal is the last in-place certificate renewal.
+	CertificatesRenewal *infrav1.HostCertificatesRenewalStatus `json:"certificatesRenewal,omitempty"`
+	// CertificatesRenewalHeld is a window renewing cannot satisfy (the
+	// certificates live shorter): not renewed again until it changes.
+	CertificatesRenewalHeld int32 `json:"certificatesRenewalHeld,omitempty"`
 }
 
 // DeepCopy returns a copy that shares nothing with a.
@@ -68,6 +76,7 @@ func (a Applied) DeepCopy() Applied {
 	}
 	out.CertificatesExpiryDate = a.CertificatesExpiryDate.DeepCopy()
 	out.Upgrade = a.Upgrade.DeepCopy()
+	out.CertificatesRenewal = a.CertificatesRenewal.DeepCopy()
 	return out
 }
 

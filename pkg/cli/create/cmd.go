@@ -107,7 +107,7 @@ func newClusterCmd(flags *kube.ConfigFlags, streams genericiooptions.IOStreams) 
 		"\""+clustertemplate.ClassName+"\" is fleet's, installed into the namespace if missing.")
 	f.StringArrayVar(&o.Variables, "variable", nil, "With --class: a class variable, NAME=VALUE with the value in YAML (site=store-17, 'ignorePreflightErrors=[NumCPU]').")
 	f.StringVar(&o.VariablesFile, "variables", "", "With --class: a YAML file mapping variable names to values (--variable overrides it).")
-	f.Int32Var(&o.CertificatesExpiryDays, "certificates-expiry-days", 0, "Replace a control-plane machine whose certificates expire within this many days (≥ 7; KubeadmControlPlane rollout.before; with --class, the certificatesExpiryDays variable). 0: never.")
+	f.Int32Var(&o.CertificatesExpiryDays, "certificates-expiry-days", 0, "Renew the control plane's certificates once they expire within this many days (≥ 7): a KubeadmControlPlane replaces the machine (rollout.before; with --class, the certificatesExpiryDays variable); with --control-plane=machines each host's agent renews them in place. 0: never.")
 	f.BoolVar(&o.Wait, "wait", false, "Wait until every machine is Running, showing progress.")
 	f.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "How long --wait waits.")
 	return cmd

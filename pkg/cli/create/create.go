@@ -56,7 +56,9 @@ type Options struct {
 	Variables     []string
 	VariablesFile string
 	// CertificatesExpiryDays is KCP's rollout.before.certificatesExpiryDays
-	// (the class's certificatesExpiryDays variable with --class); 0: unset.
+	// (the class's certificatesExpiryDays variable with --class), or the
+	// control-plane EdgeMachines' certificatesRenewBeforeDays with
+	// --control-plane=machines; 0: unset.
 	CertificatesExpiryDays int32
 
 	spec        clustertemplate.Spec
@@ -101,8 +103,10 @@ func (o *Options) Validate() error {
 	if d := o.CertificatesExpiryDays; d != 0 && d < 7 {
 		errs = append(errs, fmt.Errorf("--certificates-expiry-days %d: want 7 or more (KubeadmControlPlane's minimum), or 0 for never", d))
 	}
-	if o.CertificatesExpiryDays != 0 && o.Class == "" && o.ControlPlane != "kubeadm" {
-		errs = append(errs, errors.New("--certificates-expiry-days needs a KubeadmControlPlane (--control-plane=kubeadm): plain Machines are never rolled over"))
+	if o.CertificatesExpiryDays != 0 && o.Class == "" && o.ControlPlane == "machines" && o.ControlPlaneMachines > 1 {
+		errs = append(errs, fmt.Errorf("--certificates-expiry-days with --control-plane=machines renews in place, restarting the control plane: "+
+			"with %d control-plane machines they would all restart at once and etcd lose its quorum; use --control-plane=kubeadm, "+
+			"whose KubeadmControlPlane replaces them one at a time", o.ControlPlaneMachines))
 	}
 	o.spec.CertificatesExpiryDays = o.CertificatesExpiryDays
 	if o.Class != "" {

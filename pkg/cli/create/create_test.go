@@ -582,8 +582,10 @@ func TestTopologyVariablesForTestHosts(t *testing.T) {
 	}
 }
 
-// --certificates-expiry-days reaches the KubeadmControlPlane, or the
-// class's variable with --class; what KCP would refuse is refused first.
+// --certificates-expiry-days reaches the KubeadmControlPlane, the class's
+// variable with --class, or the control-plane EdgeMachines (their agents
+// renew in place) with --control-plane=machines; what KCP would refuse is
+// refused first.
 func TestCertificatesExpiryDays(t *testing.T) {
 	o := validOptions()
 	o.CertificatesExpiryDays = 30
@@ -604,16 +606,27 @@ func TestCertificatesExpiryDays(t *testing.T) {
 		t.Errorf("with --class: variables %+v, want certificatesExpiryDays 45", o.variables)
 	}
 
+	o = validOptions()
+	o.ControlPlane, o.CertificatesExpiryDays = "machines", 60
+	for _, obj := range objects(t, o) {
+		if em, ok := obj.(*infrav1.EdgeMachine); ok && em.Spec.CertificatesRenewBeforeDays != 60 {
+			t.Errorf("EdgeMachine %s renews %d days before expiry, want 60", em.Name, em.Spec.CertificatesRenewBeforeDays)
+		}
+	}
+	find[*infrav1.EdgeMachine](t, objects(t, o))
+
 	for _, tc := range []struct {
-		days         int32
-		controlPlane string
-		want         string
+		days          int32
+		controlPlane  string
+		controlPlanes int32
+		want          string
 	}{
-		{3, "kubeadm", "want 7 or more"},
-		{30, "machines", "needs a KubeadmControlPlane"},
+		{3, "kubeadm", 1, "want 7 or more"},
+		{3, "machines", 1, "want 7 or more"},
+		{30, "machines", 3, "would all restart at once"},
 	} {
 		o := validOptions()
-		o.CertificatesExpiryDays, o.ControlPlane = tc.days, tc.controlPlane
+		o.CertificatesExpiryDays, o.ControlPlane, o.ControlPlaneMachines = tc.days, tc.controlPlane, tc.controlPlanes
 		if err := o.Complete([]string{"store"}); err != nil {
 			t.Fatal(err)
 		}

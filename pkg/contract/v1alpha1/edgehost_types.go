@@ -84,6 +84,14 @@ type HostClaimReference struct {
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Pattern=`^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)([-+].*)?$`
 	KubernetesVersion string `json:"kubernetesVersion,omitempty"`
+
+	// certificatesRenewBeforeDays is the claiming EdgeMachine's: on a
+	// control plane, the agent renews the certificates in place once they
+	// expire within this many days. 0: never.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1095
+	CertificatesRenewBeforeDays int32 `json:"certificatesRenewBeforeDays,omitempty"`
 }
 
 // HostFacts are what the agent reports about its machine.
@@ -216,6 +224,11 @@ type EdgeHostStatus struct {
 	// +optional
 	Upgrade *HostUpgradeStatus `json:"upgrade,omitempty"`
 
+	// certificatesRenewal is the last in-place renewal of the control
+	// plane's certificates the agent ran.
+	// +optional
+	CertificatesRenewal *HostCertificatesRenewalStatus `json:"certificatesRenewal,omitempty"`
+
 	// agentRelease is what the agent knows of its own releases: the one
 	// committed, the floor, how the last trial of a new one ended and how
 	// getting the ordered one goes. Present, if empty, from every agent
@@ -274,6 +287,40 @@ type HostUpgradeStatus struct {
 	Step string `json:"step,omitempty"`
 	// message says what failed (the command and the end of its output) and
 	// what the agent did about it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Message string `json:"message,omitempty"`
+}
+
+// RenewalState is where an in-place certificate renewal is.
+// +kubebuilder:validation:Enum=Renewing;Succeeded;Failed;RolledBack
+type RenewalState string
+
+// Renewal states.
+const (
+	// RenewalRunning: the agent is renewing the certificates.
+	RenewalRunning RenewalState = "Renewing"
+	// RenewalSucceeded: the control plane serves the renewed certificates.
+	RenewalSucceeded RenewalState = "Succeeded"
+	// RenewalFailed: the renewal failed before the host was changed.
+	RenewalFailed RenewalState = "Failed"
+	// RenewalRolledBack: the renewal failed after the host was changed and
+	// the agent put the previous certificates back.
+	RenewalRolledBack RenewalState = "RolledBack"
+)
+
+// HostCertificatesRenewalStatus is an in-place renewal of a control
+// plane's certificates, as the agent reports it.
+type HostCertificatesRenewalStatus struct {
+	// state is where the renewal is.
+	State RenewalState `json:"state"`
+	// startTime is when the renewal started, by the hub's clock.
+	StartTime metav1.Time `json:"startTime"`
+	// step is the step running, or the one that failed.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Step string `json:"step,omitempty"`
+	// message says what failed and what the agent did about it.
 	// +optional
 	// +kubebuilder:validation:MaxLength=4096
 	Message string `json:"message,omitempty"`

@@ -36,6 +36,18 @@ type EdgeMachineSpec struct {
 	// Empty means any Available host in the namespace.
 	// +optional
 	HostSelector *metav1.LabelSelector `json:"hostSelector,omitempty"`
+
+	// certificatesRenewBeforeDays, on a control-plane machine, has the
+	// host's agent renew the control plane's certificates in place (kubeadm
+	// certs renew, then the static pods restarted) once they expire within
+	// this many days: checked when the order arrives and daily after,
+	// also while the site is cut off from the hub, at most once a day. For
+	// a control plane that is never replaced, as a one-host site's. 0 or
+	// unset: never.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1095
+	CertificatesRenewBeforeDays int32 `json:"certificatesRenewBeforeDays,omitempty"`
 }
 
 // EdgeMachineInitializationStatus is the Cluster API initialization contract.

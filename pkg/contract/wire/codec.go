@@ -234,6 +234,9 @@ func validate(msg any) error {
 		if a := m.Assignment; a != nil && (a.ClaimUID == "" || len(a.BootstrapData) == 0) {
 			return bad("DesiredState.assignment needs claimUID and bootstrapData")
 		}
+		if a := m.Assignment; a != nil && (a.CertificatesRenewBeforeDays < 0 || a.CertificatesRenewBeforeDays > MaxCertificatesRenewBeforeDays) {
+			return bad("DesiredState.assignment.certificatesRenewBeforeDays %d is not in 0–%d", a.CertificatesRenewBeforeDays, MaxCertificatesRenewBeforeDays)
+		}
 		if r := m.Reach; r != nil {
 			if err := validHostPort(r.Endpoint); err != nil {
 				return bad("DesiredState.reach.endpoint: %v", err)
@@ -269,6 +272,9 @@ func validate(msg any) error {
 		}
 		if p := m.Provisioning; p != nil && (p.ClaimUID == "" || p.State == "") {
 			return bad("Status.provisioning needs claimUID and state")
+		}
+		if r := m.CertificatesRenewal; r != nil && (r.State == "" || len(r.Step) > 256 || len(r.Message) > 4096) {
+			return bad("Status.certificatesRenewal needs a state, a step of at most 256 bytes and a message of at most 4096")
 		}
 		if len(m.Staging) > MaxStageOrders {
 			return bad("Status.staging has %d entries, at most %d", len(m.Staging), MaxStageOrders)

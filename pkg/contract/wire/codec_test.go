@@ -126,6 +126,8 @@ func TestDecodeRefusals(t *testing.T) {
 		{"provisioning without claim", `{"protocol":"fleet.edgefleet.io/v1","type":"Status","payload":{"provisioning":{"state":"Provisioned"}}}`, ErrBadFrame},
 		{"stage version with a path", `{"protocol":"fleet.edgefleet.io/v1","type":"DesiredState","payload":{"generation":2,"stage":[{"version":"v1.36.3/../../../etc","url":"https://m/a","sha256":"%[1]s"}]}}`, ErrBadFrame},
 		{"stage without a checksum", `{"protocol":"fleet.edgefleet.io/v1","type":"DesiredState","payload":{"generation":2,"stage":[{"version":"v1.36.3","url":"https://m/a","sha256":"abc"}]}}`, ErrBadFrame},
+		{"renewal window past kubeadm's longest validity", `{"protocol":"fleet.edgefleet.io/v1","type":"DesiredState","payload":{"generation":2,"assignment":{"claimUID":"u","bootstrapData":"eA==","certificatesRenewBeforeDays":1096}}}`, ErrBadFrame},
+		{"renewal without a state", `{"protocol":"fleet.edgefleet.io/v1","type":"Status","payload":{"observedGeneration":1,"facts":{},"certificatesRenewal":{"startTime":"2026-12-07T00:00:00Z","step":"x"}}}`, ErrBadFrame},
 		{"stage through the hub with a url", `{"protocol":"fleet.edgefleet.io/v1","type":"DesiredState","payload":{"generation":2,"stage":[{"version":"v1.36.3","url":"https://m/a","sha256":"%[1]s","hub":true}]}}`, ErrBadFrame},
 		{"stage without a url", `{"protocol":"fleet.edgefleet.io/v1","type":"DesiredState","payload":{"generation":2,"stage":[{"version":"v1.36.3","sha256":"%[1]s"}]}}`, ErrBadFrame},
 		{"release data past the bound", `{"protocol":"fleet.edgefleet.io/v1","type":"ReleaseData","payload":{"sha256":"%[1]s","offset":0,"size":8589934593}}`, ErrBadFrame},

@@ -251,7 +251,15 @@ type Assignment struct {
 	// another version than the host's is an order to upgrade in place;
 	// empty orders nothing (hubs that predate it send none).
 	KubernetesVersion string `json:"kubernetesVersion,omitempty"`
+	// CertificatesRenewBeforeDays, on a control plane, is a standing order
+	// to renew its certificates in place once they expire within this many
+	// days (checked on arrival and daily, at most once a day); 0 never.
+	CertificatesRenewBeforeDays int32 `json:"certificatesRenewBeforeDays,omitempty"`
 }
+
+// MaxCertificatesRenewBeforeDays bounds
+// Assignment.CertificatesRenewBeforeDays: kubeadm's longest validity.
+const MaxCertificatesRenewBeforeDays = 1095
 
 // Status is the agent's full report. Each one replaces the last.
 type Status struct {
@@ -276,6 +284,8 @@ type Status struct {
 	KubernetesVersion string `json:"kubernetesVersion,omitempty"`
 	// Upgrade is the last in-place upgrade.
 	Upgrade *infrav1.HostUpgradeStatus `json:"upgrade,omitempty"`
+	// CertificatesRenewal is the last in-place certificate renewal.
+	CertificatesRenewal *infrav1.HostCertificatesRenewalStatus `json:"certificatesRenewal,omitempty"`
 	// Staging is how the fetches of the versions in Stage went.
 	Staging []infrav1.HostStagingStatus `json:"staging,omitempty"`
 	// AgentRelease is the agent's account of its own releases; agents

@@ -156,6 +156,7 @@ func (w *Writer) reported(host *infrav1.EdgeHost, st *wire.Status) *infrav1.Edge
 	want.Status.CertificatesExpiryDate = st.CertificatesExpiryDate
 	want.Status.KubernetesVersion = st.KubernetesVersion
 	want.Status.Upgrade = st.Upgrade
+	want.Status.CertificatesRenewal = st.CertificatesRenewal
 	want.Status.Staging = st.Staging
 	want.Status.AgentRelease = st.AgentRelease
 	if st.Link != nil {
@@ -238,6 +239,7 @@ func (w *Writer) writeReport(ctx context.Context, ss Session, host *infrav1.Edge
 			w.linkEvent(host, want)
 			w.stateEvent(host, want)
 			w.clockEvent(host, want)
+			w.renewalEvent(host, want)
 			return nil
 		}
 		if !apierrors.IsConflict(err) || attempt == reportAttempts {
@@ -459,6 +461,23 @@ func (w *Writer) stateEvent(before, after *infrav1.EdgeHost) {
 // True.
 func (w *Writer) clockEvent(before, after *infrav1.EdgeHost) {
 	w.turnEvent(before, after, infrav1.ClockSkewedCondition, infrav1.ClockSkewedReason, infrav1.ClockSynchronizedReason, "AgentClock")
+}
+
+// renewalEvent tells users how an in-place certificate renewal ended,
+// once: when a write first records its end.
+func (w *Writer) renewalEvent(before, after *infrav1.EdgeHost) {
+	now, was := after.Status.CertificatesRenewal, before.Status.CertificatesRenewal
+	if now == nil || now.State == infrav1.RenewalRunning ||
+		was != nil && was.State == now.State && was.StartTime.Equal(&now.StartTime) {
+		return
+	}
+	if now.State == infrav1.RenewalSucceeded {
+		w.recorder.Eventf(after, nil, corev1.EventTypeNormal, "CertificatesRenewed", "RenewCertificates",
+			"Renewed the control plane's certificates in place (started %s)", now.StartTime.UTC().Format(time.RFC3339))
+		return
+	}
+	w.recorder.Eventf(after, nil, corev1.EventTypeWarning, "CertificatesRenewalFailed", "RenewCertificates",
+		"Renewing the control plane's certificates failed at step %q (%s): %s", now.Step, now.State, now.Message)
 }
 
 // turnEvent records a Warning (reason bad) when a write turned condition

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -105,4 +106,54 @@ func TestMachineVersionOrdersAnInPlaceUpgrade(t *testing.T) {
 		s.Upgrade = &infrav1.HostUpgradeStatus{From: "v1.36.3", To: "v1.37.1", State: infrav1.UpgradeSucceeded}
 	})
 	w.eventually("UpToDate after the upgrade", versionCondition("True", infrav1.KubernetesVersionUpToDateReason, ""))
+}
+
+// A control-plane machine's certificatesRenewBeforeDays reaches its host's
+// claim, where the agent gets it as a standing order, and follows a
+// change; a worker's never does (it has no control-plane certificates).
+func TestRenewalWindowReachesTheClaim(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	w.withCluster("rn", endpoint)
+	w.bootstrapSecret("rn-bootstrap", cloudConfig())
+	w.startAgent()
+	w.host("rn-cp-host", map[string]string{"role": "cp"})
+	w.host("rn-w-host", map[string]string{"role": "worker"})
+	w.machine("rn-cp", true, "rn-bootstrap", infrav1.EdgeMachineSpec{CertificatesRenewBeforeDays: 30,
+		HostSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": "cp"}}}, "")
+	w.machine("rn-w", false, "rn-bootstrap", infrav1.EdgeMachineSpec{CertificatesRenewBeforeDays: 30,
+		HostSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": "worker"}}}, "")
+	window := func(host string, want int32) func() error {
+		return func() error {
+			h := &infrav1.EdgeHost{}
+			if err := w.get(host, h); err != nil {
+				return err
+			}
+			if h.Spec.ClaimRef == nil || h.Spec.ClaimRef.CertificatesRenewBeforeDays != want {
+				return fmt.Errorf("claim %+v, want a renewal window of %d days", h.Spec.ClaimRef, want)
+			}
+			return nil
+		}
+	}
+	w.eventually("the control plane's window on its claim", window("rn-cp-host", 30))
+	w.eventually("the worker claimed, with no window", window("rn-w-host", 0))
+
+	w.eventually("the window changed to 45 days", func() error {
+		em := &infrav1.EdgeMachine{}
+		if err := w.get("rn-cp", em); err != nil {
+			return err
+		}
+		patch := client.MergeFrom(em.DeepCopy())
+		em.Spec.CertificatesRenewBeforeDays = 45
+		return env.Client.Patch(w.ctx, em, patch)
+	})
+	w.eventually("the claim follows", window("rn-cp-host", 45))
+
+	// A second control-plane machine: renewing in place would restart
+	// both at once, so neither is ordered to.
+	w.host("rn-cp2-host", map[string]string{"role": "cp"})
+	w.machine("rn-cp2", true, "rn-bootstrap", infrav1.EdgeMachineSpec{CertificatesRenewBeforeDays: 45,
+		HostSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": "cp"}}}, "")
+	w.eventually("the first control plane's window withdrawn", window("rn-cp-host", 0))
+	w.eventually("the second claimed without one", window("rn-cp2-host", 0))
 }

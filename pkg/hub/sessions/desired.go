@@ -157,7 +157,8 @@ func (r *Registry) desiredFor(ctx context.Context, h *infrav1.EdgeHost) (*wire.D
 		BootstrapFormat: format,
 		BootstrapData:   secret.Data["value"],
 		// Only hubs that know the field set it (older ones never order).
-		KubernetesVersion: claim.KubernetesVersion,
+		KubernetesVersion:           claim.KubernetesVersion,
+		CertificatesRenewBeforeDays: claim.CertificatesRenewBeforeDays,
 	}
 	if len(d.Assignment.BootstrapData) == 0 {
 		return nil, fmt.Errorf("bootstrap data Secret %s/%s has no value", h.Namespace, claim.BootstrapDataSecretName)

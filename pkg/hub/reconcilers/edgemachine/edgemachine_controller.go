@@ -162,6 +162,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		r.reconcileHostAgent,
 		r.reconcileHostStatus,
 		r.reconcileCertificateExpiry,
+		r.reconcileCertificatesRenewal,
 		r.reconcileKubernetesVersion,
 	}
 	for _, phase := range phases {

@@ -466,6 +466,44 @@ func (r *Reconciler) reconcileCertificateExpiry(ctx context.Context, s *scope) (
 	return false, nil
 }
 
+// reconcileCertificatesRenewal passes a control-plane machine's renewal
+// window to its host's claim, which the agent receives as a standing
+// order to renew the certificates in place.
+func (r *Reconciler) reconcileCertificatesRenewal(ctx context.Context, s *scope) (bool, error) {
+	host, want := s.host, s.edgeMachine.Spec.CertificatesRenewBeforeDays
+	if !util.IsControlPlaneMachine(s.machine) {
+		want = 0
+	}
+	if host == nil || host.Spec.ClaimRef == nil {
+		return false, nil
+	}
+	if want > 0 {
+		// Each host renews on its own, restarting its etcd member: with
+		// several at once etcd would lose its quorum.
+		machines := &clusterv1.MachineList{}
+		if err := r.Client.List(ctx, machines, client.InNamespace(s.machine.Namespace),
+			client.MatchingLabels{clusterv1.ClusterNameLabel: s.cluster.Name}, client.HasLabels{clusterv1.MachineControlPlaneLabel}); err != nil {
+			return true, fmt.Errorf("listing the control-plane Machines of cluster %s: %w", s.cluster.Name, err)
+		}
+		if n := len(machines.Items); n > 1 {
+			r.Recorder.Eventf(s.edgeMachine, host, "Warning", "CertificatesRenewalRefused", "RenewCertificates",
+				"spec.certificatesRenewBeforeDays is ignored: cluster %s has %d control-plane machines, which would restart at once; "+
+					"a KubeadmControlPlane renews them by replacing one at a time", s.cluster.Name, n)
+			want = 0
+		}
+	}
+	if host.Spec.ClaimRef.CertificatesRenewBeforeDays == want {
+		return false, nil
+	}
+	updated := host.DeepCopy()
+	updated.Spec.ClaimRef.CertificatesRenewBeforeDays = want
+	if err := r.Client.Update(ctx, updated); err != nil {
+		return true, fmt.Errorf("ordering EdgeHost %s to renew its certificates %d days before they expire: %w", host.Name, want, err)
+	}
+	s.host = updated
+	return false, nil
+}
+
 // heldHost returns the host this machine holds, or nil.
 func (r *Reconciler) heldHost(ctx context.Context, em *infrav1.EdgeMachine) (*infrav1.EdgeHost, error) {
 	hosts := &infrav1.EdgeHostList{}
