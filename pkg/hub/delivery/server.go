@@ -364,8 +364,17 @@ func (s *Server) prune(ctx context.Context) {
 	for _, ns := range namespaces {
 		files, _ := os.ReadDir(filepath.Join(s.opts.CacheDir, ns.Name()))
 		for _, f := range files {
-			if !f.IsDir() && !strings.HasPrefix(f.Name(), ".") && !keep[filepath.Join(ns.Name(), f.Name())] {
-				_ = os.Remove(filepath.Join(s.opts.CacheDir, ns.Name(), f.Name()))
+			path := filepath.Join(s.opts.CacheDir, ns.Name(), f.Name())
+			switch {
+			case f.IsDir():
+			case strings.HasPrefix(f.Name(), ".fetch-"):
+				// Left by a replica that died mid-fetch: one under way
+				// is written to more often than its timeout.
+				if info, err := f.Info(); err == nil && time.Since(info.ModTime()) > s.opts.SourceTimeout {
+					_ = os.Remove(path)
+				}
+			case !strings.HasPrefix(f.Name(), ".") && !keep[filepath.Join(ns.Name(), f.Name())]:
+				_ = os.Remove(path)
 			}
 		}
 	}

@@ -5,10 +5,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -244,7 +247,24 @@ func TestServeAnArchiveTheHubCarries(t *testing.T) {
 		}
 	}
 	waitIdle()
+	// A fetch a dead replica left half-way is pruned; one under way is not.
+	stale, fresh := filepath.Join(server.opts.CacheDir, "ns", ".fetch-1"), filepath.Join(server.opts.CacheDir, "ns", ".fetch-2")
+	for _, p := range []string{stale, fresh} {
+		if err := os.WriteFile(p, []byte("half"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := time.Now().Add(-server.opts.SourceTimeout - time.Minute)
+	if err := os.Chtimes(stale, old, old); err != nil {
+		t.Fatal(err)
+	}
 	server.prune(t.Context())
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a stale partial fetch survived the prune: %v", err)
+	}
+	if _, err := os.Stat(fresh); err != nil {
+		t.Errorf("a fetch under way was pruned: %v", err)
+	}
 	if err := server.ServeArchive(ss, &wire.ReleaseRequest{SHA256: sha, Offset: int64(len(archive))}); err != nil {
 		t.Fatal(err)
 	}
