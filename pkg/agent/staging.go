@@ -37,12 +37,18 @@ const (
 // UseStager lets the agent fetch the versions the hub names in Stage. Only
 // an agent with an upgrader stages (it is what uses staged versions and
 // reports them). A stager that takes the archives the hub carries
-// (ArchivesFromHub) says so, and the agent announces it. Call before Run,
-// after UseUpgrader.
+// (ArchivesFromHub), or fetches them from OCI registries, says so, and the
+// agent announces it. Call before Run, after UseUpgrader.
 func (a *Agent) UseStager(s Stager) {
 	a.staging.stager = s
-	if h, ok := s.(interface{ TakesArchivesFromHub() bool }); ok && h.TakesArchivesFromHub() && a.upgrader != nil {
+	if a.upgrader == nil {
+		return
+	}
+	if h, ok := s.(interface{ TakesArchivesFromHub() bool }); ok && h.TakesArchivesFromHub() {
 		a.session.AddCapability(wire.CapabilityStageFromHub)
+	}
+	if o, ok := s.(interface{ FetchesFromOCI() bool }); ok && o.FetchesFromOCI() {
+		a.session.AddCapability(wire.CapabilityStageFromOCI)
 	}
 }
 

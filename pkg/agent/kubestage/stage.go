@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/edgefleet/fleet/pkg/contract/wire"
+	"github.com/edgefleet/fleet/pkg/ociblob"
 )
 
 // Defaults bounding what one order may make the agent do.
@@ -83,6 +84,9 @@ func New(opts Options) *Stager {
 // the hub carries (Options.Hub).
 func (s *Stager) TakesArchivesFromHub() bool { return s.opts.Hub != nil }
 
+// FetchesFromOCI says the stager fetches archives from oci:// references.
+func (s *Stager) FetchesFromOCI() bool { return true }
+
 // Error is a failed Stage. Permanent errors (the archive is not what the
 // release says) are not worth another download of the same URL and
 // sha256; the others (a cut, a full disk, a server error) are.
@@ -136,7 +140,8 @@ func (s *Stager) Stage(ctx context.Context, o wire.StageOrder, progress func(don
 }
 
 // Source gives an archive's bytes from an offset: the order's url over
-// HTTP, or the hub through the agent's session.
+// HTTP, a blob of its oci:// repository, or the hub through the agent's
+// session.
 type Source interface {
 	// Open returns the archive's bytes from offset on; start is where
 	// they begin (offset, or 0 when the source sends it all again) and
@@ -147,6 +152,9 @@ type Source interface {
 
 // source is where o's archive comes from.
 func (s *Stager) source(o wire.StageOrder) (Source, error) {
+	if ociblob.IsRef(o.URL) {
+		return ociSource{s.opts.Client}, nil
+	}
 	if !o.Hub {
 		return httpSource{s.opts.Client}, nil
 	}
@@ -271,6 +279,29 @@ func (h httpSource) Open(ctx context.Context, o wire.StageOrder, have int64) (io
 		req.Header.Set("Range", "bytes="+strconv.FormatInt(have, 10)+"-")
 	}
 	resp, err := h.client.Do(req)
+	return ranged(o, resp, err, have)
+}
+
+// ociSource downloads the archive as a blob of the order's oci://
+// repository, by its sha256, resuming with a Range request.
+type ociSource struct{ client *http.Client }
+
+func (s ociSource) Open(ctx context.Context, o wire.StageOrder, have int64) (io.ReadCloser, int64, int64, error) {
+	ref, err := ociblob.Parse(o.URL)
+	if err != nil {
+		return nil, 0, 0, &Error{Err: fmt.Errorf("%s: %w", o.Version, err), Permanent: true}
+	}
+	header := http.Header{}
+	if have > 0 {
+		header.Set("Range", "bytes="+strconv.FormatInt(have, 10)+"-")
+	}
+	resp, err := ociblob.Get(ctx, s.client, ref, o.SHA256, header)
+	return ranged(o, resp, err, have)
+}
+
+// ranged is the archive's bytes from have on in resp, the answer to a
+// request for them.
+func ranged(o wire.StageOrder, resp *http.Response, err error, have int64) (io.ReadCloser, int64, int64, error) {
 	if err != nil {
 		return nil, 0, 0, &Error{Err: fmt.Errorf("downloading %s from %s: %w", o.Version, o.URL, err)}
 	}

@@ -407,3 +407,55 @@ func TestStageFromTheHub(t *testing.T) {
 		t.Errorf("an order the hub carries, to a stager without a hub source: %v", err)
 	}
 }
+
+// An archive pushed to an OCI registry is fetched as the blob its sha256
+// names, from the repository an oci:// url gives, with the anonymous pull
+// token the registry's challenge asks for; a cut transfer resumes.
+func TestStageFromARegistry(t *testing.T) {
+	body := version(t, false)
+	blobs := &server{body: body, cutAt: len(body) / 2, ranges: true}
+	var ts *httptest.Server
+	ts = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == "/token" && r.URL.Query().Get("scope") == "repository:edge/kubernetes:pull":
+			_, _ = w.Write([]byte(`{"token":"pull"}`))
+		case r.URL.Path != "/v2/edge/kubernetes/blobs/sha256:"+sum(body):
+			http.NotFound(w, r)
+		case r.Header.Get("Authorization") != "Bearer pull":
+			w.Header().Set("WWW-Authenticate", `Bearer realm="`+ts.URL+`/token",service="registry"`)
+			w.WriteHeader(http.StatusUnauthorized)
+		default:
+			blobs.ServeHTTP(w, r)
+		}
+	}))
+	defer ts.Close()
+	dir := t.TempDir()
+	s := kubestage.New(kubestage.Options{Dir: dir, FreeBytes: plenty, Client: ts.Client()})
+	if !s.FetchesFromOCI() {
+		t.Error("the stager does not say it fetches from registries")
+	}
+	o := order("oci://"+strings.TrimPrefix(ts.URL, "https://")+"/edge/kubernetes:v1.36.3", body)
+	if err := s.Stage(context.Background(), o, func(int64, int64) {}); err == nil || !strings.Contains(err.Error(), "the next try resumes there") {
+		t.Fatalf("a cut transfer: %v", err)
+	}
+	if err := s.Stage(context.Background(), o, func(int64, int64) {}); err != nil {
+		t.Fatalf("resuming: %v", err)
+	}
+	if err := kubestage.Complete(dir, "v1.36.3"); err != nil {
+		t.Fatalf("not staged: %v", err)
+	}
+	if want := "bytes=" + fmtInt(len(body)/2) + "-"; len(blobs.seen) != 2 || blobs.seen[1] != want || blobs.sent != len(body) {
+		t.Errorf("blob requests' ranges %q (want the second %q), %d bytes sent for %d", blobs.seen, want, blobs.sent, len(body))
+	}
+
+	bad := order("oci://"+strings.TrimPrefix(ts.URL, "https://")+"/Edge/kubernetes", body)
+	var se *kubestage.Error
+	if err := s.Stage(context.Background(), withVersion(bad, "v1.36.4"), func(int64, int64) {}); !errors.As(err, &se) || !se.Permanent {
+		t.Errorf("a bad repository name: %v, want a permanent error", err)
+	}
+}
+
+func withVersion(o wire.StageOrder, v string) wire.StageOrder {
+	o.Version = v
+	return o
+}

@@ -17,12 +17,14 @@ type KubernetesArtifact struct {
 	Arch string `json:"arch"`
 
 	// url the archive is downloaded from: a tar file, gzipped or not. http
-	// or https; the sha256 guards what arrives either way. The hosts
-	// download it, or the hub with delivery Hub.
+	// or https; or oci://REGISTRY/REPOSITORY[:TAG], an OCI artifact whose
+	// layer is the archive (oras push), fetched anonymously as the blob
+	// of digest sha256:<sha256>. The sha256 guards what arrives either
+	// way. The hosts download it, or the hub with delivery Hub.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=2048
-	// +kubebuilder:validation:Pattern=`^https?://`
+	// +kubebuilder:validation:Pattern=`^(https?|oci)://`
 	URL string `json:"url"`
 
 	// sha256 of the archive, in hex. An archive that does not match is

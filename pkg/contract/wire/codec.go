@@ -15,6 +15,8 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/edgefleet/fleet/pkg/ociblob"
 )
 
 // MaxFrameSize bounds one control-stream frame. Bootstrap data from CABPK
@@ -314,6 +316,11 @@ var versionPattern = regexp.MustCompile(`^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|
 
 var sha256Pattern = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
+// Validate says why the codec would refuse o, or nil: the hub checks an
+// order before it sends it, since an agent refuses the whole DesiredState
+// that carries a bad one.
+func (o StageOrder) Validate() error { return o.validate() }
+
 func (o StageOrder) validate() error {
 	if !versionPattern.MatchString(o.Version) || len(o.Version) > 64 {
 		return fmt.Errorf("version %q is not vMAJOR.MINOR.PATCH", o.Version)
@@ -328,9 +335,18 @@ func (o StageOrder) validate() error {
 		}
 		return nil
 	}
+	if len(o.URL) > 2048 {
+		return fmt.Errorf("%s: url is longer than 2048 bytes", o.Version)
+	}
+	if ociblob.IsRef(o.URL) {
+		if _, err := ociblob.Parse(o.URL); err != nil {
+			return fmt.Errorf("%s: %w", o.Version, err)
+		}
+		return nil
+	}
 	u, err := url.Parse(o.URL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || len(o.URL) > 2048 {
-		return fmt.Errorf("%s: url %q is not an http or https URL", o.Version, o.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("%s: url %q is not an http, https or oci URL", o.Version, o.URL)
 	}
 	return nil
 }

@@ -46,6 +46,8 @@ func samples() map[string]any {
 		"desiredstate-stage": &DesiredState{Generation: 1, Stage: []StageOrder{
 			{Version: "v1.36.3", URL: "https://releases.example.com/kubernetes-v1.36.3-amd64.tar.gz", SHA256: strings.Repeat("cd", 32)},
 			{Version: "v1.37.0", SHA256: strings.Repeat("ef", 32), Hub: true}}},
+		"desiredstate-stage-oci": &DesiredState{Generation: 1, Stage: []StageOrder{
+			{Version: "v1.36.3", URL: "oci://registry.example.com/edge/kubernetes:v1.36.3", SHA256: strings.Repeat("cd", 32)}}},
 		"releaserequest": &ReleaseRequest{SHA256: strings.Repeat("ab", 32), Offset: 6258688},
 		"releasedata":    &ReleaseData{SHA256: strings.Repeat("ab", 32), Offset: 6258688, Size: 12448009},
 		"status": &Status{
@@ -131,6 +133,7 @@ func TestDecodeRefusals(t *testing.T) {
 		{"stage through the hub with a url", `{"protocol":"fleet.edgefleet.io/v1","type":"DesiredState","payload":{"generation":2,"stage":[{"version":"v1.36.3","url":"https://m/a","sha256":"%[1]s","hub":true}]}}`, ErrBadFrame},
 		{"stage without a url", `{"protocol":"fleet.edgefleet.io/v1","type":"DesiredState","payload":{"generation":2,"stage":[{"version":"v1.36.3","sha256":"%[1]s"}]}}`, ErrBadFrame},
 		{"release data past the bound", `{"protocol":"fleet.edgefleet.io/v1","type":"ReleaseData","payload":{"sha256":"%[1]s","offset":0,"size":8589934593}}`, ErrBadFrame},
+		{"stage from a registry without a repository", `{"protocol":"fleet.edgefleet.io/v1","type":"DesiredState","payload":{"generation":2,"stage":[{"version":"v1.36.3","url":"oci://registry.example.com","sha256":"%[1]s"}]}}`, ErrBadFrame},
 		{"stage from a file", `{"protocol":"fleet.edgefleet.io/v1","type":"DesiredState","payload":{"generation":2,"stage":[{"version":"v1.36.3","url":"file:///etc/shadow","sha256":"%[1]s"}]}}`, ErrBadFrame},
 		{"staging without a state", `{"protocol":"fleet.edgefleet.io/v1","type":"Status","payload":{"staging":[{"version":"v1.36.3"}]}}`, ErrBadFrame},
 		{"error without code", `{"protocol":"fleet.edgefleet.io/v1","type":"Error","payload":{"message":"x"}}`, ErrBadFrame},

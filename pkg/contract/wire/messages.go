@@ -181,7 +181,9 @@ const MaxStageOrders = 8
 type StageOrder struct {
 	// Version is the Kubernetes version the archive holds.
 	Version string `json:"version"`
-	// URL of the archive (a tar file, gzipped or not); empty when Hub.
+	// URL of the archive (a tar file, gzipped or not): http, https, or
+	// oci://REGISTRY/REPOSITORY[:TAG] (sent only to agents with
+	// CapabilityStageFromOCI); empty when Hub.
 	URL string `json:"url,omitempty"`
 	// SHA256 of the archive, hex.
 	SHA256 string `json:"sha256"`
@@ -194,6 +196,11 @@ type StageOrder struct {
 // CapabilityStageFromHub says the agent takes a StageOrder's archive
 // through its session when the order says Hub.
 const CapabilityStageFromHub = "stagefromhub"
+
+// CapabilityStageFromOCI says the agent fetches a StageOrder's archive
+// from an oci:// URL (a blob of an OCI registry's repository, by its
+// sha256); older agents refuse such an order.
+const CapabilityStageFromOCI = "stagefromoci"
 
 // MaxReachAddresses bounds Reach.Addresses.
 const MaxReachAddresses = 16

@@ -21,6 +21,7 @@ import (
 
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
+	"github.com/edgefleet/fleet/pkg/ociblob"
 	"github.com/edgefleet/fleet/pkg/transport"
 )
 
@@ -380,6 +381,23 @@ func (s *Server) prune(ctx context.Context) {
 	}
 }
 
+// get asks for url: over HTTP, or for the blob of digest sha256:sha of
+// an oci:// repository.
+func (s *Server) get(ctx context.Context, url, sha string) (*http.Response, error) {
+	if ociblob.IsRef(url) {
+		ref, err := ociblob.Parse(url)
+		if err != nil {
+			return nil, err
+		}
+		return ociblob.Get(ctx, s.opts.HTTPClient, ref, sha, nil)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	return s.opts.HTTPClient.Do(req)
+}
+
 // fetch downloads url to path if it has sha256 and size bytes (size < 0:
 // any size up to wire.MaxTransferSize).
 func (s *Server) fetch(ctx context.Context, url, path, sha string, size int64) error {
@@ -388,11 +406,7 @@ func (s *Server) fetch(ctx context.Context, url, path, sha string, size int64) e
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.SourceTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := s.opts.HTTPClient.Do(req)
+	resp, err := s.get(ctx, url, sha)
 	if err != nil {
 		return fmt.Errorf("fetching %s: %w", url, err)
 	}

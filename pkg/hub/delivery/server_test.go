@@ -319,3 +319,42 @@ func TestServeAnArchiveTheHubCarries(t *testing.T) {
 		t.Errorf("the new session was sent %d bytes, want %d", len(b), len(archive)-100)
 	}
 }
+
+// The hub fetches an archive a release names by an oci:// reference as
+// the registry's blob of the archive's sha256, with the anonymous pull
+// token the registry asks for, and carries it like any other.
+func TestServeAnArchiveFromARegistry(t *testing.T) {
+	archive := bytes.Repeat([]byte("kubeadm kubelet images "), 1000)
+	sum := sha256.Sum256(archive)
+	sha := hex.EncodeToString(sum[:])
+	var srv *httptest.Server
+	srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == "/token":
+			_, _ = w.Write([]byte(`{"access_token":"pull"}`))
+		case r.URL.Path != "/v2/edge/kubernetes/blobs/sha256:"+sha:
+			http.NotFound(w, r)
+		case r.Header.Get("Authorization") != "Bearer pull":
+			w.Header().Set("WWW-Authenticate", `Bearer realm="`+srv.URL+`/token",service="registry"`)
+			w.WriteHeader(http.StatusUnauthorized)
+		default:
+			_, _ = w.Write(archive)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	c := fake.NewClientBuilder().WithScheme(fleetscheme.New()).WithObjects(&infrav1.EdgeKubernetesRelease{
+		ObjectMeta: metav1.ObjectMeta{Name: "oci", Namespace: "ns"},
+		Spec: infrav1.EdgeKubernetesReleaseSpec{Version: "v1.36.3", Delivery: infrav1.KubernetesDeliveryHub,
+			Artifacts: []infrav1.KubernetesArtifact{{Arch: runtime.GOARCH, URL: "oci://" + strings.TrimPrefix(srv.URL, "https://") + "/edge/kubernetes:v1.36.3", SHA256: sha}}}}).Build()
+	server := NewServer(&Orders{Client: c}, logr.Discard(), Options{CacheDir: t.TempDir(), HTTPClient: srv.Client()})
+	f := &fixture{server: server}
+	done := make(chan struct{})
+	defer close(done)
+	ss, got := f.session(t, done)
+	if err := server.ServeArchive(ss, &wire.ReleaseRequest{SHA256: sha}); err != nil {
+		t.Fatal(err)
+	}
+	if b := <-got; !bytes.Equal(b, archive) {
+		t.Fatalf("sent %d bytes, want the %d-byte archive", len(b), len(archive))
+	}
+}

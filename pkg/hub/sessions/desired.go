@@ -83,7 +83,7 @@ func (ss *Session) nextDesired(ctx context.Context, host *infrav1.EdgeHost) (*wi
 	}
 	var stage []wire.StageOrder
 	if ss.reg.stage != nil {
-		stage = ss.reg.stage.For(ctx, host, ss.Can(wire.CapabilityStageFromHub))
+		stage = ss.reg.stage.For(ctx, host, ss.Can)
 	}
 	var agentRelease *wire.AgentReleaseOrder
 	if ss.reg.releases != nil && ss.Can(wire.CapabilitySelfUpdate) {

@@ -49,10 +49,10 @@ type ReachResolver interface {
 }
 
 // StageResolver says which Kubernetes versions a host should fetch, from
-// the informer cache (see package staging); fromHub tells whether the
-// host's agent takes archives through its session.
+// the informer cache (see package staging); can tells whether the host's
+// agent has a wire capability.
 type StageResolver interface {
-	For(ctx context.Context, h *infrav1.EdgeHost, fromHub bool) []wire.StageOrder
+	For(ctx context.Context, h *infrav1.EdgeHost, can func(capability string) bool) []wire.StageOrder
 }
 
 // ReleaseDelivery says which agent release each host must run and

@@ -12,6 +12,7 @@ import (
 	"github.com/edgefleet/fleet/pkg/contract/hostupgrade"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
+	"github.com/edgefleet/fleet/pkg/ociblob"
 )
 
 // Selects reports whether rel is for h: h is in its namespace, matches its
@@ -47,15 +48,18 @@ func Wanted(h *infrav1.EdgeHost, version string) bool {
 
 // Orders are h's stage orders from releases, newest version first cut to
 // wire.MaxStageOrders, returned oldest first. Releases with a bad selector
-// are skipped (the reconciler reports them), and so are those the hub
-// carries unless the host's agent can take them (fromHub).
-func Orders(h *infrav1.EdgeHost, releases []infrav1.EdgeKubernetesRelease, fromHub bool) []wire.StageOrder {
+// are skipped (the reconciler reports them), and so are those the host's
+// agent cannot take (can: whether it has a wire capability): carried by
+// the hub, or fetched from an OCI registry.
+func Orders(h *infrav1.EdgeHost, releases []infrav1.EdgeKubernetesRelease, can func(capability string) bool) []wire.StageOrder {
 	var out []wire.StageOrder
 	seen := map[string]bool{}
 	for i := range releases {
 		rel := &releases[i]
-		if ok, err := Selects(rel, h); !ok || err != nil || !Wanted(h, rel.Spec.Version) || seen[rel.Spec.Version] ||
-			rel.ThroughHub() && !fromHub {
+		if ok, err := Selects(rel, h); !ok || err != nil || !Wanted(h, rel.Spec.Version) || seen[rel.Spec.Version] {
+			continue
+		}
+		if need := Needs(rel, h); need != "" && !can(need) {
 			continue
 		}
 		// Two releases of one version: the first by name wins, as the
@@ -65,6 +69,11 @@ func Orders(h *infrav1.EdgeHost, releases []infrav1.EdgeKubernetesRelease, fromH
 		o := wire.StageOrder{Version: rel.Spec.Version, URL: a.URL, SHA256: a.SHA256}
 		if rel.ThroughHub() {
 			o.URL, o.Hub = "", true
+		}
+		if o.Validate() != nil {
+			// The agent would refuse the whole desired state; the
+			// release's status says why.
+			continue
 		}
 		out = append(out, o)
 	}
@@ -76,18 +85,29 @@ func Orders(h *infrav1.EdgeHost, releases []infrav1.EdgeKubernetesRelease, fromH
 	return out[max(0, len(out)-wire.MaxStageOrders):]
 }
 
+// Needs is the capability an agent needs to take rel's archive for h's
+// architecture, "" for none.
+func Needs(rel *infrav1.EdgeKubernetesRelease, h *infrav1.EdgeHost) string {
+	switch a := rel.Artifact(h.Status.Facts.Arch); {
+	case rel.ThroughHub():
+		return wire.CapabilityStageFromHub
+	case a != nil && ociblob.IsRef(a.URL):
+		return wire.CapabilityStageFromOCI
+	}
+	return ""
+}
+
 // Resolver reads releases from the informer cache.
 type Resolver struct{ Client client.Reader }
 
-// For is h's stage orders, fromHub telling whether its agent takes
-// archives through its session; nil when the cache cannot say (the next
-// push asks again).
-func (r *Resolver) For(ctx context.Context, h *infrav1.EdgeHost, fromHub bool) []wire.StageOrder {
+// For is h's stage orders, can telling whether its agent has a wire
+// capability; nil when the cache cannot say (the next push asks again).
+func (r *Resolver) For(ctx context.Context, h *infrav1.EdgeHost, can func(capability string) bool) []wire.StageOrder {
 	list := &infrav1.EdgeKubernetesReleaseList{}
 	// Read-only, and asked on every push of a host's desired state: no copy.
 	if err := r.Client.List(ctx, list, client.InNamespace(h.Namespace), client.UnsafeDisableDeepCopy); err != nil || len(list.Items) == 0 {
 		return nil
 	}
 	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Name < list.Items[j].Name })
-	return Orders(h, list.Items, fromHub)
+	return Orders(h, list.Items, can)
 }

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
+	"github.com/edgefleet/fleet/pkg/contract/wire"
 	"github.com/edgefleet/fleet/pkg/hub/staging"
 )
 
@@ -40,6 +41,9 @@ const (
 	NoHostsReason = "NoHosts"
 	// InvalidSelectorReason: spec.hostSelector does not parse.
 	InvalidSelectorReason = "InvalidSelector"
+	// InvalidArtifactReason: an artifact is not one an agent can fetch (a
+	// malformed url or version); no host is ordered it.
+	InvalidArtifactReason = "InvalidArtifact"
 )
 
 // maxNamed bounds the hosts a condition message names.
@@ -123,6 +127,13 @@ func count(rel *infrav1.EdgeKubernetesRelease, hosts []infrav1.EdgeHost) {
 	version := rel.Spec.Version
 	rel.Status.ObservedGeneration = rel.Generation
 	rel.Status.Hosts, rel.Status.Staged, rel.Status.Failed = 0, 0, 0
+	for _, a := range rel.Spec.Artifacts {
+		if err := (wire.StageOrder{Version: version, URL: a.URL, SHA256: a.SHA256}).Validate(); err != nil {
+			conditions.Set(rel, metav1.Condition{Type: StagedCondition, Status: metav1.ConditionFalse,
+				Reason: InvalidArtifactReason, Message: fmt.Sprintf("artifact %s: %v", a.Arch, err)})
+			return
+		}
+	}
 	var waiting, failed []string
 	for i := range hosts {
 		h := &hosts[i]
