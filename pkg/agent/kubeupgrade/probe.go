@@ -68,6 +68,33 @@ type kubeletClient struct {
 
 // kubeletClient reads kubeadm's kubelet.conf: the API server's address and
 // CA, and the kubelet's rotating client certificate.
+// clusterVersion is the kubernetesVersion of the ClusterConfiguration in
+// kube-system/kubeadm-config, which kubeadm lets nodes read.
+func (p *prober) clusterVersion(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	kc, err := p.kubeletClient()
+	if err != nil {
+		return "", err
+	}
+	defer kc.client.CloseIdleConnections()
+	var cm struct {
+		Data struct {
+			ClusterConfiguration string `json:"ClusterConfiguration"`
+		} `json:"data"`
+	}
+	if err := get(ctx, kc.client, kc.server+"/api/v1/namespaces/kube-system/configmaps/kubeadm-config", &cm); err != nil {
+		return "", fmt.Errorf("reading kube-system/kubeadm-config: %w", err)
+	}
+	var cc struct {
+		KubernetesVersion string `json:"kubernetesVersion"`
+	}
+	if err := yaml.Unmarshal([]byte(cm.Data.ClusterConfiguration), &cc); err != nil || cc.KubernetesVersion == "" {
+		return "", fmt.Errorf("kube-system/kubeadm-config names no kubernetesVersion (%v)", err)
+	}
+	return cc.KubernetesVersion, nil
+}
+
 func (p *prober) kubeletClient() (*kubeletClient, error) {
 	b, err := os.ReadFile(filepath.Join(p.root, "etc/kubernetes/kubelet.conf"))
 	if err != nil {

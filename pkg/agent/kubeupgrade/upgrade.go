@@ -59,6 +59,10 @@ type Options struct {
 	// Probe checks the host serves; default probes the kubelet, the API
 	// server and the Node over the host's loopback.
 	Probe func(ctx context.Context, version, nodeName string, controlPlane bool) error
+	// ClusterVersion is the version the cluster's kubeadm configuration
+	// names (kube-system/kubeadm-config); default asks the API server with
+	// the kubelet's credentials.
+	ClusterVersion func(ctx context.Context) (string, error)
 	// Serving is the certificate the host's API server serves; default
 	// asks it over the host's loopback.
 	Serving func(ctx context.Context) (*x509.Certificate, error)
@@ -92,6 +96,9 @@ func New(opts Options) *Upgrader {
 	}
 	if opts.Serving == nil {
 		u.opts.Serving = (&prober{root: opts.Root}).serving
+	}
+	if opts.ClusterVersion == nil {
+		u.opts.ClusterVersion = (&prober{root: opts.Root}).clusterVersion
 	}
 	return u
 }
@@ -256,10 +263,11 @@ func (u *Upgrader) Upgrade(ctx context.Context, to, nodeName string, bootstrapDa
 	if err := u.backUp(); err != nil {
 		return fail(err)
 	}
-	// A control plane upgrades the cluster's configuration with it; other
-	// nodes follow what it wrote.
+	// The first control plane upgrades the cluster's configuration with
+	// it; other nodes follow what it wrote (as do all of a
+	// KubeadmControlPlane's, which writes the configuration itself).
 	kubeadm := []string{u.staged(to, "kubeadm"), "upgrade", "node"}
-	if j.ControlPlane {
+	if j.ControlPlane && u.firstControlPlane(ctx, to) {
 		kubeadm = []string{u.staged(to, "kubeadm"), "upgrade", "apply", to, "--yes"}
 	}
 	kubeadm = append(kubeadm, settings.flags()...)
@@ -291,6 +299,19 @@ func (u *Upgrader) Upgrade(ctx context.Context, to, nodeName string, bootstrapDa
 	}
 	u.log(fmt.Sprintf("Upgraded from %s to %s", from, to))
 	return u.clear()
+}
+
+// firstControlPlane tells whether this control plane is the first to move
+// to version `to`: the cluster's kubeadm configuration names another. One
+// that cannot be read is taken for first, as `kubeadm upgrade apply` also
+// upgrades a control plane that is not.
+func (u *Upgrader) firstControlPlane(ctx context.Context, to string) bool {
+	v, err := u.opts.ClusterVersion(ctx)
+	if err != nil {
+		u.log(fmt.Sprintf("Running kubeadm upgrade apply: the cluster's version could not be read: %v", err))
+		return true
+	}
+	return v != to
 }
 
 // Interrupted finishes an upgrade a restart cut short: one that had not

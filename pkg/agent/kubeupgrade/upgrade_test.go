@@ -104,7 +104,19 @@ func (h *fakeHost) serving(broken string) func(context.Context, string, string, 
 
 func (h *fakeHost) upgrader(broken string) *kubeupgrade.Upgrader {
 	return kubeupgrade.New(kubeupgrade.Options{Root: h.root, StateDir: filepath.Join(h.root, "var/lib/fleet-agent"),
-		Runner: h, Units: h, Probe: h.serving(broken), ReadyTimeout: 3 * time.Second})
+		Runner: h, Units: h, Probe: h.serving(broken), ReadyTimeout: 3 * time.Second, ClusterVersion: h.clusterVersion})
+}
+
+// clusterVersion is kubeadm-config's version: that of the first control
+// plane's kubeadm once it ran `upgrade apply`.
+func (h *fakeHost) clusterVersion(context.Context) (string, error) {
+	v := "v1.35.4"
+	for _, line := range h.ran {
+		if f := strings.Fields(line); len(f) > 3 && f[1] == "upgrade" && f[2] == "apply" {
+			v = f[3]
+		}
+	}
+	return v, nil
 }
 
 func TestStagedAndRunning(t *testing.T) {
@@ -290,6 +302,24 @@ func TestStagedIsBounded(t *testing.T) {
 	got := h.upgrader("").Staged()
 	if len(got) != kubeupgrade.MaxStaged || got[0] != "v1.36.4" || got[len(got)-1] != "v1.36.19" {
 		t.Errorf("Staged() = %v, want the newest %d", got, kubeupgrade.MaxStaged)
+	}
+}
+
+// A control plane that is not the first to move (the cluster's kubeadm
+// configuration already names the version: another control plane ran
+// `kubeadm upgrade apply`, or a KubeadmControlPlane wrote it) runs
+// `kubeadm upgrade node`, as kubeadm's procedure says.
+func TestUpgradeOfAnotherControlPlaneRunsUpgradeNode(t *testing.T) {
+	h := newFakeHost(t, "v1.35.4", "v1.36.3")
+	u := kubeupgrade.New(kubeupgrade.Options{Root: h.root, StateDir: filepath.Join(h.root, "var/lib/fleet-agent"),
+		Runner: h, Units: h, Probe: h.serving(""), ReadyTimeout: 3 * time.Second,
+		ClusterVersion: func(context.Context) (string, error) { return "v1.36.3", nil }})
+	var steps []string
+	if err := u.Upgrade(context.Background(), "v1.36.3", "n1", []byte(bootstrap), func(s string) { steps = append(steps, s) }); err != nil {
+		t.Fatal(err)
+	}
+	if want := "kubeadm upgrade node --ignore-preflight-errors=SystemVerification,NumCPU --patches=/etc/kubernetes/patches"; !slices.Contains(steps, want) {
+		t.Errorf("steps %q, want %q among them", steps, want)
 	}
 }
 
