@@ -113,13 +113,11 @@ func (a *Agent) finishInterruptedRenewal(ctx context.Context) {
 }
 
 func (a *Agent) renewalProgress(step string) {
-	a.log.Info("Certificate renewal step", "step", step)
-	a.workerBusy.progress()
-	a.announce("renewing the control plane's certificates: " + step)
-	_ = a.update(func(ap *state.Applied) {
-		if ap.CertificatesRenewal != nil {
-			ap.CertificatesRenewal.Step = truncate(step, maxStepLength)
+	a.reportStep("Certificate renewal step", "renewing the control plane's certificates", step, func(ap *state.Applied) *string {
+		if ap.CertificatesRenewal == nil {
+			return nil
 		}
+		return &ap.CertificatesRenewal.Step
 	})
 }
 

@@ -130,12 +130,24 @@ func (a *Agent) upgradeIfOrdered(ctx context.Context, generation int64, as *wire
 }
 
 func (a *Agent) upgradeProgress(step string) {
-	a.log.Info("Upgrade step", "step", step)
+	a.reportStep("Upgrade step", "upgrading Kubernetes", step, func(ap *state.Applied) *string {
+		if ap.Upgrade == nil {
+			return nil
+		}
+		return &ap.Upgrade.Step
+	})
+}
+
+// reportStep tells of a step of a long job of the worker's: in the
+// journal (logMsg), to the hub's session (job: step), and in the status
+// field stepOf finds (nil: none); it also keeps the worker counted alive.
+func (a *Agent) reportStep(logMsg, job, step string, stepOf func(*state.Applied) *string) {
+	a.log.Info(logMsg, "step", step)
 	a.workerBusy.progress()
-	a.announce("upgrading Kubernetes: " + step)
+	a.announce(job + ": " + step)
 	_ = a.update(func(ap *state.Applied) {
-		if ap.Upgrade != nil {
-			ap.Upgrade.Step = truncate(step, maxStepLength)
+		if p := stepOf(ap); p != nil {
+			*p = truncate(step, maxStepLength)
 		}
 	})
 }

@@ -69,6 +69,37 @@ func versionArchive(t *testing.T, size int) []byte {
 	return buf.Bytes()
 }
 
+// stagingHost serves body (counting the fetches) and starts the agent of
+// host "till", which stages versions under its root, fetching them itself
+// or taking them from the hub; it returns once the host is connected.
+func stagingHost(t *testing.T, ns string, h *hub, body []byte, fromHub bool) (*edge, *httptest.Server, *atomic.Int32) {
+	t.Helper()
+	fetches := &atomic.Int32{}
+	files := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fetches.Add(1)
+		http.ServeContent(w, r, "k.tar", time.Time{}, bytes.NewReader(body))
+	}))
+	t.Cleanup(files.Close)
+	e := newEdge(t, "till", h.url, h.srv.CA().Pin(), newToken(t, ns, enrolltoken.Options{}))
+	dir := filepath.Join(e.cfg.RootDir, "opt", "fleet", "kubernetes")
+	e.upgrader = stagingUpgrader{dir: dir}
+	if fromHub {
+		e.stagerFor = func(a *agent.Agent) agent.Stager {
+			return kubestage.New(kubestage.Options{Dir: dir, Hub: a.ArchivesFromHub()})
+		}
+	} else {
+		e.stager = kubestage.New(kubestage.Options{Dir: dir})
+	}
+	e.start()
+	eventually(t, "connected", func() error {
+		if s, err := connectedStatus(ns, "till"); err != nil || s != "True" {
+			return fmt.Errorf("%s %v", s, err)
+		}
+		return nil
+	})
+	return e, files, fetches
+}
+
 // An EdgeKubernetesRelease reaches the hosts it selects, and only those:
 // their agents fetch the archive, check it and stage it, the EdgeHost
 // reports the version staged, and the release counts its hosts. An archive
@@ -80,23 +111,7 @@ func TestReleasesAreStagedOnTheirHosts(t *testing.T) {
 	h := startHub(t, hubOptions{ns: ns})
 	body := versionArchive(t, 0)
 	sum := sha256.Sum256(body)
-	files := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		http.ServeContent(w, r, "k.tar", time.Time{}, bytes.NewReader(body))
-	}))
-	defer files.Close()
-
-	tok := newToken(t, ns, enrolltoken.Options{})
-	e := newEdge(t, "till", h.url, h.srv.CA().Pin(), tok)
-	dir := filepath.Join(e.cfg.RootDir, "opt", "fleet", "kubernetes")
-	e.upgrader = stagingUpgrader{dir: dir}
-	e.stager = kubestage.New(kubestage.Options{Dir: dir})
-	e.start()
-	eventually(t, "connected", func() error {
-		if s, err := connectedStatus(ns, "till"); err != nil || s != "True" {
-			return fmt.Errorf("%s %v", s, err)
-		}
-		return nil
-	})
+	_, files, _ := stagingHost(t, ns, h, body, false)
 
 	release := func(name, version, arch, sha string, selector *metav1.LabelSelector) *infrav1.EdgeKubernetesRelease {
 		rel := &infrav1.EdgeKubernetesRelease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
@@ -178,27 +193,7 @@ func TestArchivesTheHubCarriesAreStaged(t *testing.T) {
 	h := startHub(t, hubOptions{ns: ns, releases: delivery.Options{CacheDir: t.TempDir(), BytesPerSecond: 512 << 10}})
 	body := versionArchive(t, 2<<20)
 	sum := sha256.Sum256(body)
-	var fetches atomic.Int32
-	files := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fetches.Add(1)
-		http.ServeContent(w, r, "k.tar", time.Time{}, bytes.NewReader(body))
-	}))
-	defer files.Close()
-
-	tok := newToken(t, ns, enrolltoken.Options{})
-	e := newEdge(t, "till", h.url, h.srv.CA().Pin(), tok)
-	dir := filepath.Join(e.cfg.RootDir, "opt", "fleet", "kubernetes")
-	e.upgrader = stagingUpgrader{dir: dir}
-	e.stagerFor = func(a *agent.Agent) agent.Stager {
-		return kubestage.New(kubestage.Options{Dir: dir, Hub: a.ArchivesFromHub()})
-	}
-	e.start()
-	eventually(t, "connected", func() error {
-		if s, err := connectedStatus(ns, "till"); err != nil || s != "True" {
-			return fmt.Errorf("%s %v", s, err)
-		}
-		return nil
-	})
+	e, files, fetches := stagingHost(t, ns, h, body, true)
 	sentBefore := metricValue(t, "fleet_release_transfer_bytes_total", nil)
 	must(t, env.Client.Create(ctx, &infrav1.EdgeKubernetesRelease{ObjectMeta: metav1.ObjectMeta{Name: "v1-36-3", Namespace: ns},
 		Spec: infrav1.EdgeKubernetesReleaseSpec{Version: "v1.36.3", Delivery: infrav1.KubernetesDeliveryHub,
