@@ -18,6 +18,8 @@ import (
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 )
 
 // `create cluster --class` refuses the flags the class replaces and
@@ -162,6 +164,39 @@ func TestCreateScaleDescribeDeleteTopologyCluster(t *testing.T) {
 	if err != nil || !regexp.MustCompile(`(?m)^Cluster/store-1\s+\S+\s+.*class edge v1\.36\.3`).MatchString(out) ||
 		!regexp.MustCompile(`MachineDeployment/store-1-md-0-\S+\s+\S+\s+\d+/2 ready topology md-0`).MatchString(out) {
 		t.Errorf("describe shows no class, version or worker pool: %v\n%s", err, out)
+	}
+
+	// An upgrade sets the topology's version, once a spare host can take
+	// the KubeadmControlPlane's rollout: Cluster API adds a Machine first.
+	upgrade := []string{"upgrade", "cluster", "store-1", "-n", ns, "--kubernetes-version", "v1.37.0"}
+	if _, _, err := fleet(t, upgrade...); err == nil || !strings.Contains(err.Error(),
+		`it needs 1 free host(s) matching "site=store-1" that can run v1.37.0, and there are 0`) {
+		t.Fatalf("upgrade without a spare host: %v", err)
+	}
+	spare := &infrav1.EdgeHost{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "spare", Labels: map[string]string{"site": "store-1"}}}
+	if err := env.Client.Create(ctx, spare); err != nil {
+		t.Fatal(err)
+	}
+	if err := setStatus(spare, func() { spare.Status.Facts.KubernetesVersions = []string{"v1.37.0"} }); err != nil {
+		t.Fatal(err)
+	}
+	// What KubeadmControlPlane's controller, which this test does not
+	// run, reports of a provisioned control plane: Cluster API's webhook
+	// refuses a new version before.
+	kcp, err := kcpOf()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := setStatus(kcp, func() { kcp.Status.Version = "v1.36.3" }); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err = fleet(t, upgrade...)
+	if err != nil || !strings.Contains(out, "cluster/store-1: topology version v1.36.3 → v1.37.0 ordered; kubeadmcontrolplane "+kcp.Name+
+		" goes first (Cluster API replaces its 3 machine(s) one at a time on a spare host), then the MachineDeployments") {
+		t.Fatalf("upgrade with a spare host: %v\n%s", err, out)
+	}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "store-1"}, cluster); err != nil || cluster.Spec.Topology.Version != "v1.37.0" {
+		t.Fatalf("the topology's version after the upgrade: %q, %v", cluster.Spec.Topology.Version, err)
 	}
 
 	out, _, err = fleet(t, "delete", "cluster", "store-1", "-n", ns, "--wait", "--timeout", "2m")

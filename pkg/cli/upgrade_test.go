@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -96,13 +98,6 @@ func TestUpgradeClusterChecksThenOrders(t *testing.T) {
 		t.Errorf("cancelling a failed upgrade: %v\n%s%s", err, out, stderr)
 	}
 
-	// A KubeadmControlPlane replaces its Machines: refused for now.
-	cl := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "store"}}
-	must(setSpec(cl, func() {
-		cl.Spec.ControlPlaneRef = clusterv1.ContractVersionedObjectReference{APIGroup: controlplanev1.GroupVersion.Group,
-			Kind: "KubeadmControlPlane", Name: "store-control-plane"}
-	}))
-	refused("v1.36.3", "cluster store has a KubeadmControlPlane: fleet upgrades in place only clusters made with --control-plane=machines")
 }
 
 // Workers follow the control plane: their hosts are checked with the
@@ -169,5 +164,97 @@ func TestUpgradeClusterOrdersWorkersAfterTheControlPlane(t *testing.T) {
 	}
 	if cp, w := versions(); cp != "v1.36.3" || w != "v1.36.3" {
 		t.Fatalf("after the second run: control plane %s, workers %s", cp, w)
+	}
+}
+
+// A KubeadmControlPlane of one Machine rolls out onto a spare host:
+// refused, naming what is missing, while no free host its template
+// selects can run the version; ordered once one can. One of three with
+// maxSurge 0 is updated in place: its hosts are judged as plain Machines'.
+func TestUpgradeClusterWithAKubeadmControlPlane(t *testing.T) {
+	ctx := context.Background()
+	ns := "upgrade-kcp"
+	fleetOf(t, ns, 0)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	lbl := map[string]string{clusterv1.ClusterNameLabel: "store"}
+	must(env.Client.Create(ctx, &infrav1.EdgeMachineTemplate{ObjectMeta: metav1.ObjectMeta{Name: "store-control-plane", Namespace: ns},
+		Spec: infrav1.EdgeMachineTemplateSpec{Template: infrav1.EdgeMachineTemplateResource{Spec: infrav1.EdgeMachineSpec{
+			HostSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": "control-plane"}}}}}}))
+	kcp := &controlplanev1.KubeadmControlPlane{ObjectMeta: metav1.ObjectMeta{Name: "store-control-plane", Namespace: ns, Labels: lbl},
+		Spec: controlplanev1.KubeadmControlPlaneSpec{Replicas: ptr.To(int32(1)), Version: "v1.35.4",
+			MachineTemplate: controlplanev1.KubeadmControlPlaneMachineTemplate{Spec: controlplanev1.KubeadmControlPlaneMachineTemplateSpec{
+				InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "EdgeMachineTemplate", Name: "store-control-plane"}}}}}
+	must(env.Client.Create(ctx, kcp))
+	cl := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "store"}}
+	must(setSpec(cl, func() {
+		cl.Spec.ControlPlaneRef = clusterv1.ContractVersionedObjectReference{APIGroup: controlplanev1.GroupVersion.Group,
+			Kind: "KubeadmControlPlane", Name: "store-control-plane"}
+	}))
+	// host-01 runs the control plane's Machine.
+	h1 := &infrav1.EdgeHost{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "host-01"}}
+	must(setSpec(h1, func() {
+		h1.Labels = map[string]string{"role": "control-plane"}
+		h1.Spec.ClaimRef = &infrav1.HostClaimReference{Name: "store-cp-0", UID: "uid-cp-0"}
+	}))
+	must(setStatus(h1, func() {
+		h1.Status.KubernetesVersion, h1.Status.Facts.KubernetesVersions = "v1.35.4", []string{"v1.35.4", "v1.36.3"}
+	}))
+	version := func() string {
+		t.Helper()
+		got := &controlplanev1.KubeadmControlPlane{}
+		must(env.Client.Get(ctx, client.ObjectKeyFromObject(kcp), got))
+		return got.Spec.Version
+	}
+	upgrade := func() (string, error) {
+		out, stderr, err := fleet(t, "upgrade", "cluster", "store", "-n", ns, "--kubernetes-version", "v1.36.3")
+		return out + stderr, err
+	}
+	refused := func(want string) {
+		t.Helper()
+		out, err := upgrade()
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "nothing was changed") {
+			t.Errorf("upgrade: %v\n%s\nwant %q and \"nothing was changed\"", err, out, want)
+		}
+		if v := version(); v != "v1.35.4" {
+			t.Fatalf("a refused upgrade set the KubeadmControlPlane's version to %s", v)
+		}
+	}
+
+	refused(`kubeadmcontrolplane store-control-plane replaces its 1 machine(s) one at a time, each on a spare host (Cluster API v1.14 updates a ` +
+		`KubeadmControlPlane in place only with 3 or more replicas and maxSurge 0): it needs 1 free host(s) matching "role=control-plane" that can run v1.36.3, and there are 0`)
+	spare := &infrav1.EdgeHost{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "spare-01", Labels: map[string]string{"role": "control-plane"}}}
+	must(env.Client.Create(ctx, spare))
+	refused(`kubeadmcontrolplane store-control-plane may put its new Machine on any free host matching "role=control-plane", and not all can run v1.36.3: ` +
+		`EdgeHost spare-01 cannot get v1.36.3`)
+	must(setStatus(spare, func() { spare.Status.Facts.KubernetesVersions = []string{"v1.36.3"} }))
+	if _, _, err := fleet(t, "upgrade", "cluster", "store", "-n", ns, "--kubernetes-version", "v1.37.0"); err == nil ||
+		!strings.Contains(err.Error(), "kubeadmcontrolplane store-control-plane runs v1.35.4: v1.37.0 skips a minor version") {
+		t.Errorf("a skipped minor version: %v", err)
+	}
+	out, err := upgrade()
+	if err != nil || !strings.Contains(out, "kubeadmcontrolplane/store-control-plane: v1.35.4 → v1.36.3 ordered; Cluster API replaces its 1 machine(s) one at a time on a spare host") {
+		t.Fatalf("upgrade with a spare host: %v\n%s", err, out)
+	}
+	if v := version(); v != "v1.36.3" {
+		t.Fatalf("the KubeadmControlPlane's version is %s after the upgrade was ordered", v)
+	}
+
+	// Three replicas with maxSurge 0: in place, so each host is judged.
+	must(setSpec(kcp, func() {
+		kcp.Spec.Version, kcp.Spec.Replicas = "v1.35.4", ptr.To(int32(3))
+		kcp.Spec.Rollout.Strategy = controlplanev1.KubeadmControlPlaneRolloutStrategy{Type: controlplanev1.RollingUpdateStrategyType,
+			RollingUpdate: controlplanev1.KubeadmControlPlaneRolloutStrategyRollingUpdate{MaxSurge: ptr.To(intstr.FromInt32(0))}}
+	}))
+	must(setStatus(h1, func() { h1.Status.Facts.KubernetesVersions = []string{"v1.35.4"} }))
+	refused("machine store-cp-0: EdgeHost host-01 cannot get v1.36.3")
+	must(setStatus(h1, func() { h1.Status.Facts.KubernetesVersions = []string{"v1.35.4", "v1.36.3"} }))
+	out, err = upgrade()
+	if err != nil || !strings.Contains(out, "kubeadmcontrolplane/store-control-plane: v1.35.4 → v1.36.3 ordered; Cluster API updates its machines in place through the hub, one at a time") {
+		t.Fatalf("upgrade of three in place: %v\n%s", err, out)
 	}
 }

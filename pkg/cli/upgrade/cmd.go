@@ -17,14 +17,17 @@ func NewCmd(flags *kube.ConfigFlags, streams genericiooptions.IOStreams) *cobra.
 	cluster := &cobra.Command{
 		Use:   "cluster NAME --kubernetes-version vX.Y.Z [--wait]",
 		Short: "Upgrade a cluster's Kubernetes in place",
-		Long: "Moves a cluster made with --control-plane=machines to another Kubernetes version in place. The\n" +
-			"control-plane Machines go first, one at a time: each host's agent runs kubeadm upgrade, swaps the kubelet,\n" +
-			"waits for its Node, and puts the old version back if that fails. The MachineDeployments follow once the\n" +
-			"control plane runs the version (run the command again, or use --wait): Cluster API asks fleet's hub\n" +
-			"whether their Machines can be updated in place, and the hosts' agents do the same. No Machine is\n" +
-			"replaced and no host is reset, so a site needs no spare host. Before changing anything it refuses a\n" +
-			"downgrade, a skip of a minor version, and a version a host cannot get (staged under\n" +
-			"/opt/fleet/kubernetes/<version> on the host).",
+		Long: "Moves a cluster to another Kubernetes version, the control plane first, then the workers.\n\n" +
+			"A control plane of plain Machines (kubectl fleet create cluster --control-plane=machines, the one-host site)\n" +
+			"is upgraded in place, one Machine at a time: each host's agent runs kubeadm upgrade, swaps the kubelet,\n" +
+			"waits for its Node, and puts the old version back if that fails. A KubeadmControlPlane (or a ClusterClass\n" +
+			"cluster, whose topology version is set) is rolled out by Cluster API: in place through fleet's hub with 3\n" +
+			"or more replicas and maxSurge 0, otherwise onto a spare host per machine at a time, which must exist.\n\n" +
+			"The MachineDeployments follow once the control plane runs the version (run the command again, or use\n" +
+			"--wait; Cluster API moves a topology's by itself): Cluster API asks fleet's hub whether their Machines can\n" +
+			"be updated in place, and the hosts' agents do it, so with maxSurge 0 no worker needs a spare host.\n\n" +
+			"Before changing anything it refuses a downgrade, a skip of a minor version, a version a host cannot get\n" +
+			"(staged under /opt/fleet/kubernetes/<version> on the host), and a rollout with no spare host to go to.",
 		Example:           "  kubectl fleet upgrade cluster store-0042 --kubernetes-version v1.36.3 --wait",
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: completion.Clusters(flags),

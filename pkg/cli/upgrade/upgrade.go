@@ -65,8 +65,9 @@ type machine struct {
 	host *infrav1.EdgeHost
 }
 
-// Run checks every machine and host, then orders the control-plane
-// Machines one at a time and, once they run the version, the
+// Run checks every machine and host, then orders the control plane (its
+// plain Machines one at a time, or its KubeadmControlPlane, or the
+// Cluster's topology) and, once it runs the version, the
 // MachineDeployments, whose Machines Cluster API updates in place through
 // the hub's hooks.
 func (o *Options) Run(ctx context.Context) error {
@@ -78,16 +79,15 @@ func (o *Options) Run(ctx context.Context) error {
 		}
 		return o.conn.Explain(err)
 	}
-	if cluster.Spec.Topology.IsDefined() || cluster.Spec.ControlPlaneRef.Kind == "KubeadmControlPlane" {
-		return fmt.Errorf("cluster %s has a KubeadmControlPlane: fleet upgrades in place only clusters made with "+
-			"--control-plane=machines so far (a KubeadmControlPlane of Cluster API v1.14 replaces its Machines, "+
-			"which needs a spare host per machine); nothing was changed", o.Name)
+	kcp, err := o.getKubeadmControlPlane(ctx, cluster)
+	if err != nil {
+		return err
 	}
 	cps, workers, err := o.machines(ctx)
 	if err != nil {
 		return err
 	}
-	if len(cps) == 0 {
+	if len(cps) == 0 && kcp == nil {
 		return fmt.Errorf("cluster %s has no control-plane Machine to upgrade", o.Name)
 	}
 	mds := &clusterv1.MachineDeploymentList{}
@@ -104,48 +104,65 @@ func (o *Options) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := o.check(append(slices.Clone(cps), workers...)); err != nil {
-		return err
-	}
-	for i, mc := range cps {
-		if mc.m.Spec.Version != o.Version {
-			if err := o.order(ctx, mc); err != nil {
+	if kcp == nil {
+		if err := o.refuse(o.problems(append(slices.Clone(cps), workers...))); err != nil {
+			return err
+		}
+		if err := o.upgradeMachines(ctx, cps); err != nil {
+			return err
+		}
+	} else {
+		problems, err := o.checkKubeadmControlPlane(ctx, cluster, kcp, cps)
+		if err != nil {
+			return err
+		}
+		if err := o.refuse(append(problems, o.problems(workers)...)); err != nil {
+			return err
+		}
+		if err := o.orderKubeadmControlPlane(ctx, cluster, kcp); err != nil {
+			return err
+		}
+		if o.Wait {
+			if err := progress.Until(ctx, o.Out, o.Timeout, "kubeadmcontrolplane "+kcp.kcp.Name+" on "+o.Version, o.controlPlaneUpgraded(kcp.kcp.Name)); err != nil {
 				return err
 			}
 		}
-		// Control planes go one at a time: the next waits for the last.
-		if !o.Wait && i == len(cps)-1 {
-			break
-		}
-		if err := progress.Until(ctx, o.Out, o.Timeout, "machine "+mc.m.Name+" on "+o.Version, o.upgraded(mc.m.Name)); err != nil {
-			return err
-		}
 	}
-	// Kubelets must not be newer than their API server: workers follow a
-	// control plane that runs the version.
-	var pending []string
-	for i := range mds.Items {
-		if mds.Items[i].Spec.Template.Spec.Version != o.Version {
-			pending = append(pending, mds.Items[i].Name)
-		}
-	}
+	// A topology's MachineDeployments are Cluster API's to move, once
+	// the control plane runs the version.
+	topology := cluster.Spec.Topology.IsDefined()
 	if !o.Wait {
-		for _, mc := range cps {
-			if mc.host == nil || mc.host.Status.KubernetesVersion != o.Version {
-				if len(pending) > 0 {
-					fmt.Fprintf(o.Out, "workers: machinedeployment(s) %s follow once the control plane runs %s: "+
-						"run this command again then, or use --wait\n", strings.Join(pending, ", "), o.Version)
+		if topology {
+			return nil
+		}
+		// Kubelets must not be newer than their API server: workers
+		// follow a control plane that runs the version.
+		done, err := o.controlPlaneDone(ctx, kcp, cps)
+		if err != nil || !done {
+			var pending []string
+			for i := range mds.Items {
+				if mds.Items[i].Spec.Template.Spec.Version != o.Version {
+					pending = append(pending, mds.Items[i].Name)
 				}
-				return nil
 			}
+			if len(pending) > 0 {
+				fmt.Fprintf(o.Out, "workers: machinedeployment(s) %s follow once the control plane runs %s: "+
+					"run this command again then, or use --wait\n", strings.Join(pending, ", "), o.Version)
+			}
+			return err
 		}
 	}
 	for i := range mds.Items {
 		md := &mds.Items[i]
-		if md.Spec.Template.Spec.Version != o.Version {
+		switch {
+		case md.Spec.Template.Spec.Version == o.Version:
+		case !topology:
 			if err := o.orderDeployment(ctx, md); err != nil {
 				return err
 			}
+		case surge(md) > 0:
+			fmt.Fprintf(o.Out, "note: machinedeployment/%s rolls out with maxSurge %v: Cluster API adds a Machine first, which waits for a spare host\n",
+				md.Name, surge(md))
 		}
 		if o.Wait {
 			if err := progress.Until(ctx, o.Out, o.Timeout, "machinedeployment "+md.Name+" on "+o.Version, o.deploymentUpgraded(md.Name)); err != nil {
@@ -157,6 +174,40 @@ func (o *Options) Run(ctx context.Context) error {
 		fmt.Fprintf(o.Out, "cluster %s: %d control-plane and %d worker machine(s) on %s, Ready\n", o.Name, len(cps), len(workers), o.Version)
 	}
 	return nil
+}
+
+// upgradeMachines orders plain control-plane Machines one at a time, each
+// once the one before runs the version; without --wait it returns when the
+// last is ordered.
+func (o *Options) upgradeMachines(ctx context.Context, cps []machine) error {
+	for i, mc := range cps {
+		if mc.m.Spec.Version != o.Version {
+			if err := o.order(ctx, mc); err != nil {
+				return err
+			}
+		}
+		if !o.Wait && i == len(cps)-1 {
+			break
+		}
+		if err := progress.Until(ctx, o.Out, o.Timeout, "machine "+mc.m.Name+" on "+o.Version, o.upgraded(mc.m.Name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// controlPlaneDone tells whether the control plane runs the version now.
+func (o *Options) controlPlaneDone(ctx context.Context, kcp *kubeadmControlPlane, cps []machine) (bool, error) {
+	if kcp != nil {
+		_, done, err := o.controlPlaneUpgraded(kcp.kcp.Name)(ctx)
+		return done, err
+	}
+	for _, mc := range cps {
+		if mc.host == nil || mc.host.Status.KubernetesVersion != o.Version {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // machines returns the cluster's control-plane and worker Machines with
@@ -194,9 +245,10 @@ func (o *Options) machines(ctx context.Context) (cps, workers []machine, err err
 	return cps, workers, nil
 }
 
-// check refuses, before anything changes, a downgrade, a skipped minor
-// version, and a machine whose host cannot get the version, naming each.
-func (o *Options) check(machines []machine) error {
+// problems are why machines cannot move to the version in place: a
+// downgrade, a skipped minor version, a host that cannot get the version
+// or failed to move to it, each named.
+func (o *Options) problems(machines []machine) []string {
 	var problems []string
 	for _, mc := range machines {
 		name := "machine " + mc.m.Name
@@ -225,10 +277,15 @@ func (o *Options) check(machines []machine) error {
 			problems = append(problems, fmt.Sprintf("%s: %v", name, err))
 		}
 	}
-	if len(problems) > 0 {
-		return fmt.Errorf("cannot upgrade cluster %s to %s; nothing was changed:\n  %s", o.Name, o.Version, strings.Join(problems, "\n  "))
+	return problems
+}
+
+// refuse is the error for problems found before anything changed.
+func (o *Options) refuse(problems []string) error {
+	if len(problems) == 0 {
+		return nil
 	}
-	return nil
+	return fmt.Errorf("cannot upgrade cluster %s to %s; nothing was changed:\n  %s", o.Name, o.Version, strings.Join(problems, "\n  "))
 }
 
 // fetching counts the machines whose hosts are fetching version.
