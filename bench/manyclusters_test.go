@@ -80,23 +80,13 @@ func BenchmarkManyClusters(b *testing.B) {
 	}
 	ctrl.SetLogger(logr.Discard())
 	hubBin := buildHub(b)
-	capiBin := buildCAPIManager(b)
+	capiBin := goBuild(b, "./bench/capimanager", "capi-manager")
 	for range b.N {
 		m := &manyClusters{b: b, n: *clusterCount, hubBin: hubBin, capiBin: capiBin, dir: b.TempDir()}
 		m.run()
 	}
 }
 
-// buildCAPIManager builds bench/capimanager into a temporary directory.
-func buildCAPIManager(b *testing.B) string {
-	bin := filepath.Join(b.TempDir(), "capi-manager")
-	build := exec.Command("go", "build", "-o", bin, "./bench/capimanager")
-	build.Dir = ".."
-	if out, err := build.CombinedOutput(); err != nil {
-		b.Fatalf("building capimanager: %v\n%s", err, out)
-	}
-	return bin
-}
 
 type manyClusters struct {
 	b               *testing.B

@@ -80,6 +80,11 @@ func startClusterAPI(b *testing.B) {
 	capiCfg := rest.CopyConfig(env.Config)
 	capiCfg.QPS, capiCfg.Burst = 100, 200
 	capiOnce.Do(func() {
+		// As a management cluster runs them for fleet (docs/INSTALL.md):
+		// the Runtime SDK and in-place updates, behind gates.
+		if err := clusterapi.EnableFeatureGates(); err != nil {
+			b.Fatal(err)
+		}
 		o := clusterapi.Options{Name: "capi-bench", Concurrency: *capiConcurrency, ConnectionRetryInterval: 2 * time.Second,
 			GracefulShutdownTimeout: 5 * time.Second, SkipNameValidation: true, Logger: logr.Discard()}
 		core, err := clusterapi.NewCoreManager(ctx, capiCfg, env.Scheme, o)
@@ -115,12 +120,17 @@ func agentStateDir(b *testing.B, dir string) string {
 }
 
 // buildHub builds fleet-hub into a temporary directory.
-func buildHub(b *testing.B) string {
-	bin := filepath.Join(b.TempDir(), "fleet-hub")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/fleet-hub")
+func buildHub(b *testing.B) string { return goBuild(b, "./cmd/fleet-hub", "fleet-hub") }
+
+// goBuild builds the command pkg (relative to the module's root) into a
+// temporary directory as name, the process name the CPU tables show.
+func goBuild(b *testing.B, pkg, name string) string {
+	b.Helper()
+	bin := filepath.Join(b.TempDir(), name)
+	build := exec.Command("go", "build", "-o", bin, pkg)
 	build.Dir = ".."
 	if out, err := build.CombinedOutput(); err != nil {
-		b.Fatalf("building fleet-hub: %v\n%s", err, out)
+		b.Fatalf("building %s: %v\n%s", pkg, err, out)
 	}
 	return bin
 }

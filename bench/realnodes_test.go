@@ -46,7 +46,6 @@ import (
 	"github.com/edgefleet/fleet/internal/testkit/testhost"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/hub"
-	"github.com/edgefleet/fleet/pkg/hub/embedded/clusterapi"
 	"github.com/edgefleet/fleet/pkg/hub/gateway"
 	"github.com/edgefleet/fleet/pkg/hub/reach"
 	hubreconcilers "github.com/edgefleet/fleet/pkg/hub/reconcilers"
@@ -66,10 +65,6 @@ const (
 	realNodesVersion = "v1.36.3"
 )
 
-// The KubeadmControlPlane reconciler can start once per process, like the
-// others (bench/provisioning_test.go's capiOnce).
-var kcpOnce sync.Once
-
 // BenchmarkRealNodes times `kubectl fleet create cluster --wait` on two
 // real edge hosts (internal/testkit/testhost: boxes booted from the edge
 // image under real systemd, behind a site's NAT, reached by the hub only
@@ -85,13 +80,7 @@ func BenchmarkRealNodes(b *testing.B) {
 	kit := realNodesKit(b)
 	ctrl.SetLogger(logr.Discard())
 	startClusterAPI(b)
-	kcpOnce.Do(func() {
-		o := clusterapi.Options{Name: "kcp-bench", Concurrency: 4, ConnectionRetryInterval: 2 * time.Second,
-			GracefulShutdownTimeout: 5 * time.Second, SkipNameValidation: true, Logger: logr.Discard()}
-		kcp, err := clusterapi.NewKubeadmControlPlaneManager(context.Background(), env.Config, env.Scheme, o)
-		must(b, err)
-		go func() { _ = kcp.Start(context.Background()) }()
-	})
+	startKubeadmControlPlane(b)
 	for range b.N {
 		realNodes(b, kit)
 	}
@@ -110,18 +99,8 @@ func realNodesKit(b *testing.B) realNodesBinaries {
 	image, err := filepath.Abs(filepath.Join("..", "bin", "edge-image", "rootfs"))
 	must(b, err)
 	testhost.Require(b, image, "BenchmarkRealNodes's hosts")
-	dir := b.TempDir()
-	build := func(pkg, out string) string {
-		bin := filepath.Join(dir, out)
-		cmd := exec.Command("go", "build", "-o", bin, pkg)
-		cmd.Dir = ".."
-		if o, err := cmd.CombinedOutput(); err != nil {
-			b.Fatalf("building %s: %v\n%s", pkg, err, o)
-		}
-		return bin
-	}
-	return realNodesBinaries{image: image, agent: build("./cmd/fleet-agent", "fleet-agent"),
-		kubectlFleet: build("./cmd/kubectl-fleet", "kubectl-fleet")}
+	return realNodesBinaries{image: image, agent: goBuild(b, "./cmd/fleet-agent", "fleet-agent"),
+		kubectlFleet: goBuild(b, "./cmd/kubectl-fleet", "kubectl-fleet")}
 }
 
 // role is a machine's part in the cluster.

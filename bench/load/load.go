@@ -302,6 +302,7 @@ type Agents struct {
 
 	onDesired   func(int, *wire.DesiredState)
 	provisioner func(int, agent.Config) agent.Provisioner
+	upgrader    func(int, agent.Config) agent.Upgrader
 	releases    *Releases
 	perToken    int
 	// Disconnects counts why the agents' sessions ended.
@@ -344,6 +345,10 @@ type AgentOptions struct {
 	// Provisioner makes agent i's provisioner (default agenttest.Recorder:
 	// it records assignments and writes nothing).
 	Provisioner func(i int, cfg agent.Config) agent.Provisioner
+	// Upgrader, when set, makes agent i's in-place upgrader (default
+	// none: the agent reports no Kubernetes version and is never ordered
+	// to upgrade).
+	Upgrader func(i int, cfg agent.Config) agent.Upgrader
 	// Replicas, when set, spreads the agents' connections over several
 	// hub replicas, as the gateway Service would.
 	Replicas *Replicas
@@ -363,7 +368,7 @@ type Releases struct {
 
 // NewAgents prepares n agents (state dirs, and enrollment tokens, one per PerToken agents).
 func NewAgents(ctx context.Context, c client.Client, hub *Hub, o AgentOptions) (*Agents, error) {
-	a := &Agents{dir: o.Dir, hubURL: hub.URL, pin: hub.Pin, onDesired: o.OnDesired, provisioner: o.Provisioner, releases: o.Releases}
+	a := &Agents{dir: o.Dir, hubURL: hub.URL, pin: hub.Pin, onDesired: o.OnDesired, provisioner: o.Provisioner, upgrader: o.Upgrader, releases: o.Releases}
 	sources := max(o.Sources, 1)
 	perToken := o.PerToken
 	if perToken <= 0 {
@@ -453,10 +458,14 @@ func (a *Agents) launch(i int, gate <-chan struct{}) {
 	if a.provisioner != nil {
 		prov = a.provisioner(i, e.cfg)
 	}
+	var up agent.Upgrader
+	if a.upgrader != nil {
+		up = a.upgrader(i, e.cfg)
+	}
 	go func(done chan struct{}) {
 		defer close(done)
 		<-gate
-		a.run(ctx, i, e, prov)
+		a.run(ctx, i, e, prov, up)
 	}(e.done)
 }
 
@@ -481,7 +490,7 @@ func (a *Agents) Restart(i int) {
 // run runs agent i until ctx ends; with releases, it starts it again
 // with the release the launcher's rules choose whenever it stops to run
 // another (a trial that did not commit in time is rolled back then).
-func (a *Agents) run(ctx context.Context, i int, e *edge, prov agent.Provisioner) {
+func (a *Agents) run(ctx context.Context, i int, e *edge, prov agent.Provisioner, up agent.Upgrader) {
 	cfg := e.cfg
 	var store selfupdate.Store
 	var trial *selfupdate.Trial
@@ -492,6 +501,9 @@ func (a *Agents) run(ctx context.Context, i int, e *edge, prov agent.Provisioner
 	log := agentSink{reasons: &a.Disconnects, log: &e.log}.logger()
 	for {
 		ag := agent.New(cfg, prov, log)
+		if up != nil {
+			ag.UseUpgrader(up)
+		}
 		ag.OnDesired = func(d *wire.DesiredState) {
 			e.desiredAt.Store(time.Now().UnixNano())
 			if a.onDesired != nil {
@@ -557,6 +569,9 @@ func (a *Agents) Host(i int) string {
 	}
 	return creds.Identity.Host
 }
+
+// Root is agent i's host root directory.
+func (a *Agents) Root(i int) string { return a.edges[i].cfg.RootDir }
 
 // Len is the number of agents.
 func (a *Agents) Len() int { return len(a.edges) }

@@ -36,6 +36,20 @@ type Simulator struct {
 	Root string
 	// Out hears what kubeadm would print (nil: nothing).
 	Out io.Writer
+	// Version is that of the kubeadm run and of the kubelet it sets up
+	// ("" = DefaultVersion): the Node reports it, the static pods run it.
+	Version string
+}
+
+// DefaultVersion is the simulated kubeadm's and kubelet's version unless
+// a Simulator says otherwise: the edge image's.
+const DefaultVersion = "v1.36.3"
+
+func (s *Simulator) version() string {
+	if s.Version == "" {
+		return DefaultVersion
+	}
+	return s.Version
 }
 
 func (s *Simulator) path(p string) string { return filepath.Join(s.Root, p) }
@@ -46,10 +60,11 @@ func (s *Simulator) printf(format string, args ...any) {
 	}
 }
 
-// Run does `kubeadm <args>`: init, join (--config FILE) or reset.
+// Run does `kubeadm <args>`: init, join (--config FILE), upgrade apply
+// VERSION, upgrade node, or reset.
 func (s *Simulator) Run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: kubeadm init|join|reset …")
+		return errors.New("usage: kubeadm init|join|upgrade|reset …")
 	}
 	switch args[0] {
 	case "init", "join":
@@ -74,10 +89,12 @@ func (s *Simulator) Run(ctx context.Context, args []string) error {
 			return s.uploadConfig(ctx, *config)
 		}
 		return nil
+	case "upgrade":
+		return s.upgrade(ctx, args[1:])
 	case "reset":
 		return s.reset(ctx)
 	case "version":
-		s.printf("kubeadm version: fleet-node-simulator\n")
+		s.printf("kubeadm version: fleet-node-simulator %s\n", s.version())
 		return nil
 	default:
 		return fmt.Errorf("unsupported subcommand %q", args[0])
@@ -186,7 +203,7 @@ func (s *Simulator) register(ctx context.Context, r registration) error {
 		cond(corev1.NodeDiskPressure, corev1.ConditionFalse, "KubeletHasNoDiskPressure"),
 		cond(corev1.NodePIDPressure, corev1.ConditionFalse, "KubeletHasSufficientPID"),
 	}
-	n.Status.NodeInfo.KubeletVersion = "v1.36.3"
+	n.Status.NodeInfo.KubeletVersion = s.version()
 	if _, err := cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("marking node %s Ready: %w", name, err)
 	}
@@ -194,7 +211,7 @@ func (s *Simulator) register(ctx context.Context, r registration) error {
 		return err
 	}
 	if controlPlane {
-		if err := mirrorPods(ctx, cs, name); err != nil {
+		if err := s.staticPods(ctx, name); err != nil {
 			return err
 		}
 	}
@@ -268,9 +285,32 @@ func untaintNotReady(ctx context.Context, cs kubernetes.Interface, name string) 
 // the simulator's clusters use external etcd).
 var staticPods = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"}
 
+// staticPods writes, as kubeadm does, a manifest for each control-plane
+// component on the version s runs, and creates or updates, as the kubelet
+// does, its mirror pod, Running and Ready on that version.
+func (s *Simulator) staticPods(ctx context.Context, node string) error {
+	if err := os.MkdirAll(s.path(manifestsDir), 0o755); err != nil {
+		return err
+	}
+	for _, component := range staticPods {
+		manifest := fmt.Sprintf("apiVersion: v1\nkind: Pod\nmetadata:\n  name: %s\n  namespace: kube-system\nspec:\n  containers:\n  - name: %s\n    image: %s\n",
+			component, component, image(component, s.version()))
+		if err := os.WriteFile(s.path(filepath.Join(manifestsDir, component+".yaml")), []byte(manifest), 0o600); err != nil {
+			return err
+		}
+	}
+	return mirrorPods(ctx, s.Client, node, s.version())
+}
+
+// manifestsDir is where kubeadm writes the static pods' manifests.
+const manifestsDir = "/etc/kubernetes/manifests"
+
+func image(component, version string) string { return "registry.k8s.io/" + component + ":" + version }
+
 // mirrorPods creates, as the kubelet does for static pods, a mirror pod
-// for each control-plane component, Running and Ready.
-func mirrorPods(ctx context.Context, cs kubernetes.Interface, node string) error {
+// for each control-plane component, Running and Ready on version; one
+// already there is restarted on it.
+func mirrorPods(ctx context.Context, cs kubernetes.Interface, node, version string) error {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: metav1.NamespaceSystem}}
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating %s: %w", metav1.NamespaceSystem, err)
@@ -282,11 +322,17 @@ func mirrorPods(ctx context.Context, cs kubernetes.Interface, node string) error
 				Labels:      map[string]string{"component": component, "tier": "control-plane"},
 				Annotations: map[string]string{"kubernetes.io/config.mirror": "fleet-node-simulator", "kubernetes.io/config.source": "file"}},
 			Spec: corev1.PodSpec{NodeName: node, PriorityClassName: "system-node-critical",
-				Containers: []corev1.Container{{Name: component, Image: "registry.k8s.io/" + component + ":v1.36.3"}}},
+				Containers: []corev1.Container{{Name: component, Image: image(component, version)}}},
 		}
 		created, err := cs.CoreV1().Pods(metav1.NamespaceSystem).Create(ctx, pod, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
 			created, err = cs.CoreV1().Pods(metav1.NamespaceSystem).Get(ctx, pod.Name, metav1.GetOptions{})
+			if err == nil && created.Spec.Containers[0].Image != pod.Spec.Containers[0].Image {
+				// A pod's image may change in place, as the kubelet's
+				// mirror of a replaced static pod would.
+				created.Spec.Containers[0].Image = pod.Spec.Containers[0].Image
+				created, err = cs.CoreV1().Pods(metav1.NamespaceSystem).Update(ctx, created, metav1.UpdateOptions{})
+			}
 		}
 		if err != nil {
 			return fmt.Errorf("creating mirror pod %s: %w", pod.Name, err)
@@ -326,6 +372,9 @@ func (s *Simulator) reset(ctx context.Context) error {
 	}
 	if err := cs.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("removing node %s: %w", name, err)
+	}
+	if err := os.RemoveAll(s.path(manifestsDir)); err != nil {
+		return err
 	}
 	s.printf("[fleet-sim] node %s reset\n", name)
 	return os.Remove(s.path(nodeFile))
