@@ -104,7 +104,7 @@ func (h *pkiHost) serving(context.Context) (*x509.Certificate, error) {
 
 func (h *pkiHost) renewer() *kubeupgrade.Upgrader {
 	return kubeupgrade.New(kubeupgrade.Options{Root: h.root, StateDir: filepath.Join(h.root, "var/lib/fleet-agent"),
-		Runner: h, Units: h, Probe: h.fakeHost.serving(""), Serving: h.serving, ReadyTimeout: 3 * time.Second})
+		Runner: h, Units: h, Probe: h.fakeHost.serving(""), Serving: h.serving, ReadyTimeout: 3 * time.Second, SettleTime: -1})
 }
 
 // A renewal runs kubeadm, restarts every static pod (its manifest marked)
@@ -202,7 +202,7 @@ func TestInterruptedRenewalRestored(t *testing.T) {
 	old := h.read("etc/kubernetes/pki/apiserver.crt")
 	h.stuck = true
 	u := kubeupgrade.New(kubeupgrade.Options{Root: h.root, StateDir: filepath.Join(h.root, "var/lib/fleet-agent"),
-		Runner: h, Units: h, Probe: h.fakeHost.serving(""), Serving: h.serving, ReadyTimeout: time.Millisecond})
+		Runner: h, Units: h, Probe: h.fakeHost.serving(""), Serving: h.serving, ReadyTimeout: time.Millisecond, SettleTime: -1})
 	_ = u.RenewCertificates(context.Background(), "n1", func(string) {})
 	if _, err := os.Stat(filepath.Join(h.root, "var/lib/fleet-agent/certificates-renewal.json")); err != nil {
 		t.Fatalf("no journal after an unfinished restore: %v", err)

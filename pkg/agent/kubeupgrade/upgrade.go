@@ -53,6 +53,11 @@ type Options struct {
 	// Units restarts the kubelet; nil means the host cannot be upgraded
 	// (no service manager to restart it with).
 	Units provision.UnitRestarter
+	// SettleTime is how long the host must serve without a break before
+	// the upgrade counts done (default 20 s; negative: at once): a kubelet
+	// of another version may recreate the static pods a moment after it
+	// starts, taking the API server down again.
+	SettleTime time.Duration
 	// ReadyTimeout bounds the wait for the new version to serve (default
 	// 5 minutes), and that for the old one after a rollback.
 	ReadyTimeout time.Duration
@@ -89,6 +94,12 @@ func New(opts Options) *Upgrader {
 	}
 	if opts.ReadyTimeout <= 0 {
 		opts.ReadyTimeout = 5 * time.Minute
+	}
+	switch {
+	case opts.SettleTime == 0:
+		opts.SettleTime = 20 * time.Second
+	case opts.SettleTime < 0:
+		opts.SettleTime = 0
 	}
 	u := &Upgrader{opts: opts, root: opts.Root}
 	if opts.Probe == nil {
@@ -478,19 +489,29 @@ func (u *Upgrader) restartKubelet(ctx context.Context) error {
 	return nil
 }
 
-// waitServing polls until the host serves on version, or ReadyTimeout.
+// waitServing polls until the host has served on version for SettleTime
+// without a break, or ReadyTimeout.
 func (u *Upgrader) waitServing(ctx context.Context, version string, j *journal) error {
 	ctx, cancel := context.WithTimeout(ctx, u.opts.ReadyTimeout)
 	defer cancel()
 	var last error
+	var since time.Time // the first of the current run of good probes
 	for {
-		if last = u.opts.Probe(ctx, version, j.NodeName, j.ControlPlane); last == nil {
+		if last = u.opts.Probe(ctx, version, j.NodeName, j.ControlPlane); last != nil {
+			since = time.Time{}
+		} else if since.IsZero() {
+			since = time.Now()
+		}
+		if !since.IsZero() && time.Since(since) >= u.opts.SettleTime {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
+			if last == nil {
+				return fmt.Errorf("not serving on %s for %s without a break within %s", version, u.opts.SettleTime, u.opts.ReadyTimeout)
+			}
 			return fmt.Errorf("not serving on %s after %s: %w", version, u.opts.ReadyTimeout, last)
-		case <-time.After(2 * time.Second):
+		case <-time.After(min(2*time.Second, u.opts.SettleTime+time.Millisecond)):
 		}
 	}
 }

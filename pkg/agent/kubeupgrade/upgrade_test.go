@@ -104,7 +104,7 @@ func (h *fakeHost) serving(broken string) func(context.Context, string, string, 
 
 func (h *fakeHost) upgrader(broken string) *kubeupgrade.Upgrader {
 	return kubeupgrade.New(kubeupgrade.Options{Root: h.root, StateDir: filepath.Join(h.root, "var/lib/fleet-agent"),
-		Runner: h, Units: h, Probe: h.serving(broken), ReadyTimeout: 3 * time.Second, ClusterVersion: h.clusterVersion})
+		Runner: h, Units: h, Probe: h.serving(broken), ReadyTimeout: 3 * time.Second, SettleTime: -1, ClusterVersion: h.clusterVersion})
 }
 
 // clusterVersion is kubeadm-config's version: that of the first control
@@ -254,7 +254,7 @@ func TestInterruptedUpgradeRolledBack(t *testing.T) {
 	h := newFakeHost(t, "v1.35.4", "v1.36.3")
 	cut := errors.New("power cut")
 	u := kubeupgrade.New(kubeupgrade.Options{Root: h.root, StateDir: filepath.Join(h.root, "var/lib/fleet-agent"),
-		Runner: h, Units: h, Probe: func(context.Context, string, string, bool) error { return cut }, ReadyTimeout: time.Millisecond})
+		Runner: h, Units: h, Probe: func(context.Context, string, string, bool) error { return cut }, ReadyTimeout: time.Millisecond, SettleTime: -1})
 	// The first agent dies while waiting for the node: the probe never
 	// passes and its rollback cannot finish either.
 	_ = u.Upgrade(context.Background(), "v1.36.3", "n1", nil, func(string) {})
@@ -312,7 +312,7 @@ func TestStagedIsBounded(t *testing.T) {
 func TestUpgradeOfAnotherControlPlaneRunsUpgradeNode(t *testing.T) {
 	h := newFakeHost(t, "v1.35.4", "v1.36.3")
 	u := kubeupgrade.New(kubeupgrade.Options{Root: h.root, StateDir: filepath.Join(h.root, "var/lib/fleet-agent"),
-		Runner: h, Units: h, Probe: h.serving(""), ReadyTimeout: 3 * time.Second,
+		Runner: h, Units: h, Probe: h.serving(""), ReadyTimeout: 3 * time.Second, SettleTime: -1,
 		ClusterVersion: func(context.Context) (string, error) { return "v1.36.3", nil }})
 	var steps []string
 	if err := u.Upgrade(context.Background(), "v1.36.3", "n1", []byte(bootstrap), func(s string) { steps = append(steps, s) }); err != nil {
@@ -333,7 +333,7 @@ func TestUpgradeOfAWorkerTellsKubeadmItsJoinSettings(t *testing.T) {
 	join := strings.NewReplacer("/run/kubeadm/kubeadm.yaml", "/run/kubeadm/kubeadm-join-config.yaml",
 		"kind: InitConfiguration", "kind: JoinConfiguration", "kubeadm init", "kubeadm join").Replace(bootstrap)
 	u := kubeupgrade.New(kubeupgrade.Options{Root: h.root, StateDir: filepath.Join(h.root, "var/lib/fleet-agent"),
-		Runner: h, Units: h, ReadyTimeout: 3 * time.Second, Probe: func(_ context.Context, _, _ string, cp bool) error {
+		Runner: h, Units: h, ReadyTimeout: 3 * time.Second, SettleTime: -1, Probe: func(_ context.Context, _, _ string, cp bool) error {
 			if cp {
 				return errors.New("a worker probed as a control plane")
 			}
@@ -373,5 +373,28 @@ func TestInstallBeforeTheBootstrap(t *testing.T) {
 	}
 	if want := []string{"staging images of v1.36.3", "installing kubelet and kubeadm v1.36.3"}; !slices.Equal(steps, want) {
 		t.Errorf("steps %q, want %q", steps, want)
+	}
+}
+
+// A control plane that serves, then goes down again (a kubelet of the new
+// version recreating the static pods just after it starts), is not taken
+// for upgraded until it has served without a break for the settle time.
+func TestUpgradeWaitsForTheHostToSettle(t *testing.T) {
+	h := newFakeHost(t, "v1.35.4", "v1.36.3")
+	var probes []time.Time
+	u := kubeupgrade.New(kubeupgrade.Options{Root: h.root, StateDir: filepath.Join(h.root, "var/lib/fleet-agent"),
+		Runner: h, Units: h, ReadyTimeout: 5 * time.Second, SettleTime: 300 * time.Millisecond, ClusterVersion: h.clusterVersion,
+		Probe: func(context.Context, string, string, bool) error {
+			probes = append(probes, time.Now())
+			if len(probes) == 2 {
+				return errors.New("the API server is not ready: connection refused")
+			}
+			return nil
+		}})
+	if err := u.Upgrade(context.Background(), "v1.36.3", "n1", []byte(bootstrap), func(string) {}); err != nil {
+		t.Fatal(err)
+	}
+	if len(probes) < 4 || probes[len(probes)-1].Sub(probes[2]) < 300*time.Millisecond {
+		t.Errorf("done after %d probes over %s; want it to wait %s past the break", len(probes), probes[len(probes)-1].Sub(probes[0]), 300*time.Millisecond)
 	}
 }
