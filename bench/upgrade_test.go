@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -37,6 +39,9 @@ const (
 	upgradeTarget  = 300.0
 	apiDownTarget  = 60.0
 	readyzInterval = 100 * time.Millisecond
+	// afterSettle: how long /readyz must answer after the upgrade for the
+	// site to count as back.
+	afterSettle = 30 * time.Second
 )
 
 // BenchmarkInPlaceUpgrade times `kubectl fleet upgrade cluster --wait` on a
@@ -152,9 +157,10 @@ func inPlaceUpgrade(b *testing.B, kit realNodesBinaries, staged map[string]strin
 			case <-pollCtx.Done():
 				return
 			case at := <-t.C:
-				err := api.check(pollCtx)
+				p := poll{at: at, why: api.why(pollCtx)}
+				p.ok = p.why == ""
 				mu.Lock()
-				polls = append(polls, poll{at: at, ok: err == nil})
+				polls = append(polls, p)
 				mu.Unlock()
 			}
 		}
@@ -162,9 +168,32 @@ func inPlaceUpgrade(b *testing.B, kit realNodesBinaries, staged map[string]strin
 	load0 := loadAverage()
 	start := time.Now()
 	out, took := fleet("upgrade", "cluster", realNodesCluster, "--kubernetes-version", upgradeTo, "--wait", "--timeout", "15m")
+	returned := time.Now()
+	logf("kubectl fleet upgrade cluster --wait returned after %s", took.Round(time.Millisecond))
+	// The site may go down again after the command returns: poll until
+	// /readyz has answered for afterSettle without a break.
+	for deadline := returned.Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
+		mu.Lock()
+		lastBad := returned
+		for _, p := range polls {
+			if !p.ok && p.at.After(lastBad) {
+				lastBad = p.at
+			}
+		}
+		mu.Unlock()
+		if time.Since(lastBad) >= afterSettle {
+			break
+		}
+	}
 	stopPolling()
 	wg.Wait()
-	logf("kubectl fleet upgrade cluster --wait returned after %s", took.Round(time.Millisecond))
+	var after []poll
+	for _, p := range polls {
+		if !p.at.Before(returned) {
+			after = append(after, p)
+		}
+	}
+	_, downAfter, _ := downtime(after)
 
 	steps, err := upgradeSteps(h.UnitLog("fleet-agent.service"), start)
 	must(b, err)
@@ -183,11 +212,15 @@ func inPlaceUpgrade(b *testing.B, kit realNodesBinaries, staged map[string]strin
 	rep.Add(results.Figure{Key: "api-down-longest-s", Name: "the site's API server unavailable through the hub, longest stretch (GET /readyz every 100 ms)",
 		Value: longest.Seconds(), Unit: "s", Target: fmt.Sprintf("≤ %g s", apiDownTarget), Limit: results.Limit(apiDownTarget), Below: true})
 	rep.Add(results.Figure{Key: "api-down-total-s", Name: "… all stretches together", Value: total.Seconds(), Unit: "s"})
+	rep.Add(results.Figure{Key: "api-down-after-s", Name: fmt.Sprintf("… of which after the command returned (polled until %s without a break)", afterSettle),
+		Value: downAfter.Seconds(), Unit: "s"})
 	for i, s := range steps {
 		rep.Add(results.Figure{Key: fmt.Sprintf("step-%d-s", i+1), Name: "agent step: " + s.name, Value: s.took.Seconds(), Unit: "s"})
 	}
 	b.ReportMetric(took.Seconds(), "s-upgrade")
 	b.ReportMetric(longest.Seconds(), "s-api-down")
+	rep.Tables = append(rep.Tables, pollCauses(polls, start))
+	rep.Tables = append(rep.Tables, containerTimeline(h, start))
 	rep.Notes = append(rep.Notes,
 		fmt.Sprintf("Load average (1 min) of the machine when the upgrade started: %s; when it ended: %s.", load0, loadAverage()),
 		fmt.Sprintf("The upgrade ran on this machine's 2 cores beside the hub's API server and etcd and Cluster API's and fleet's reconcilers; the "+
@@ -218,10 +251,140 @@ func (r readyz) check(ctx context.Context) error {
 	return r.rc.Get().AbsPath("/readyz").Timeout(time.Second).Do(ctx).Error()
 }
 
+// why asks /readyz?verbose and says what is not ready: the checks the API
+// server lists as failed, or how the request failed ("" when ready).
+func (r readyz) why(ctx context.Context) string {
+	body, err := r.rc.Get().AbsPath("/readyz").Param("verbose", "").Timeout(time.Second).DoRaw(ctx)
+	if err == nil {
+		return ""
+	}
+	var failed []string
+	for _, line := range strings.Split(string(body), "\n") {
+		if name, ok := strings.CutPrefix(line, "[-]"); ok && len(strings.Fields(name)) > 0 {
+			failed = append(failed, strings.Fields(name)[0])
+		}
+	}
+	if len(failed) > 0 {
+		return "API server up, not ready: " + strings.Join(failed, ", ")
+	}
+	msg := err.Error()
+	for _, cause := range []string{"connection refused", "connection reset", "EOF", "deadline exceeded", "Timeout", "timeout"} {
+		if strings.Contains(msg, cause) {
+			return "no answer: " + cause
+		}
+	}
+	return "no answer: " + tailString(msg, 120)
+}
+
 type poll struct {
 	at time.Time
 	ok bool
+	// why the poll failed (readyz.why).
+	why string
 }
+
+// pollCauses groups failed polls by why, with when each cause was first
+// and last seen, in seconds after start.
+func pollCauses(polls []poll, start time.Time) results.Table {
+	t := results.Table{Title: "Why /readyz failed during the upgrade (each failed poll's /readyz?verbose)",
+		Header: []string{"cause", "failed polls", "first (s after the command)", "last"}}
+	type span struct {
+		n           int
+		first, last time.Time
+	}
+	var order []string
+	by := map[string]*span{}
+	for _, p := range polls {
+		if p.ok {
+			continue
+		}
+		s := by[p.why]
+		if s == nil {
+			s = &span{first: p.at}
+			by[p.why] = s
+			order = append(order, p.why)
+		}
+		s.n++
+		s.last = p.at
+	}
+	for _, why := range order {
+		s := by[why]
+		t.Rows = append(t.Rows, []string{why, fmt.Sprint(s.n), fmt.Sprintf("%.1f", s.first.Sub(start).Seconds()), fmt.Sprintf("%.1f", s.last.Sub(start).Seconds())})
+	}
+	return t
+}
+
+// containerTimeline is when containerd created, started and stopped each
+// control-plane container on the host during the upgrade (its journal), in
+// seconds after start: which restarts the API server's unavailability is
+// made of.
+func containerTimeline(h *testhost.Host, start time.Time) results.Table {
+	t := results.Table{Title: "The host's control-plane containers during the upgrade (containerd's journal; seconds after the command)",
+		Header: []string{"container", "created", "started", "stop asked", "stopped"}}
+	type container struct {
+		name                            string
+		created, started, stop, stopped time.Time
+	}
+	byID := map[string]*container{}
+	var order []*container
+	for _, line := range strings.Split(h.UnitLog("containerd.service"), "\n") {
+		m := containerdLine.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, m[1])
+		if err != nil || at.Before(start) {
+			continue
+		}
+		msg := m[2]
+		if c := createdContainer.FindStringSubmatch(msg); c != nil {
+			byID[c[2]] = &container{name: c[1], created: at}
+			order = append(order, byID[c[2]])
+			continue
+		}
+		id := containerID.FindStringSubmatch(msg)
+		if id == nil {
+			continue
+		}
+		c := byID[id[1]]
+		if c == nil {
+			// A container from before the upgrade (its name is not in
+			// the journal read): named by its id.
+			c = &container{name: "(running before) " + id[1][:12]}
+			byID[id[1]] = c
+			order = append(order, c)
+		}
+		switch {
+		case strings.HasPrefix(msg, `StartContainer for`) && strings.HasSuffix(msg, "returns successfully"):
+			c.started = at
+		case strings.HasPrefix(msg, `StopContainer for`) && strings.Contains(msg, "with timeout"):
+			c.stop = at
+		case strings.HasPrefix(msg, `StopContainer for`) && strings.HasSuffix(msg, "returns successfully"):
+			c.stopped = at
+		}
+	}
+	at := func(x time.Time) string {
+		if x.IsZero() {
+			return "—"
+		}
+		return fmt.Sprintf("%.1f", x.Sub(start).Seconds())
+	}
+	controlPlane := []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"}
+	for _, c := range order {
+		if c.created.IsZero() && c.stop.IsZero() || !c.created.IsZero() && !slices.Contains(controlPlane, c.name) {
+			continue
+		}
+		t.Rows = append(t.Rows, []string{c.name, at(c.created), at(c.started), at(c.stop), at(c.stopped)})
+	}
+	return t
+}
+
+var (
+	// containerd logs time="…" level=… msg="…".
+	containerdLine   = regexp.MustCompile(`time="([^"]+)".*? msg="((?:[^"\\]|\\.)*)"`)
+	createdContainer = regexp.MustCompile(`ContainerMetadata\{Name:([a-z-]+),.*returns container id \\"([0-9a-f]{64})\\"`)
+	containerID      = regexp.MustCompile(`for \\"([0-9a-f]{64})\\"`)
+)
 
 // downtime is the longest run of failed polls and all of them together,
 // each run counted from its first failed poll to the next good one.

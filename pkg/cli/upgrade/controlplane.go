@@ -166,7 +166,7 @@ func (o *Options) orderKubeadmControlPlane(ctx context.Context, cluster *cluster
 	}
 	how := fmt.Sprintf("Cluster API replaces its %d machine(s) one at a time on a spare host", ptr.Deref(cp.kcp.Spec.Replicas, 1))
 	if cp.inPlace {
-		how = "Cluster API updates its machines in place through the hub, one at a time"
+		how = "Cluster API updates its machines one at a time, in place through the hub's hooks where they allow, else by replacing each on its own host"
 	}
 	if cluster.Spec.Topology.IsDefined() {
 		fmt.Fprintf(o.Out, "cluster/%s: topology version %s → %s ordered; kubeadmcontrolplane %s goes first (%s), then the MachineDeployments\n",
