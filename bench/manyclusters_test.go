@@ -87,7 +87,6 @@ func BenchmarkManyClusters(b *testing.B) {
 	}
 }
 
-
 type manyClusters struct {
 	b               *testing.B
 	n               int

@@ -112,7 +112,6 @@ func startKubeadmControlPlane(b *testing.B) {
 	})
 }
 
-
 // hostUpgrade is when one host passed the stages of its upgrade.
 type hostUpgrade struct {
 	ordered, running, done time.Time
