@@ -4,9 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/runtime"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	"sigs.k8s.io/cluster-api/util/labels/format"
@@ -68,8 +72,63 @@ func (h *Handlers) CanUpdateMachine(ctx context.Context, req *runtimehooksv1.Can
 		resp.Message = "not in place: " + err.Error()
 		return
 	}
+	gates, err := versionGatesPatch(req.Current.BootstrapConfig, req.Desired.BootstrapConfig)
+	if err != nil {
+		resp.Message = "not in place: " + err.Error()
+		return
+	}
 	resp.MachinePatch = versionPatch("/spec/version", want)
+	resp.BootstrapConfigPatch = gates
 	resp.Message = fmt.Sprintf("the host's agent upgrades to %s in place", want)
+}
+
+// versionGates are the kubeadm feature gates KubeadmControlPlane sets or
+// drops by Kubernetes version alone (ControlPlaneKubeletLocalMode: on from
+// v1.31, dropped at v1.36, where it graduated), so they differ between a
+// Machine's KubeadmConfig and the desired one across such a version.
+// `kubeadm upgrade` on the host takes the cluster's configuration as
+// Cluster API writes it; nothing of the host needs changing for them.
+var versionGates = map[string]bool{"ControlPlaneKubeletLocalMode": true}
+
+// versionGatesPatch makes current's kubeadm feature gates desired's when
+// they differ only in versionGates: KubeadmControlPlane compares the whole
+// KubeadmConfig, and goes in place only if the patched current equals the
+// desired. Any other difference gets no patch, and so a replacement.
+func versionGatesPatch(current, desired runtime.RawExtension) (runtimehooksv1.Patch, error) {
+	gates := func(raw runtime.RawExtension) (map[string]bool, error) {
+		if len(raw.Raw) == 0 {
+			return nil, nil
+		}
+		var c bootstrapv1.KubeadmConfig
+		if err := json.Unmarshal(raw.Raw, &c); err != nil {
+			return nil, fmt.Errorf("reading the KubeadmConfig: %w", err)
+		}
+		return c.Spec.ClusterConfiguration.FeatureGates, nil
+	}
+	cur, err := gates(current)
+	if err != nil {
+		return runtimehooksv1.Patch{}, err
+	}
+	want, err := gates(desired)
+	if err != nil {
+		return runtimehooksv1.Patch{}, err
+	}
+	if maps.Equal(cur, want) {
+		return runtimehooksv1.Patch{}, nil
+	}
+	for _, g := range slices.Concat(slices.Collect(maps.Keys(cur)), slices.Collect(maps.Keys(want))) {
+		cv, cok := cur[g]
+		if wv, wok := want[g]; !versionGates[g] && (cv != wv || cok != wok) {
+			// Another gate changed: not the version's doing.
+			return runtimehooksv1.Patch{}, nil
+		}
+	}
+	op := []map[string]any{{"op": "add", "path": "/spec/clusterConfiguration/featureGates", "value": want}}
+	if len(want) == 0 {
+		op = []map[string]any{{"op": "remove", "path": "/spec/clusterConfiguration/featureGates"}}
+	}
+	p, err := json.Marshal(op)
+	return runtimehooksv1.Patch{PatchType: runtimehooksv1.JSONPatchType, Patch: p}, err
 }
 
 // UpdateMachine reports the host's progress towards the Machine's version:

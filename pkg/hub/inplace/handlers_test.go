@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -133,5 +134,48 @@ func TestUpdateMachineReportsTheHostsProgress(t *testing.T) {
 	h.UpdateMachine(context.Background(), &req, resp)
 	if resp.Status != runtimehooksv1.ResponseStatusFailure || !strings.Contains(resp.Message, "machine m-a: reading EdgeMachine em-a") {
 		t.Errorf("a Machine without its EdgeMachine: %s %q", resp.Status, resp.Message)
+	}
+}
+
+// KubeadmControlPlane compares a Machine's whole KubeadmConfig with the
+// desired one, and the gate it sets by version alone differs across
+// v1.36: the answer patches the gates to the desired ones, and only when
+// nothing else of them changed.
+func TestCanUpdateMachineFollowsTheVersionsKubeadmGates(t *testing.T) {
+	config := func(gates string) runtime.RawExtension {
+		spec := `{"clusterConfiguration":{"apiServer":{"certSANs":["a"]}}}`
+		if gates != "" {
+			spec = `{"clusterConfiguration":{"apiServer":{"certSANs":["a"]},"featureGates":` + gates + `}}`
+		}
+		return runtime.RawExtension{Raw: []byte(`{"apiVersion":"bootstrap.cluster.x-k8s.io/v1beta2","kind":"KubeadmConfig","metadata":{"name":"m-a"},"spec":` + spec + `}`)}
+	}
+	for _, tc := range []struct {
+		name, current, desired, patch string
+	}{
+		{"the gate dropped at v1.36", `{"ControlPlaneKubeletLocalMode":true}`, "", `[{"op":"remove","path":"/spec/clusterConfiguration/featureGates"}]`},
+		{"the gate dropped, another kept", `{"ControlPlaneKubeletLocalMode":true,"X":true}`, `{"X":true}`, `[{"op":"add","path":"/spec/clusterConfiguration/featureGates","value":{"X":true}}]`},
+		{"the same gates", `{"X":true}`, `{"X":true}`, ""},
+		{"another gate changed", `{"ControlPlaneKubeletLocalMode":true,"X":true}`, `{"X":false}`, ""},
+		{"another gate added", "", `{"X":true}`, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &Handlers{Client: site(ready("v1.35.4", "v1.36.3"))}
+			cur, want := clusterv1.Machine{}, clusterv1.Machine{}
+			cur.Namespace, cur.Name, cur.Spec.Version = ns, "m-a", "v1.35.4"
+			cur.Spec.InfrastructureRef = clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "EdgeMachine", Name: "em-a"}
+			want = *cur.DeepCopy()
+			want.Spec.Version = "v1.36.3"
+			resp := &runtimehooksv1.CanUpdateMachineResponse{}
+			h.CanUpdateMachine(context.Background(), &runtimehooksv1.CanUpdateMachineRequest{
+				Current: runtimehooksv1.CanUpdateMachineRequestObjects{Machine: cur, BootstrapConfig: config(tc.current)},
+				Desired: runtimehooksv1.CanUpdateMachineRequestObjects{Machine: want, BootstrapConfig: config(tc.desired)},
+			}, resp)
+			if got := string(resp.MachinePatch.Patch); got != `[{"op":"add","path":"/spec/version","value":"v1.36.3"}]` {
+				t.Errorf("machine patch %s (message %q)", got, resp.Message)
+			}
+			if got := string(resp.BootstrapConfigPatch.Patch); got != tc.patch {
+				t.Errorf("bootstrap config patch %s, want %q", got, tc.patch)
+			}
+		})
 	}
 }
