@@ -187,7 +187,7 @@ func TestCreateScaleDescribeDeleteTopologyCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := setStatus(kcp, func() { kcp.Status.Version = "v1.36.3" }); err != nil {
+	if err := setStatus(kcp, func() { kcp.Status.Version = "v1.36.3" }); err != nil { //nolint:staticcheck // Cluster API's webhook reads this field
 		t.Fatal(err)
 	}
 	out, _, err = fleet(t, upgrade...)

@@ -8,57 +8,10 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"regexp"
 	"strings"
+
+	"github.com/edgefleet/fleet/pkg/contract/ociref"
 )
-
-// Scheme starts a reference: oci://REGISTRY[:PORT]/REPOSITORY[:TAG].
-const Scheme = "oci://"
-
-// Ref is a repository in a registry.
-type Ref struct {
-	// Registry is host[:port], reached over https.
-	Registry string
-	// Repository is the path of the repository in it.
-	Repository string
-}
-
-// repository is the distribution spec's repository name grammar.
-var repository = regexp.MustCompile(`^[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*(/[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*)*$`)
-
-// IsRef tells whether s is an oci:// reference (Parse says if it is a
-// good one).
-func IsRef(s string) bool { return strings.HasPrefix(s, Scheme) }
-
-// Parse reads oci://REGISTRY/REPOSITORY, with an optional :TAG or @DIGEST
-// after it, which only names the artifact for people: the blob is fetched
-// by the archive's sha256.
-func Parse(s string) (Ref, error) {
-	rest, ok := strings.CutPrefix(s, Scheme)
-	if !ok {
-		return Ref{}, fmt.Errorf("%q is not an %sREGISTRY/REPOSITORY reference", s, Scheme)
-	}
-	registry, repo, ok := strings.Cut(rest, "/")
-	if !ok || registry == "" {
-		return Ref{}, fmt.Errorf("%q names no repository: want %sREGISTRY/REPOSITORY[:TAG]", s, Scheme)
-	}
-	if u, err := url.Parse("https://" + registry); err != nil || u.Host != registry || u.User != nil {
-		return Ref{}, fmt.Errorf("%q: %q is not a registry host[:port]", s, registry)
-	}
-	repo, _, _ = strings.Cut(repo, "@")
-	if i := strings.LastIndexByte(repo, ':'); i > strings.LastIndexByte(repo, '/') {
-		repo = repo[:i]
-	}
-	if !repository.MatchString(repo) {
-		return Ref{}, fmt.Errorf("%q: %q is not a repository name (lower-case letters, digits, separators)", s, repo)
-	}
-	return Ref{Registry: registry, Repository: repo}, nil
-}
-
-// BlobURL is where the blob of digest sha256:hex is.
-func (r Ref) BlobURL(sha256Hex string) string {
-	return "https://" + r.Registry + "/v2/" + r.Repository + "/blobs/sha256:" + sha256Hex
-}
 
 // maxTokenResponse bounds what a token endpoint may send.
 const maxTokenResponse = 1 << 20
@@ -67,7 +20,7 @@ const maxTokenResponse = 1 << 20
 // fields (a Range), answering a bearer-token challenge once with an
 // anonymous pull token. The caller reads and closes the response, whatever
 // its status.
-func Get(ctx context.Context, client *http.Client, ref Ref, sha256Hex string, header http.Header) (*http.Response, error) {
+func Get(ctx context.Context, client *http.Client, ref ociref.Ref, sha256Hex string, header http.Header) (*http.Response, error) {
 	get := func(token string) (*http.Response, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, ref.BlobURL(sha256Hex), nil)
 		if err != nil {
@@ -97,7 +50,7 @@ func Get(ctx context.Context, client *http.Client, ref Ref, sha256Hex string, he
 
 // anonymousToken answers a Bearer challenge: the token the realm gives for
 // pulling the repository without credentials.
-func anonymousToken(ctx context.Context, client *http.Client, ref Ref, challenge string) (string, error) {
+func anonymousToken(ctx context.Context, client *http.Client, ref ociref.Ref, challenge string) (string, error) {
 	scheme, params, _ := strings.Cut(challenge, " ")
 	if !strings.EqualFold(scheme, "Bearer") {
 		return "", fmt.Errorf("asks for credentials (%q); fleet pulls anonymously: make the repository public, or carry the archive by url or through the hub", challenge)

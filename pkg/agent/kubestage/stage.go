@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/edgefleet/fleet/pkg/contract/ociref"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
 	"github.com/edgefleet/fleet/pkg/ociblob"
 )
@@ -152,7 +153,7 @@ type Source interface {
 
 // source is where o's archive comes from.
 func (s *Stager) source(o wire.StageOrder) (Source, error) {
-	if ociblob.IsRef(o.URL) {
+	if ociref.IsRef(o.URL) {
 		return ociSource{s.opts.Client}, nil
 	}
 	if !o.Hub {
@@ -287,7 +288,7 @@ func (h httpSource) Open(ctx context.Context, o wire.StageOrder, have int64) (io
 type ociSource struct{ client *http.Client }
 
 func (s ociSource) Open(ctx context.Context, o wire.StageOrder, have int64) (io.ReadCloser, int64, int64, error) {
-	ref, err := ociblob.Parse(o.URL)
+	ref, err := ociref.Parse(o.URL)
 	if err != nil {
 		return nil, 0, 0, &Error{Err: fmt.Errorf("%s: %w", o.Version, err), Permanent: true}
 	}

@@ -160,7 +160,7 @@ func (o *Options) orderKubeadmControlPlane(ctx context.Context, cluster *cluster
 		case apierrors.IsInvalid(err):
 			// Cluster API's webhooks refuse a version while the control
 			// plane is still provisioning or rolling out another.
-			return fmt.Errorf("Cluster API refused %s %s; nothing was changed: %w", path, o.Version, err)
+			return fmt.Errorf("refused by Cluster API, %s %s; nothing was changed: %w", path, o.Version, err)
 		}
 		return o.conn.Explain(err)
 	}

@@ -16,7 +16,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/edgefleet/fleet/pkg/ociblob"
+	"github.com/edgefleet/fleet/pkg/contract/ociref"
 )
 
 // MaxFrameSize bounds one control-stream frame. Bootstrap data from CABPK
@@ -338,8 +338,8 @@ func (o StageOrder) validate() error {
 	if len(o.URL) > 2048 {
 		return fmt.Errorf("%s: url is longer than 2048 bytes", o.Version)
 	}
-	if ociblob.IsRef(o.URL) {
-		if _, err := ociblob.Parse(o.URL); err != nil {
+	if ociref.IsRef(o.URL) {
+		if _, err := ociref.Parse(o.URL); err != nil {
 			return fmt.Errorf("%s: %w", o.Version, err)
 		}
 		return nil

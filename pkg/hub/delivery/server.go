@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sync/singleflight"
 	"golang.org/x/time/rate"
 
+	"github.com/edgefleet/fleet/pkg/contract/ociref"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
 	"github.com/edgefleet/fleet/pkg/ociblob"
@@ -384,8 +385,8 @@ func (s *Server) prune(ctx context.Context) {
 // get asks for url: over HTTP, or for the blob of digest sha256:sha of
 // an oci:// repository.
 func (s *Server) get(ctx context.Context, url, sha string) (*http.Response, error) {
-	if ociblob.IsRef(url) {
-		ref, err := ociblob.Parse(url)
+	if ociref.IsRef(url) {
+		ref, err := ociref.Parse(url)
 		if err != nil {
 			return nil, err
 		}

@@ -160,10 +160,10 @@ func TestCanUpdateMachineFollowsTheVersionsKubeadmGates(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &Handlers{Client: site(ready("v1.35.4", "v1.36.3"))}
-			cur, want := clusterv1.Machine{}, clusterv1.Machine{}
+			cur := clusterv1.Machine{}
 			cur.Namespace, cur.Name, cur.Spec.Version = ns, "m-a", "v1.35.4"
 			cur.Spec.InfrastructureRef = clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "EdgeMachine", Name: "em-a"}
-			want = *cur.DeepCopy()
+			want := *cur.DeepCopy()
 			want.Spec.Version = "v1.36.3"
 			resp := &runtimehooksv1.CanUpdateMachineResponse{}
 			h.CanUpdateMachine(context.Background(), &runtimehooksv1.CanUpdateMachineRequest{

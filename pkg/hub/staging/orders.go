@@ -10,9 +10,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/edgefleet/fleet/pkg/contract/hostupgrade"
+	"github.com/edgefleet/fleet/pkg/contract/ociref"
 	infrav1 "github.com/edgefleet/fleet/pkg/contract/v1alpha1"
 	"github.com/edgefleet/fleet/pkg/contract/wire"
-	"github.com/edgefleet/fleet/pkg/ociblob"
 )
 
 // Selects reports whether rel is for h: h is in its namespace, matches its
@@ -91,7 +91,7 @@ func Needs(rel *infrav1.EdgeKubernetesRelease, h *infrav1.EdgeHost) string {
 	switch a := rel.Artifact(h.Status.Facts.Arch); {
 	case rel.ThroughHub():
 		return wire.CapabilityStageFromHub
-	case a != nil && ociblob.IsRef(a.URL):
+	case a != nil && ociref.IsRef(a.URL):
 		return wire.CapabilityStageFromOCI
 	}
 	return ""
