@@ -193,45 +193,56 @@ func (o *Options) controlPlaneUpgraded(name string) progress.Check {
 			kube.HasLabels{clusterv1.MachineControlPlaneLabel}); err != nil {
 			return "", false, o.conn.Explain(err)
 		}
-		slices.SortFunc(list.Items, func(a, b clusterv1.Machine) int { return strings.Compare(a.Name, b.Name) })
 		want := int(ptr.Deref(kcp.Spec.Replicas, 1))
-		done, all, waiting := 0, 0, ""
-		for i := range list.Items {
-			m := &list.Items[i]
-			all++
-			_, updating := m.Annotations[clusterv1.UpdateInProgressAnnotation]
-			if m.DeletionTimestamp.IsZero() && m.Spec.Version == o.Version && m.Status.NodeInfo != nil && m.Status.NodeInfo.KubeletVersion == o.Version &&
-				nodeHealthy(m) && !updating && !conditionTrue(m.Status.Conditions, clusterv1.MachineUpdatingCondition) {
-				done++
-				continue
-			}
-			if waiting != "" {
-				continue
-			}
-			waiting = "machine " + m.Name
-			if !m.DeletionTimestamp.IsZero() {
-				waiting += " is being deleted"
-				continue
-			}
-			em := &infrav1.EdgeMachine{}
-			if err := c.Get(ctx, kube.ObjectKey{Namespace: ns, Name: m.Spec.InfrastructureRef.Name}, em); err == nil {
-				// Upfront checks refuse repeating a failed order, so a
-				// failure here is this order's.
-				if cond := meta.FindStatusCondition(em.Status.Conditions, infrav1.KubernetesVersionCondition); cond != nil &&
-					cond.Reason == infrav1.UpgradeFailedReason && m.Spec.Version == o.Version {
-					return "", false, fmt.Errorf("machine %s: %s", m.Name, cond.Message)
-				}
-				if why := edgeMachineWaiting(em); why != "" {
-					waiting += ": " + why
-				}
-			}
+		done, waiting, err := o.machinesOnVersion(ctx, list.Items)
+		if err != nil {
+			return "", false, err
 		}
 		line := fmt.Sprintf("kubeadmcontrolplane %s: %d/%d machine(s) on %s, Ready", name, done, want, o.Version)
 		if waiting != "" {
 			line += "; " + waiting
 		}
-		return line, done == want && all == want, nil
+		return line, done == want && len(list.Items) == want, nil
 	}
+}
+
+// machinesOnVersion counts the Machines done: on the version, their Node
+// healthy, not on the way out, and Cluster API's in-place update finished
+// too. It says why the first other one waits, from its EdgeMachine, and
+// fails when that one's host failed this order.
+func (o *Options) machinesOnVersion(ctx context.Context, machines []clusterv1.Machine) (done int, waiting string, err error) {
+	slices.SortFunc(machines, func(a, b clusterv1.Machine) int { return strings.Compare(a.Name, b.Name) })
+	for i := range machines {
+		m := &machines[i]
+		_, updating := m.Annotations[clusterv1.UpdateInProgressAnnotation]
+		if m.DeletionTimestamp.IsZero() && m.Spec.Version == o.Version && m.Status.NodeInfo != nil && m.Status.NodeInfo.KubeletVersion == o.Version &&
+			nodeHealthy(m) && !updating && !conditionTrue(m.Status.Conditions, clusterv1.MachineUpdatingCondition) {
+			done++
+			continue
+		}
+		if waiting != "" {
+			continue
+		}
+		waiting = "machine " + m.Name
+		if !m.DeletionTimestamp.IsZero() {
+			waiting += " is being deleted"
+			continue
+		}
+		em := &infrav1.EdgeMachine{}
+		if err := o.conn.Client.Get(ctx, kube.ObjectKey{Namespace: o.conn.Namespace, Name: m.Spec.InfrastructureRef.Name}, em); err != nil {
+			continue
+		}
+		// Upfront checks refuse repeating a failed order, so a failure
+		// here is this order's.
+		if cond := meta.FindStatusCondition(em.Status.Conditions, infrav1.KubernetesVersionCondition); cond != nil &&
+			cond.Reason == infrav1.UpgradeFailedReason && m.Spec.Version == o.Version {
+			return done, waiting, fmt.Errorf("machine %s: %s", m.Name, cond.Message)
+		}
+		if why := edgeMachineWaiting(em); why != "" {
+			waiting += ": " + why
+		}
+	}
+	return done, waiting, nil
 }
 
 // edgeMachineWaiting is what an EdgeMachine waits for, from the first of

@@ -407,33 +407,9 @@ func (o *Options) deploymentUpgraded(name string) progress.Check {
 		if err := c.List(ctx, list, kube.InNamespace(ns), kube.MatchingLabels{clusterv1.MachineDeploymentNameLabel: name}); err != nil {
 			return "", false, o.conn.Explain(err)
 		}
-		slices.SortFunc(list.Items, func(a, b clusterv1.Machine) int { return strings.Compare(a.Name, b.Name) })
-		done, waiting := 0, ""
-		for i := range list.Items {
-			m := &list.Items[i]
-			// Done once Cluster API has finished its in-place update too.
-			_, updating := m.Annotations[clusterv1.UpdateInProgressAnnotation]
-			if m.Status.NodeInfo != nil && m.Status.NodeInfo.KubeletVersion == o.Version && m.Spec.Version == o.Version && nodeHealthy(m) &&
-				m.DeletionTimestamp.IsZero() && !updating && !conditionTrue(m.Status.Conditions, clusterv1.MachineUpdatingCondition) {
-				done++
-				continue
-			}
-			if waiting != "" {
-				continue
-			}
-			waiting = "machine " + m.Name
-			em := &infrav1.EdgeMachine{}
-			if err := c.Get(ctx, kube.ObjectKey{Namespace: ns, Name: m.Spec.InfrastructureRef.Name}, em); err == nil {
-				cond := meta.FindStatusCondition(em.Status.Conditions, infrav1.KubernetesVersionCondition)
-				// Upfront checks refuse repeating a failed order, so a
-				// failure here is this order's.
-				if cond != nil && cond.Reason == infrav1.UpgradeFailedReason && m.Spec.Version == o.Version {
-					return "", false, fmt.Errorf("machine %s: %s", m.Name, cond.Message)
-				}
-				if cond != nil && cond.Message != "" {
-					waiting += ": " + cond.Message
-				}
-			}
+		done, waiting, err := o.machinesOnVersion(ctx, list.Items)
+		if err != nil {
+			return "", false, err
 		}
 		want := int(ptr.Deref(md.Spec.Replicas, 0))
 		line := fmt.Sprintf("machinedeployment %s: %d/%d machine(s) on %s, Ready", name, done, want, o.Version)
