@@ -55,3 +55,33 @@ func wireNode(nr *bootstrapv1.NodeRegistrationOptions) {
 	}
 	nr.KubeletExtraArgs = append(nr.KubeletExtraArgs, arg)
 }
+
+// The API server flags create adds unless the user's settings give them.
+// ShutdownWatchGraceArg makes a stopping API server end its watches at
+// once: without it the API server keeps a closed listener for the
+// kubelet's whole 30 s grace whenever its static pod is replaced, waiting
+// on watches that never end by themselves. RequestTimeoutArg, on a
+// control plane of one machine only, bounds what a request waits for an
+// etcd that is being replaced: the kubelet starts the new etcd only after
+// its mirror-pod request has returned, which the default holds for 34 s.
+const (
+	ShutdownWatchGraceArg      = "shutdown-watch-termination-grace-period"
+	ShutdownWatchGraceValue    = "5s"
+	RequestTimeoutArg          = "request-timeout"
+	RequestTimeoutOneHostValue = "20s"
+)
+
+// defaultAPIServerArgs adds create's API server flags the user's settings
+// do not already give; oneHost is a control plane of one machine, whose
+// API server has no other to stand in for it.
+func defaultAPIServerArgs(a *bootstrapv1.APIServer, oneHost bool) {
+	add := func(name, value string) {
+		if !slices.ContainsFunc(a.ExtraArgs, func(x bootstrapv1.Arg) bool { return x.Name == name }) {
+			a.ExtraArgs = append(a.ExtraArgs, bootstrapv1.Arg{Name: name, Value: ptr.To(value)})
+		}
+	}
+	add(ShutdownWatchGraceArg, ShutdownWatchGraceValue)
+	if oneHost {
+		add(RequestTimeoutArg, RequestTimeoutOneHostValue)
+	}
+}

@@ -43,6 +43,7 @@ func (s Spec) kubeadmConfig() bootstrapv1.KubeadmConfigSpec {
 	c := *s.Kubeadm.DeepCopy()
 	wireNode(&c.InitConfiguration.NodeRegistration)
 	wireNode(&c.JoinConfiguration.NodeRegistration)
+	defaultAPIServerArgs(&c.ClusterConfiguration.APIServer, s.ControlPlaneMachines == 1)
 	return c
 }
 

@@ -34,8 +34,11 @@ func newClusterCmd(flags *kube.ConfigFlags, streams genericiooptions.IOStreams) 
 			"JSON, unknown fields refused) that every machine's bootstrap config starts from: the control plane gets all\n" +
 			"of it, workers all but initConfiguration, clusterConfiguration and joinConfiguration.controlPlane. create\n" +
 			"adds the node name and provider-id to both nodeRegistrations, keeping the file's other settings there (a\n" +
-			"file that sets either differently is refused); the file's lists are taken as they are. The flags below\n" +
-			"add to the file's lists (--ignore-preflight-errors, --skip-init-phases) or replace its value\n" +
+			"file that sets either differently is refused). Unless the file sets them, it gives the API server\n" +
+			"--shutdown-watch-termination-grace-period=" + clustertemplate.ShutdownWatchGraceValue + " and, on a control plane of one machine,\n" +
+			"--request-timeout=" + clustertemplate.RequestTimeoutOneHostValue + ": a one-host site's API is then down for less time while its control\n" +
+			"plane restarts (docs/UPGRADES.md). The file's lists are taken as they are. The flags below add to the\n" +
+			"file's lists (--ignore-preflight-errors, --skip-init-phases) or replace its value\n" +
 			"(--image-pull-policy). docs/templates holds examples; docs/PROVISIONING.md says which settings a host needs.\n\n" +
 			"Health checks: unless --health-check=false, a MachineHealthCheck for the workers and one for a\n" +
 			"KubeadmControlPlane replace a Machine whose Node has not joined within --node-startup-timeout (20m), whose\n" +

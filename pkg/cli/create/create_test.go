@@ -3,6 +3,7 @@ package create
 import (
 	"bytes"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -183,7 +184,7 @@ func TestEdgeClusterScopedToControlPlaneHosts(t *testing.T) {
 }
 
 // Without kubeadm settings create writes what it always did: the node
-// wiring and nothing else.
+// wiring and the API server's shutdown flag, nothing else.
 func TestNoKubeadmSettingsOnlyWiring(t *testing.T) {
 	o := validOptions()
 	objs := objects(t, o)
@@ -191,6 +192,9 @@ func TestNoKubeadmSettingsOnlyWiring(t *testing.T) {
 		KubeletExtraArgs: []bootstrapv1.Arg{{Name: clustertemplate.ProviderIDArg, Value: ptr.To(clustertemplate.ProviderIDTemplate)}}}
 	want := bootstrapv1.KubeadmConfigSpec{InitConfiguration: bootstrapv1.InitConfiguration{NodeRegistration: nr},
 		JoinConfiguration: bootstrapv1.JoinConfiguration{NodeRegistration: nr}}
+	want.ClusterConfiguration.APIServer.ExtraArgs = []bootstrapv1.Arg{
+		{Name: clustertemplate.ShutdownWatchGraceArg, Value: ptr.To(clustertemplate.ShutdownWatchGraceValue)},
+		{Name: clustertemplate.RequestTimeoutArg, Value: ptr.To(clustertemplate.RequestTimeoutOneHostValue)}}
 	if got := find[*controlplanev1.KubeadmControlPlane](t, objs).Spec.KubeadmConfigSpec; !equality.Semantic.DeepEqual(got, want) {
 		t.Errorf("KCP kubeadmConfigSpec %+v", got)
 	}
@@ -223,6 +227,43 @@ preKubeadmCommands: [echo one, echo two]
 files:
 - {path: /etc/motd, content: hello}
 `
+
+// create's API server flags: the shutdown grace on every control plane, the
+// request timeout on a control plane of one machine only; a value the
+// user's file gives is kept as it is.
+func TestAPIServerDefaultArgs(t *testing.T) {
+	const own = "clusterConfiguration:\n  apiServer:\n    extraArgs:\n" +
+		"    - {name: shutdown-watch-termination-grace-period, value: 20s}\n    - {name: request-timeout, value: 1m}\n"
+	grace, timeout := clustertemplate.ShutdownWatchGraceArg, clustertemplate.RequestTimeoutArg
+	for _, tc := range []struct {
+		name          string
+		controlPlanes int32
+		file          string
+		want          map[string]string
+	}{
+		{"one host", 1, "", map[string]string{grace: clustertemplate.ShutdownWatchGraceValue, timeout: clustertemplate.RequestTimeoutOneHostValue}},
+		{"three control planes", 3, "", map[string]string{grace: clustertemplate.ShutdownWatchGraceValue}},
+		{"the file's own", 1, own, map[string]string{grace: "20s", timeout: "1m"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := validOptions()
+			o.ControlPlaneMachines = tc.controlPlanes
+			if tc.file != "" {
+				o.KubeadmConfig = writeFile(t, tc.file)
+			}
+			got := map[string]string{}
+			for _, a := range find[*controlplanev1.KubeadmControlPlane](t, objects(t, o)).Spec.KubeadmConfigSpec.ClusterConfiguration.APIServer.ExtraArgs {
+				if _, dup := got[a.Name]; dup {
+					t.Errorf("apiServer.extraArgs has %s twice", a.Name)
+				}
+				got[a.Name] = ptr.Deref(a.Value, "")
+			}
+			if !maps.Equal(got, tc.want) {
+				t.Errorf("apiServer.extraArgs %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
 
 // The file's settings reach every machine's bootstrap config, its other
 // nodeRegistration fields kept beside create's wiring; workers get only
