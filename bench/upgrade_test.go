@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -43,6 +44,10 @@ const (
 	// site to count as back.
 	afterSettle = 30 * time.Second
 )
+
+var upgradeKubeadmConfig = flag.String("upgrade-kubeadm-config", "docs/templates/kubeadm-cgroupv1-test-hosts.yaml", "The --kubeadm-config BenchmarkInPlaceUpgrade makes its site with (relative to the module's root), e.g. to try API server flags.")
+
+var upgradeLogs = flag.String("upgrade-logs", "", "Where BenchmarkInPlaceUpgrade copies the host's control-plane pod logs and the kubelet's journal after the upgrade (default: nowhere).")
 
 // BenchmarkInPlaceUpgrade times `kubectl fleet upgrade cluster --wait` on a
 // one-host site (a control plane of one plain Machine, real kubeadm,
@@ -122,7 +127,7 @@ func inPlaceUpgrade(b *testing.B, kit realNodesBinaries, staged map[string]strin
 		return out.String(), time.Since(start)
 	}
 	_, created := fleet("create", "cluster", realNodesCluster, "--control-plane=machines", "--kubernetes-version", upgradeFrom,
-		"--kubeadm-config", "docs/templates/kubeadm-cgroupv1-test-hosts.yaml", "--wait", "--timeout", "15m")
+		"--kubeadm-config", *upgradeKubeadmConfig, "--wait", "--timeout", "15m")
 	logf("one-host site on %s Running after %s", upgradeFrom, created.Round(time.Second))
 	waitUntil(b, "the host reporting "+upgradeFrom+" and "+upgradeTo+" staged", func() error {
 		host := &infrav1.EdgeHost{}
@@ -195,6 +200,9 @@ func inPlaceUpgrade(b *testing.B, kit realNodesBinaries, staged map[string]strin
 	}
 	_, downAfter, _ := downtime(after)
 
+	if *upgradeLogs != "" {
+		keepLogs(b, h, *upgradeLogs)
+	}
 	steps, err := upgradeSteps(h.UnitLog("fleet-agent.service"), start)
 	must(b, err)
 	longest, total, failed := downtime(polls)
@@ -466,4 +474,16 @@ func machineOf(ctx context.Context, b *testing.B, ns, host string) *clusterv1.Ma
 	}
 	b.Fatalf("no Machine on host %s", host)
 	return nil
+}
+
+// keepLogs copies the host's pod logs and the kubelet's and containerd's
+// journals into dir, to read why a component was slow.
+func keepLogs(b *testing.B, h *testhost.Host, dir string) {
+	must(b, os.MkdirAll(dir, 0o755))
+	if out, err := exec.Command("cp", "-a", h.Root("var/log/pods"), dir).CombinedOutput(); err != nil {
+		b.Logf("copying the host's pod logs: %v: %s", err, out)
+	}
+	for _, unit := range []string{"kubelet.service", "containerd.service", "fleet-agent.service"} {
+		must(b, os.WriteFile(filepath.Join(dir, unit+".log"), []byte(h.UnitLog(unit)), 0o644))
+	}
 }
