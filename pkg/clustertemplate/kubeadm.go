@@ -56,14 +56,11 @@ func wireNode(nr *bootstrapv1.NodeRegistrationOptions) {
 	nr.KubeletExtraArgs = append(nr.KubeletExtraArgs, arg)
 }
 
-// The API server flags create adds unless the user's settings give them.
-// ShutdownWatchGraceArg makes a stopping API server end its watches at
-// once: without it the API server keeps a closed listener for the
-// kubelet's whole 30 s grace whenever its static pod is replaced, waiting
-// on watches that never end by themselves. RequestTimeoutArg, on a
-// control plane of one machine only, bounds what a request waits for an
-// etcd that is being replaced: the kubelet starts the new etcd only after
-// its mirror-pod request has returned, which the default holds for 34 s.
+// The API server flags create adds unless the user's settings give them,
+// each shortening a one-host site's outage when its control plane restarts
+// (docs/UPGRADES.md): a stopping API server ends its watches at once, and
+// on one machine a request waiting for a restarting etcd (the kubelet's
+// mirror-pod DELETE, which gates the new etcd) gives up after 20 s, not 34.
 const (
 	ShutdownWatchGraceArg      = "shutdown-watch-termination-grace-period"
 	ShutdownWatchGraceValue    = "5s"

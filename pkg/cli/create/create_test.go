@@ -183,8 +183,8 @@ func TestEdgeClusterScopedToControlPlaneHosts(t *testing.T) {
 	}
 }
 
-// Without kubeadm settings create writes what it always did: the node
-// wiring and the API server's shutdown flag, nothing else.
+// Without kubeadm settings create writes the node wiring and its API
+// server flags (one control-plane machine: both), nothing else.
 func TestNoKubeadmSettingsOnlyWiring(t *testing.T) {
 	o := validOptions()
 	objs := objects(t, o)
