@@ -47,7 +47,7 @@ const (
 
 var upgradeKubeadmConfig = flag.String("upgrade-kubeadm-config", "docs/templates/kubeadm-cgroupv1-test-hosts.yaml", "The --kubeadm-config BenchmarkInPlaceUpgrade makes its site with (relative to the module's root), e.g. to try API server flags.")
 
-var upgradeLogs = flag.String("upgrade-logs", "", "Where BenchmarkInPlaceUpgrade copies the host's control-plane pod logs and the kubelet's journal after the upgrade (default: nowhere).")
+var upgradeLogs = flag.String("upgrade-logs", "", "Where BenchmarkInPlaceUpgrade copies the host's pod logs and its kubelet's, containerd's and agent's journals after the upgrade (default: nowhere).")
 
 // BenchmarkInPlaceUpgrade times `kubectl fleet upgrade cluster --wait` on a
 // one-host site (a control plane of one plain Machine, real kubeadm,
